@@ -1,0 +1,154 @@
+"""Render the store as Prometheus text or OpenMetrics, driven by the schema.
+
+Why cached: a scrape must cost next to nothing and never wait on a source. The
+rendered bytes are kept per (store version, format); concurrent scrapers and
+scrapes between two source updates reuse them.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import threading
+from typing import Callable, Iterable, Iterator
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_latest_openmetrics
+from prometheus_client.utils import floatToGoString
+
+from exporter import __version__
+from exporter.samples import HistogramSample, Point, Sample
+from exporter.schema import SPECS, MetricSpec
+from exporter.store import SnapshotStore, SourceState
+
+log = logging.getLogger(__name__)
+
+OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def _family_name(spec: MetricSpec) -> str:
+    return spec.name[: -len("_total")] if spec.type == "counter" and spec.name.endswith("_total") else spec.name
+
+
+def _unit_for(spec: MetricSpec) -> str:
+    """The OpenMetrics unit, only where the name carries it (client_python insists)."""
+    return spec.unit if spec.unit and _family_name(spec).endswith("_" + spec.unit) else ""
+
+
+def _new_family(spec: MetricSpec) -> Metric:
+    name, unit, labels = _family_name(spec), _unit_for(spec), list(spec.labels)
+    if spec.type == "counter":
+        return CounterMetricFamily(name, spec.help, labels=labels, unit=unit)
+    if spec.type == "histogram":
+        return HistogramMetricFamily(name, spec.help, labels=labels, unit=unit)
+    return GaugeMetricFamily(name, spec.help, labels=labels, unit=unit)
+
+
+def _label_values(spec: MetricSpec, point: Point) -> list[str]:
+    return [str(point.labels.get(label, "")) for label in spec.labels]
+
+
+def families_from_points(points: Iterable[Point], unknown: Callable[[str], None] | None = None) -> list[Metric]:
+    """Group points into schema families, in schema order; drop names not in the schema."""
+    families: dict[str, Metric] = {}
+    seen: dict[str, set[tuple[str, ...]]] = {}
+    for point in points:
+        spec = SPECS.get(point.name)
+        if spec is None:
+            if unknown:
+                unknown(point.name)
+            continue
+        fam = families.get(spec.name)
+        if fam is None:
+            fam = families[spec.name] = _new_family(spec)
+            seen[spec.name] = set()
+        values = _label_values(spec, point)
+        key = tuple(values)
+        if key in seen[spec.name]:  # two sources claiming one series: keep the first
+            continue
+        seen[spec.name].add(key)
+        if isinstance(point, HistogramSample):
+            if spec.type != "histogram":
+                continue
+            buckets = [(floatToGoString(le), count) for le, count in point.buckets]
+            fam.add_metric(values, buckets, point.sum)
+        elif isinstance(point, Sample) and spec.type != "histogram":
+            fam.add_metric(values, point.value)
+    order = {name: i for i, name in enumerate(SPECS)}
+    return [families[n] for n in sorted(families, key=order.__getitem__)]
+
+
+def meta_points(states: Iterable[SourceState]) -> list[Point]:
+    """The exporter's own health series, one set per source."""
+    points: list[Point] = [
+        Sample("llm_exporter_build_info", {"version": __version__, "python_version": platform.python_version()}, 1.0)
+    ]
+    for st in states:
+        src = {"source": st.name}
+        points.append(Sample("llm_exporter_source_up", src, 1.0 if st.up else 0.0))
+        points.append(Sample("llm_exporter_source_duration_seconds", src, st.last_duration))
+        if st.last_success is not None:
+            points.append(Sample("llm_exporter_source_last_success_timestamp_seconds", src, st.last_success))
+            points.append(Sample("llm_exporter_source_series", src, float(len(st.points))))
+        for reason, count in sorted(st.errors.items()):
+            points.append(Sample("llm_exporter_source_errors_total", {"source": st.name, "reason": reason}, float(count)))
+    return points
+
+
+class _FamiliesCollector:
+    """A throw-away prometheus_client collector over prepared families."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families)
+
+
+class ExpositionCache:
+    """Renders the store at most once per store version and format."""
+
+    def __init__(self, store: SnapshotStore) -> None:
+        self.store = store
+        self._lock = threading.Lock()
+        self._cached: dict[bool, tuple[int, bytes]] = {}
+        self._unknown_logged: set[str] = set()
+
+    def _note_unknown(self, name: str) -> None:
+        if name not in self._unknown_logged:
+            self._unknown_logged.add(name)
+            log.error("dropping metric %s: not declared in exporter.schema", name)
+
+    def render(self, openmetrics: bool = False) -> bytes:
+        version = self.store.version
+        cached = self._cached.get(openmetrics)
+        if cached and cached[0] == version:
+            return cached[1]
+        with self._lock:
+            cached = self._cached.get(openmetrics)
+            if cached and cached[0] == version:
+                return cached[1]
+            snapshot = self.store.snapshot()
+            points = meta_points(snapshot.sources.values()) + snapshot.points
+            families = families_from_points(points, self._note_unknown)
+            collector = _FamiliesCollector(families)
+            body = generate_latest_openmetrics(collector) if openmetrics else generate_latest(collector)  # type: ignore[arg-type]
+            self._cached[openmetrics] = (version, body)
+            return body
+
+
+def wants_openmetrics(accept: str | None) -> bool:
+    """Content negotiation as client_python does it: OpenMetrics only when asked for."""
+    if not accept:
+        return False
+    for part in accept.split(","):
+        if part.split(";")[0].strip() == "application/openmetrics-text":
+            return True
+    return False

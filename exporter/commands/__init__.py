@@ -1,0 +1,1 @@
+"""Command modules of the `llm-layer-exporter` CLI (see exporter/cli.py)."""

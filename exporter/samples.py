@@ -1,0 +1,71 @@
+"""The values sources hand to the store: one neutral shape for every source.
+
+Why: data flows one way (source -> snapshot -> collector / diagnosis). Sources
+already speak the schema's names, so nothing downstream knows an engine's or a
+GPU library's own vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping, Union
+
+from exporter.schema import SOURCE_ERROR_REASONS
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One gauge or counter value of a schema metric."""
+
+    name: str
+    labels: Mapping[str, str]
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class HistogramSample:
+    """One histogram series of a schema metric, native buckets kept.
+
+    ``buckets`` holds (upper bound in the metric's base unit, cumulative count),
+    ascending, the last bound being +Inf.
+    """
+
+    name: str
+    labels: Mapping[str, str]
+    buckets: tuple[tuple[float, float], ...]
+    sum: float
+    count: float
+
+    def __post_init__(self) -> None:
+        if not self.buckets or not math.isinf(self.buckets[-1][0]):
+            raise ValueError(f"{self.name}: histogram buckets must end with +Inf")
+
+
+Point = Union[Sample, HistogramSample]
+
+
+class SourceError(Exception):
+    """A sample attempt failed for a known reason (a bounded label value)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        if reason not in SOURCE_ERROR_REASONS:
+            raise ValueError(f"unknown source error reason {reason!r}")
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.message}"
+
+
+@dataclass
+class SampleResult:
+    """What one successful (possibly partial) sample attempt produced.
+
+    ``partial_errors`` records faults that did not fail the whole source, e.g.
+    one GPU of eight lost: the others keep reporting and the fault is counted.
+    """
+
+    points: list[Point]
+    partial_errors: list[SourceError] = field(default_factory=list)
