@@ -189,7 +189,7 @@ _SPECS: list[MetricSpec] = [
     _c("llm_requests_finished_total", "", "Finished requests by reason (stop, length, abort, error, ...).", "application", _ENG + ("reason",), "engine"),
     _c("llm_requests_rejected_total", "", "Requests the engine refused at admission (queue full, overloaded).", "application", _ENG + ("reason",), "engine"),
     # --- diagnosis -------------------------------------------------------------------
-    _g("llm_bottleneck_score", "ratio", "How strongly the layer limits the service now (0 = not at all, 1 = certain bottleneck).", "diagnosis", ("layer",), "derived"),
+    _g("llm_bottleneck_score", "", "How strongly the layer limits the service now (a 0-1 score: 0 = not at all, 1 = certain bottleneck).", "diagnosis", ("layer",), "derived"),
     _g("llm_bottleneck_active", "", "1 while the named cause holds in the layer, 0 otherwise.", "diagnosis", ("layer", "cause"), "derived"),
 ]
 

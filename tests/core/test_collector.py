@@ -1,0 +1,49 @@
+from exporter.collector import ExpositionCache, families_from_points, wants_openmetrics
+from exporter.samples import HistogramSample, Sample
+from exporter.store import SnapshotStore
+
+
+def test_render_is_cached_per_store_version() -> None:
+    store = SnapshotStore()
+    store.register("gpu", 1.0)
+    store.record_success("gpu", [Sample("llm_gpu_power_watts", {"gpu": "0", "uuid": "u"}, 100)], 0.0)
+    cache = ExpositionCache(store)
+    first = cache.render()
+    assert cache.render() is first  # same bytes object: nothing re-rendered
+    store.record_success("gpu", [Sample("llm_gpu_power_watts", {"gpu": "0", "uuid": "u"}, 200)], 0.0)
+    second = cache.render()
+    assert second is not first and b"llm_gpu_power_watts{gpu=\"0\",uuid=\"u\"} 200.0" in second
+
+
+def test_unknown_names_are_dropped_and_logged_once(caplog) -> None:  # type: ignore[no-untyped-def]
+    store = SnapshotStore()
+    store.register("gpu", 1.0)
+    store.record_success("gpu", [Sample("vllm:num_requests_running", {}, 1)], 0.0)
+    cache = ExpositionCache(store)
+    body = cache.render()
+    store.record_success("gpu", [Sample("vllm:num_requests_running", {}, 2)], 0.0)
+    cache.render()
+    assert b"vllm:" not in body
+    assert sum("not declared in exporter.schema" in r.message for r in caplog.records) == 1
+
+
+def test_families_follow_schema_order_and_fill_missing_labels() -> None:
+    fams = families_from_points(
+        [
+            Sample("llm_scheduler_requests_waiting", {"server": "a", "engine": "vllm"}, 2),
+            Sample("llm_gpu_power_watts", {"gpu": "0", "uuid": "u"}, 100),
+            Sample("llm_scheduler_requests_waiting", {"server": "a", "engine": "vllm"}, 9),  # duplicate series
+            HistogramSample("llm_request_e2e_seconds", {"server": "a"}, ((1.0, 1), (float("inf"), 1)), 0.5, 1),
+        ]
+    )
+    assert [f.name for f in fams] == ["llm_gpu_power_watts", "llm_scheduler_requests_waiting", "llm_request_e2e_seconds"]
+    waiting = fams[1].samples
+    assert len(waiting) == 1 and waiting[0].value == 2
+    assert waiting[0].labels == {"server": "a", "engine": "vllm", "model": "", "rank": ""}
+
+
+def test_openmetrics_negotiation() -> None:
+    assert wants_openmetrics("application/openmetrics-text; version=1.0.0")
+    assert wants_openmetrics("text/plain;q=0.5, application/openmetrics-text;q=1")
+    assert not wants_openmetrics("text/plain")
+    assert not wants_openmetrics(None)
