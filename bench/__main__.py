@@ -1,0 +1,85 @@
+"""`python -m bench`: run the benchmarks, print a table against the targets, write JSON.
+
+    python -m bench            # full run (steady state over 5 minutes)
+    python -m bench --quick    # steady state over 60 s, fewer repeats
+    python -m bench --only normalize
+    python -m bench --soak 30  # 30-minute RSS / fd drift run (not part of CI)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench import metrics_latency, normalize_cost, steady_state
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _row(name: str, value: str, target: str, ok: bool | None) -> tuple[str, str, str, str]:
+    return (name, value, target, "-" if ok is None else ("pass" if ok else "MISS"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="shorter steady-state run and fewer repeats")
+    ap.add_argument("--only", choices=("latency", "normalize", "steady", "verdict"), action="append")
+    ap.add_argument("--soak", type=float, metavar="MINUTES", help="run only the soak (RSS and fd drift) for MINUTES")
+    args = ap.parse_args(argv)
+    RESULTS.mkdir(exist_ok=True)
+    load = os.getloadavg()
+    results: dict[str, object] = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "loadavg": load, "cpus": os.cpu_count(), "python": platform.python_version()}
+    rows = []
+    if args.soak:
+        soak = steady_state.run(duration=args.soak * 60, warmup=30, report_every=60)
+        results["soak"] = soak
+        rows.append(_row("soak RSS drift", f"{soak['rss_drift_mib']:.2f} MiB over {soak['duration_s'] / 60:.0f} min", "< 5 MiB", soak["rss_drift_mib"] < 5))
+        rows.append(_row("soak open fds", f"{soak['open_fds_start']:.0f} -> {soak['open_fds_end']:.0f}", "flat", soak["open_fds_end"] <= soak["open_fds_start"] + 2))
+    else:
+        only = set(args.only or ("latency", "normalize", "steady", "verdict"))
+        if "latency" in only:
+            lat = metrics_latency.run(scrapes=500)
+            results["metrics_latency"] = lat
+            rows.append(_row("/metrics p50 (8 GPUs + 2x55 KB engines)", f"{lat['exporter_p50_ms']:.2f} ms (reference {lat['reference_p50_ms']:.2f} ms)", "-", None))
+            rows.append(_row("/metrics p99 vs prometheus_client", f"{lat['exporter_p99_ms']:.2f} ms vs {lat['reference_p99_ms']:.2f} ms ({lat['p99_ratio']:.2f}x)", "<= 2x", lat["p99_ratio"] <= 2))
+        if "normalize" in only:
+            norm = normalize_cost.run(repeat=5 if args.quick else 11)
+            results["normalize"] = norm
+            rows.append(
+                _row(
+                    f"parse+normalise {norm['exposition_kib']:.0f} KiB / {norm['samples']:.0f} samples",
+                    f"{norm['ours_ms']:.1f} ms vs parser {norm['prometheus_client_parser_ms']:.1f} ms ({norm['speedup']:.1f}x)",
+                    ">= 5x",
+                    norm["speedup"] >= 5,
+                )
+            )
+        if "steady" in only:
+            st = steady_state.run(duration=60 if args.quick else 300)
+            results["steady_state"] = st
+            rows.append(_row(f"steady CPU over {st['duration_s']:.0f} s", f"{st['cpu_share_of_core'] * 100:.2f} % of a core", "<= 2 %", st["cpu_share_of_core"] <= 0.02))
+            rows.append(_row("steady RSS", f"{st['rss_mib']:.1f} MiB (max {st['rss_max_mib']:.1f})", "<= 80 MB", st["rss_max_mib"] * 2**20 <= 80e6))
+        verdict_script = Path(__file__).resolve().parent / "time_to_verdict.py"
+        if "verdict" in only and verdict_script.exists():
+            out = subprocess.run([sys.executable, str(verdict_script), "--json", str(RESULTS / "time_to_verdict.json")], capture_output=True, text=True, timeout=900)
+            print(out.stdout)
+            if out.returncode != 0:
+                print(out.stderr[-2000:], file=sys.stderr)
+            rows.append(_row("time to verdict", "see table above", "<= 2 cycles", out.returncode == 0))
+    width = [max(len(r[i]) for r in rows + [("figure", "value", "target", "result")]) for i in range(4)]
+    print(f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores")
+    for r in [("figure", "value", "target", "result"), *rows]:
+        print("  ".join(c.ljust(w) for c, w in zip(r, width)))
+    out_path = RESULTS / f"bench-{int(time.time())}.json"
+    out_path.write_text(json.dumps(results, indent=2))
+    print(f"wrote {out_path}")
+    return 0 if all(r[3] != "MISS" for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The README's second command: install everything the tests need, then run them.
+# Runs as root on a fresh Debian 12 machine (CI does exactly this via .ci/run):
+#   - Debian: prometheus (promtool 2.42), prometheus-alertmanager (amtool 0.25),
+#     chromium (page test), docker-compose 1.29 (compose file check)
+#   - .venv with the exporter and its test extras
+#   - the CPU build of vLLM and a tiny local model, cached under
+#     ${LLM_EXPORTER_CACHE:-/var/cache/llm-layer-exporter} (created when missing)
+# Extra arguments go to pytest, e.g. `bash scripts/test.sh -m "not integration"`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+missing=()
+command -v promtool >/dev/null || missing+=(prometheus)
+command -v amtool >/dev/null || missing+=(prometheus-alertmanager)
+command -v chromium >/dev/null || missing+=(chromium)
+command -v docker-compose >/dev/null || missing+=(docker-compose)
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "installing Debian packages: ${missing[*]}" >&2
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+bash scripts/bootstrap.sh --test
+
+if [ "${LLM_EXPORTER_SKIP_VLLM:-0}" != "1" ]; then
+  bash scripts/integration/setup_vllm.sh
+fi
+
+set +e
+.venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then
+  echo "pytest collected no tests" >&2
+  exit 1
+fi
+exit "$rc"
