@@ -301,15 +301,9 @@ def _groups(raw: Any, where: str | None) -> dict[str, list[int]]:
 
 
 def _check_gpu_source(value: str) -> None:
-    kind, _, arg = value.partition(":")
-    if kind in ("auto", "dcgm", "nvml", "none") and not arg:
-        return
-    if kind == "dcgm" and arg:  # dcgm:HOST[:PORT] = standalone nv-hostengine
-        return
-    if kind == "replay" and arg:
-        return
-    if kind == "sim" and arg.startswith(("http://", "https://")):
-        return
-    raise UsageError(
-        f"--gpu-source: expected auto, dcgm, dcgm:HOST[:PORT], nvml, none, replay:PATH[,PATH...] or sim:BASE_URL, got {value!r}"
-    )
+    from exporter.gpu import parse_spec
+
+    try:
+        parse_spec(value)
+    except ValueError as err:
+        raise UsageError(f"--gpu-source: {err}") from None

@@ -1,0 +1,142 @@
+"""End to end: `serve` on a replay trace, scrape /metrics, compare with a golden file.
+
+The exact comparison runs on a one-row excerpt of the recorded H200 kernels trace
+(a power-capped bf16 GEMM row), so every value is deterministic; only build-info
+labels, source durations and timestamps are normalised. A second run on the full
+bundled trace checks that it exposes the same GPU series (values change per row).
+
+Regenerate after an intended change with ``REGENERATE_GOLDEN=1`` and read the diff.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import requests
+
+from tests.helpers import free_port, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+ONE_ROW = FIXTURES / "kernels_one_row.csv"
+GOLDEN = FIXTURES / "replay_kernels.prom"
+SAMPLE_LINE = re.compile(r"^(?P<series>[a-zA-Z_:][a-zA-Z0-9_:]*(?:\{.*\})?) (?P<value>\S+)(?: (?P<ts>-?\d+))?$")
+VOLATILE = {
+    "llm_exporter_source_duration_seconds": "<duration>",
+    "llm_exporter_source_last_success_timestamp_seconds": "<timestamp>",
+}
+
+
+def normalise(text: str, mask_values: bool = False) -> str:
+    """Exposition with run-dependent parts replaced by placeholders."""
+    out = []
+    for line in text.splitlines():
+        m = SAMPLE_LINE.match(line)
+        if line.startswith("#") or not m:
+            out.append(line)
+            continue
+        series, val = m.group("series"), m.group("value")
+        name = series.split("{", 1)[0]
+        if name == "llm_exporter_build_info":
+            series = name + "{<build>}"
+        val = VOLATILE.get(name, "<value>" if mask_values else val)
+        out.append(f"{series} {val}")  # a sample timestamp, if any, is dropped
+    return "\n".join(out) + "\n"
+
+
+class Exporter:
+    """`python3 -m exporter serve` in a subprocess on a free 127.0.0.1 port."""
+
+    def __init__(self, gpu_source: str) -> None:
+        self.port = free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LLM_EXPORTER_")}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "exporter", "serve", "--gpu-source", gpu_source,
+             "--gpu-interval", "0.2", "--listen-address", f"127.0.0.1:{self.port}"],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def get(self, path: str) -> requests.Response:
+        return requests.get(self.url + path, timeout=5)
+
+    def ready(self) -> None:
+        ok = wait_for(lambda: self.proc.poll() is None and self.get("/readyz").status_code == 200, timeout=30)
+        if not ok:
+            self.stop()
+            pytest.fail(f"exporter did not become ready: {self.stderr()}")
+
+    def stable_metrics(self, mask_values: bool = False) -> str:
+        """A scrape equal (once normalised) to the one before it: every source has settled."""
+        previous = None
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            raw = self.get("/metrics").text
+            current = normalise(raw, mask_values)
+            if current == previous and 'llm_exporter_source_up{source="gpu"} 1.0' in raw:
+                return current
+            previous = current
+            time.sleep(0.3)
+        pytest.fail("/metrics did not settle within 20 s")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def stderr(self) -> str:
+        self.stop()
+        return self.proc.stderr.read() if self.proc.stderr else ""
+
+
+@pytest.fixture
+def one_row() -> Iterator[Exporter]:
+    exp = Exporter(f"replay:{ONE_ROW}")
+    try:
+        exp.ready()
+        yield exp
+    finally:
+        exp.stop()
+
+
+def test_exposition_matches_the_golden_file(one_row: Exporter) -> None:
+    scraped = one_row.get("/metrics")
+    assert scraped.status_code == 200
+    got = one_row.stable_metrics()
+    if os.environ.get("REGENERATE_GOLDEN") == "1":
+        GOLDEN.write_text(got)
+    assert got == GOLDEN.read_text(), "run with REGENERATE_GOLDEN=1 and review the diff if the change is intended"
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian package prometheus) not installed")
+def test_exposition_passes_promtool(one_row: Exporter) -> None:
+    text = one_row.get("/metrics").text
+    run = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def gpu_series(text: str) -> set[str]:
+    return {line for line in text.splitlines() if line.startswith(("llm_gpu_", 'llm_exporter_source_up{source="gpu"}'))}
+
+
+def test_full_bundled_trace_exposes_the_same_gpu_series() -> None:
+    exp = Exporter("replay:kernels")
+    try:
+        exp.ready()
+        got = gpu_series(exp.stable_metrics(mask_values=True))
+    finally:
+        exp.stop()
+    assert got == gpu_series(normalise(GOLDEN.read_text(), mask_values=True))
+    assert len(got) == 28 + 1
