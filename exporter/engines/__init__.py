@@ -1,0 +1,113 @@
+"""Engine adapters: scrape an inference server's own /metrics, publish the neutral schema.
+
+Why: every engine (vLLM, SGLang, TGI, TensorRT-LLM, llama.cpp) names, units and
+labels the same concepts differently and renames them between versions; one
+dashboard and one rule set can only work on one engine-neutral vocabulary, the
+names in ``exporter/schema.py``.
+
+Layout (find a thing by name):
+
+* ``textparse.py``   fast selective Prometheus/OpenMetrics text parser
+* ``detect.py``      family, served prefix and generation from the names served
+* ``table.py``       the vocabulary of mapping tables (``Row``, ``Series``, ...)
+* ``mappings/<family>.py``  one declarative table per engine family
+* ``normalize.py``   applies a table to a parsed exposition
+* ``source.py``      ``EngineSource``: HTTP scrape with limits, the Source protocol
+
+Stable public API (used by tests/integration and the ``schema`` command):
+
+``normalize_exposition(text, server, engine_type="auto", *, max_series=None) -> NormalizedResult``
+    Pure: exposition text in, neutral points out. ``NormalizedResult`` has
+    ``points`` (``Sample`` / ``HistogramSample`` with schema names and labels
+    ``server``, ``engine`` (= family), ``model``, ``rank``, ...), ``family``,
+    ``generation`` (e.g. ``v1``, ``colon-0.5.11+``, ``triton``, ``new``),
+    ``problems`` (per-series faults that did not fail the whole exposition, e.g. a
+    histogram without ``+Inf``; the series is left out) and ``series`` (sample
+    lines served). Raises ``ParseError`` on invalid or truncated text, or when no
+    known engine is recognised (or the configured type's names are missing), and
+    ``SeriesLimitError`` past ``max_series``. ``engine_type`` is ``auto`` or one
+    of ``FAMILIES``.
+``coverage() -> dict[str, set[str]]``
+    family -> neutral names its table can provide (absent = not exposed).
+``EngineSource(cfg: exporter.config.EngineConfig)``
+    The Source for ``engine:<cfg.name>`` (import from ``exporter.engines.source``).
+``ParseError``, ``SeriesLimitError``, ``FAMILIES``.
+
+Meanings are identical on every engine: ``llm_prompt_tokens_total`` includes
+prefix-cache hits, ratios are 0-1, times are seconds, counters pass through as
+cumulative values, histograms keep native buckets (bounds converted to seconds),
+and a concept an engine does not expose is absent, never 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from exporter.engines.detect import detect_family, detect_generation, family_counts, served_variant
+from exporter.engines.mappings import FAMILIES, MAPPINGS
+from exporter.engines.normalize import apply, provided, wanted_names
+from exporter.engines.textparse import ParseError, SeriesLimitError, parse
+from exporter.samples import Point
+
+__all__ = [
+    "FAMILIES",
+    "NormalizedResult",
+    "ParseError",
+    "SeriesLimitError",
+    "coverage",
+    "normalize_exposition",
+]
+
+
+@dataclass
+class NormalizedResult:
+    """The neutral view of one exposition (see the module docstring)."""
+
+    points: list[Point]
+    family: str
+    generation: str
+    problems: list[str] = field(default_factory=list)
+    series: int = 0
+
+
+@lru_cache(maxsize=None)
+def _wanted(family: str) -> frozenset[str]:
+    """Names the parser keeps for ``family`` (every served-prefix variant), or all families."""
+    families = FAMILIES if family == "auto" else (family,)
+    names: set[str] = set()
+    for fam in families:
+        mapping = MAPPINGS[fam]
+        names |= wanted_names(mapping)
+        for prefix, _ in mapping.prefix_styles[1:]:
+            names |= wanted_names(mapping.with_prefix(mapping.prefix_styles[0][0], prefix))
+    return frozenset(names)
+
+
+def normalize_exposition(
+    text: str, server: str, engine_type: str = "auto", *, max_series: int | None = None
+) -> NormalizedResult:
+    """Parse one exposition and map it onto the neutral schema (pure, no I/O)."""
+    if engine_type != "auto" and engine_type not in MAPPINGS:
+        raise ValueError(f"unknown engine type {engine_type!r}; expected auto or one of {', '.join(FAMILIES)}")
+    exp = parse(text, _wanted(engine_type), max_series)
+    if engine_type == "auto":
+        family = detect_family(exp.names)
+        if family is None:
+            raise ParseError(0, f"no metric of a known engine ({', '.join(FAMILIES)}) in the exposition")
+    else:
+        family = engine_type
+        if family_counts(exp.names)[family] == 0:
+            prefixes = ", ".join(MAPPINGS[family].prefixes)
+            raise ParseError(0, f"configured type {family}, but no metric name starts with {prefixes}")
+    mapping, style = served_variant(MAPPINGS[family], exp.names)
+    generation = detect_generation(mapping, exp)
+    if style is not None:
+        generation = f"{style}-{generation}"
+    points, problems = apply(mapping, exp, server, generation)
+    return NormalizedResult(points=points, family=family, generation=generation, problems=problems, series=exp.series)
+
+
+def coverage() -> dict[str, set[str]]:
+    """family -> the neutral names its mapping table can provide."""
+    return {family: provided(mapping) for family, mapping in MAPPINGS.items()}

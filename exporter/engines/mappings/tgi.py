@@ -1,0 +1,58 @@
+"""Hugging Face TGI 3.x (Rust ``metrics-exporter-prometheus``: no ``_total`` suffix).
+
+Source of truth: ../shared/reference/engine-metrics.md section 4. No labels except
+``err`` / ``method`` / ``reason``; no model label.
+
+TGI exposes no KV-cache usage, prefix-cache, preemption or TTFT metric: those
+neutral names are absent. Token counters come from the per-request histograms'
+``_sum`` (cumulative, so still counters). ``tgi_request_skipped_tokens`` (a summary)
+records, per request and step, the speculated tokens accepted: its ``_sum`` is the
+accepted tokens and its ``_count`` the verification steps (TGI records it even when
+speculation is off, with sum 0).
+
+Not mapped on purpose: ``tgi_request_mean_time_per_token_duration`` (a per-request
+mean that includes prefill, not the per-token gap), ``tgi_request_inference_duration``
+(prefill and decode together).
+"""
+
+from __future__ import annotations
+
+from exporter.engines.table import EngineMapping, Generation, Row, Series
+
+#: Failures refused at admission (``llm_requests_rejected_total``); the rest finished in error.
+ADMISSION_ERRORS = ("validation", "overloaded")
+FINISH_ERRORS = ("template", "incomplete", "dropped", "generation")
+
+MAPPING = EngineMapping(
+    family="tgi",
+    prefixes=("tgi_",),
+    generations=(
+        Generation("v3", any_of=("tgi_batch_concat", "tgi_batch_max_total_tokens")),
+        Generation("unknown"),
+    ),
+    label_map={},
+    rows=(
+        # --- application
+        Row("llm_request_e2e_seconds", (Series("tgi_request_duration"),)),
+        Row("llm_prompt_tokens_total", (Series("tgi_request_input_length_sum"),), note="full input incl. cached prefix"),
+        Row("llm_generation_tokens_total", (Series("tgi_request_generated_tokens_sum"),)),
+        Row("llm_requests_finished_total", (Series("tgi_request_success", labels={"reason": "success"}),)),
+        Row(
+            "llm_requests_finished_total",
+            (Series("tgi_request_failure", match={"err": FINISH_ERRORS}, rename={"err": "reason"}),),
+        ),
+        Row(
+            "llm_requests_rejected_total",
+            (Series("tgi_request_failure", match={"err": ADMISSION_ERRORS}, rename={"err": "reason"}),),
+        ),
+        # --- memory
+        Row("llm_kv_cache_capacity_tokens", (Series("tgi_batch_max_total_tokens"),), combine="max"),
+        # --- scheduler
+        Row("llm_scheduler_requests_running", (Series("tgi_batch_current_size"),)),
+        Row("llm_scheduler_requests_waiting", (Series("tgi_queue_size"),)),
+        Row("llm_scheduler_queue_seconds", (Series("tgi_request_queue_duration"),)),
+        # --- speculative decoding
+        Row("llm_spec_decode_accepted_tokens_total", (Series("tgi_request_skipped_tokens_sum"),)),
+        Row("llm_spec_decode_drafts_total", (Series("tgi_request_skipped_tokens_count"),)),
+    ),
+)

@@ -1,0 +1,120 @@
+"""TensorRT-LLM: the Triton backend (``nv_trt_llm_*`` + Triton core ``nv_inference_*``)
+and trtllm-serve (``trtllm_*`` at ``/prometheus/metrics``).
+
+Source of truth: ../shared/reference/engine-metrics.md section 5. The two never
+share a name, so one table lists the Triton source first and the trtllm-serve
+source second. Triton labels ``model``, ``version``; the backend keeps one family
+per topic with a category label (``kv_cache_block_type="fraction"``), selected here
+with ``match``. Triton's latency counters are microseconds and its first-response
+histogram milliseconds: ``scale`` converts both to seconds.
+
+Not mapped on purpose:
+* Triton ``nv_inference_*_duration_us`` counters: cumulative sums, not histograms,
+  so they cannot be the neutral latency histograms.
+* ``nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="reused"}``: a gauge of
+  blocks, not a counter of tokens.
+* trtllm-serve ``trtllm_time_per_output_token_seconds``: a per-request mean.
+* Triton core ``nv_inference_*`` exist per model of an ensemble (``ensemble``,
+  ``preprocessing``, ``tensorrt_llm``, ...): filter on ``model`` to avoid counting a
+  request once per pipeline step.
+* trtllm-serve <= 1.1 unprefixed names (``request_success_total``, ...): cannot be
+  told apart from other engines; configure a newer build.
+"""
+
+from __future__ import annotations
+
+from exporter.engines.table import EngineMapping, Generation, Product, Row, Series
+
+KV = "nv_trt_llm_kv_cache_block_metrics"
+REQ = "nv_trt_llm_request_metrics"
+#: Triton failure reasons of requests that ran (REJECTED ones never got in)
+TRITON_FINISH_ERRORS = ("CANCELED", "BACKEND", "OTHER")
+
+
+def _kv(kind: str) -> Series:
+    return Series(KV, match={"kv_cache_block_type": kind})
+
+
+MAPPING = EngineMapping(
+    family="trtllm",
+    prefixes=("nv_trt_llm_", "nv_llm_", "nv_inference_", "trtllm_"),
+    generations=(
+        Generation("triton", prefixes=("nv_trt_llm_", "nv_llm_", "nv_inference_")),
+        Generation("serve"),
+    ),
+    label_map={"model": "model", "model_name": "model", "finished_reason": "reason", "reason": "reason"},
+    blank_values=("undefined",),  # trtllm-serve labels model_name="undefined" literally
+    rows=(
+        # --- application
+        Row(
+            "llm_request_ttft_seconds",
+            (Series("nv_inference_first_response_histogram_ms", scale=1e-3), Series("trtllm_time_to_first_token_seconds")),
+            note="Triton's is opt-in (--metrics-config histogram_latencies=true), in ms",
+        ),
+        Row("llm_request_e2e_seconds", (Series("trtllm_e2e_request_latency_seconds"),)),
+        Row(
+            "llm_prompt_tokens_total",
+            (Series("nv_llm_input_token_len_sum"), Series("trtllm_prompt_tokens_total")),
+        ),
+        Row(
+            "llm_generation_tokens_total",
+            (Series("nv_llm_output_token_len_sum"), Series("trtllm_generation_tokens_total")),
+        ),
+        Row(
+            "llm_requests_finished_total",
+            (Series("nv_inference_request_success", labels={"reason": "success"}), Series("trtllm_request_success_total")),
+        ),
+        Row(
+            "llm_requests_finished_total",
+            (
+                Series("nv_inference_request_failure", match={"reason": TRITON_FINISH_ERRORS}),
+                Series("nv_inference_request_failure", labels={"reason": "error"}),  # before reasons existed
+            ),
+        ),
+        Row(
+            "llm_requests_rejected_total",
+            (Series("nv_inference_request_failure", match={"reason": "REJECTED"}),),
+        ),
+        # --- memory
+        Row("llm_kv_cache_usage_ratio", (_kv("fraction"), Series("trtllm_kv_cache_utilization")), combine="max"),
+        Row(
+            "llm_kv_cache_capacity_tokens",
+            (
+                Product((_kv("tokens_per"), _kv("max"))),
+                Product((Series("trtllm_kv_cache_tokens_per_block"), Series("trtllm_kv_cache_max_blocks"))),
+            ),
+            combine="max",
+        ),
+        Row(
+            "llm_kv_cache_block_size_tokens",
+            (_kv("tokens_per"), Series("trtllm_kv_cache_tokens_per_block")),
+            combine="max",
+        ),
+        Row(
+            "llm_prefix_cache_queried_tokens_total",
+            (Series("trtllm_prompt_tokens_total", requires="trtllm_prompt_cached_tokens_total"),),
+        ),
+        Row("llm_prefix_cache_hit_tokens_total", (Series("trtllm_prompt_cached_tokens_total"),)),
+        # --- scheduler
+        Row(
+            "llm_scheduler_requests_running",
+            (Series(REQ, match={"request_type": "scheduled"}), Series("trtllm_num_requests_running")),
+            note="Triton: requests scheduled in the current iteration (as GAIE reads it)",
+        ),
+        Row(
+            "llm_scheduler_requests_waiting",
+            (
+                Series(REQ, match={"request_type": "waiting"}),
+                Series("trtllm_num_requests_waiting"),
+                Series("nv_inference_pending_request_count"),
+            ),
+        ),
+        Row("llm_scheduler_queue_seconds", (Series("trtllm_request_queue_time_seconds"),)),
+        # --- operator
+        Row("llm_request_prefill_seconds", (Series("trtllm_request_prefill_time_seconds"),)),
+        Row("llm_request_decode_seconds", (Series("trtllm_request_decode_time_seconds"),)),
+        # --- speculative decoding
+        Row("llm_spec_decode_draft_tokens_total", (Series("trtllm_spec_decode_num_draft_tokens_total"),)),
+        Row("llm_spec_decode_accepted_tokens_total", (Series("trtllm_spec_decode_num_accepted_tokens_total"),)),
+    ),
+)

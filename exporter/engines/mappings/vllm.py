@@ -1,0 +1,90 @@
+"""vLLM: V0 (<= 0.7), V1 with deprecated names (0.8 - 0.10), V1 (>= 0.11).
+
+Source of truth: ../shared/reference/engine-metrics.md section 2. Wire names carry
+``_total`` on counters (prometheus_client). Labels: ``model_name``, and in V1
+``engine`` (the data-parallel engine-core index, kept as ``rank``).
+
+Not mapped on purpose:
+* ``vllm:gpu_prefix_cache_queries_total`` / ``_hits_total``: counted *blocks* in
+  0.8/0.9 and tokens from 0.10 (where the new names exist anyway), so they would
+  change meaning across versions -> absent before 0.10.
+* ``vllm:request_time_per_output_token_seconds``: a per-request mean, not the
+  per-token gap ``llm_request_inter_token_seconds`` means.
+* V0 ``vllm:gpu_prefix_cache_hit_rate``: a windowed gauge (-1 when unused), not a counter.
+"""
+
+from __future__ import annotations
+
+from exporter.engines.table import ConfigField, EngineMapping, Generation, InfoLabel, Product, Row, Series
+
+CACHE_INFO = "vllm:cache_config_info"
+
+MAPPING = EngineMapping(
+    family="vllm",
+    prefixes=("vllm:",),
+    generations=(
+        # 0.8 - 0.10: V1 engine (``engine`` label) still serving gpu_cache_usage_perc
+        Generation("v1-legacy", any_of=("vllm:gpu_cache_usage_perc",), label="engine"),
+        Generation("v1", any_of=("vllm:kv_cache_usage_perc",)),
+        Generation("v1", label="engine"),
+        Generation("v0"),
+    ),
+    label_map={"model_name": "model", "finished_reason": "reason", "reason": "reason"},
+    rank_labels=("engine",),
+    rows=(
+        # --- application
+        Row("llm_request_ttft_seconds", (Series("vllm:time_to_first_token_seconds"),)),
+        Row(
+            "llm_request_inter_token_seconds",
+            (Series("vllm:inter_token_latency_seconds"), Series("vllm:time_per_output_token_seconds")),
+            note="time_per_output_token_seconds was the per-token gap until 0.11 renamed it",
+        ),
+        Row("llm_request_e2e_seconds", (Series("vllm:e2e_request_latency_seconds"),)),
+        Row("llm_prompt_tokens_total", (Series("vllm:prompt_tokens_total"),), note="includes prefix-cache hits"),
+        Row("llm_generation_tokens_total", (Series("vllm:generation_tokens_total"),)),
+        Row("llm_requests_finished_total", (Series("vllm:request_success_total"),), note="finished_reason -> reason"),
+        Row("llm_requests_rejected_total", (Series("vllm:admission_rejections_total"),)),
+        # --- memory
+        Row(
+            "llm_kv_cache_usage_ratio",
+            (Series("vllm:kv_cache_usage_perc"), Series("vllm:gpu_cache_usage_perc")),
+            combine="max",
+            note="both are 0-1 despite _perc; 0.10 serves both, the new name wins",
+        ),
+        Row(
+            "llm_kv_cache_capacity_tokens",
+            (
+                InfoLabel(CACHE_INFO, "kv_cache_size_tokens"),
+                Product((InfoLabel(CACHE_INFO, "block_size"), InfoLabel(CACHE_INFO, "num_gpu_blocks"))),
+            ),
+            combine="max",
+        ),
+        Row("llm_kv_cache_block_size_tokens", (InfoLabel(CACHE_INFO, "block_size"),), combine="max"),
+        Row("llm_kv_cache_preemptions_total", (Series("vllm:num_preemptions_total"),)),
+        Row("llm_prefix_cache_queried_tokens_total", (Series("vllm:prefix_cache_queries_total"),)),
+        Row("llm_prefix_cache_hit_tokens_total", (Series("vllm:prefix_cache_hits_total"),)),
+        # --- scheduler
+        Row("llm_scheduler_requests_running", (Series("vllm:num_requests_running"),)),
+        Row("llm_scheduler_requests_waiting", (Series("vllm:num_requests_waiting"),)),
+        Row(
+            "llm_scheduler_queue_seconds",
+            (Series("vllm:request_queue_time_seconds"), Series("vllm:time_in_queue_requests")),
+        ),
+        # --- operator
+        Row("llm_request_prefill_seconds", (Series("vllm:request_prefill_time_seconds"),)),
+        Row("llm_request_decode_seconds", (Series("vllm:request_decode_time_seconds"),)),
+        # --- speculative decoding
+        Row("llm_spec_decode_draft_tokens_total", (Series("vllm:spec_decode_num_draft_tokens_total"),)),
+        Row("llm_spec_decode_accepted_tokens_total", (Series("vllm:spec_decode_num_accepted_tokens_total"),)),
+        Row("llm_spec_decode_drafts_total", (Series("vllm:spec_decode_num_drafts_total"),)),
+    ),
+    config=(
+        ConfigField("block_size", (InfoLabel(CACHE_INFO, "block_size"),)),
+        ConfigField("kv_cache_dtype", (InfoLabel(CACHE_INFO, "cache_dtype"),)),
+        ConfigField(
+            "prefix_caching",
+            (InfoLabel(CACHE_INFO, "enable_prefix_caching"),),
+            values={"True": "true", "False": "false"},
+        ),
+    ),
+)

@@ -1,0 +1,232 @@
+"""A fast, selective parser for the Prometheus text format (and OpenMetrics text).
+
+Why our own parser: a vLLM server with 20 data-parallel engines serves ~800 KB and
+~9,000 samples per scrape, most of them histogram buckets we never publish.
+``prometheus_client``'s parser builds every family and label dict (~390 ms here);
+this one reads each line's metric name with two ``str.find`` calls, looks it up in
+the set of names the mapping tables need, and only then parses labels and value.
+Every name is still validated (memoised per distinct name) and every wanted line
+fully, so garbage or a truncated body raises :class:`ParseError` with a line number
+instead of yielding partial garbage.
+
+Tolerated: ``# HELP``/``# TYPE``/other comments (a TYPE without HELP is fine), blank
+lines, ``\\r\\n`` line ends, OpenMetrics ``# EOF`` (nothing may follow it), exemplars
+after ``#``, ``_created`` series (skipped unless wanted), escapes ``\\\\``, ``\\"``,
+``\\n`` in label values, ``NaN``/``+Inf``/``-Inf`` values, optional timestamps
+(validated, then dropped: the store timestamps samples itself), whitespace after
+label commas (Triton's docs), TGI summaries (``quantile`` lines like any other).
+
+Truncation: the format requires the last line to end with a newline; a body that
+does not (and does not end with ``# EOF``) was cut off and is rejected.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import AbstractSet
+
+#: Labels of one sample (a fresh dict per sample; callers may keep it).
+Labels = dict[str, str]
+
+_NAME_RE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
+_LABEL_NAME_RE = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
+# One `name="value"` pair of a label set, with the separator after it.
+_LABEL_PAIR_RE = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\\n]|\\.)*)"[ \t]*(,?)')
+_ESCAPE_RE = re.compile(r"\\(.)")
+_ESCAPES = {"n": "\n", "\\": "\\", '"': '"'}
+
+
+class ParseError(ValueError):
+    """The exposition is not valid text format; ``lineno`` is 1-based (0: whole body)."""
+
+    def __init__(self, lineno: int, message: str) -> None:
+        self.lineno = lineno
+        self.detail = message
+        super().__init__(f"line {lineno}: {message}" if lineno else message)
+
+
+class SeriesLimitError(Exception):
+    """The exposition has more sample lines than the configured cap."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        super().__init__(f"more than {limit} series in the exposition")
+
+
+@dataclass
+class Exposition:
+    """What :func:`parse` kept: wanted samples by name, plus every name seen.
+
+    ``samples`` maps a wanted sample name (``x_bucket``, ``x_total``, ...) to its
+    ``(labels, value)`` pairs in the order served. ``names`` holds every sample
+    name in the body, wanted or not (detection reads it). ``series`` counts all
+    sample lines.
+    """
+
+    samples: dict[str, list[tuple[Labels, float]]] = field(default_factory=dict)
+    names: set[str] = field(default_factory=set)
+    series: int = 0
+
+
+def parse(text: str, wanted: AbstractSet[str], max_series: int | None = None) -> Exposition:
+    """Parse ``text``, keeping only samples whose name is in ``wanted``.
+
+    Raises :class:`ParseError` on invalid input and :class:`SeriesLimitError` when
+    ``max_series`` is given and exceeded (checked while reading, so a huge body
+    stops early).
+    """
+    if "\r" in text:
+        text = text.replace("\r\n", "\n")
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    elif lines[-1].strip() != "# EOF":
+        raise ParseError(len(lines), "truncated: the last line has no terminating newline")
+
+    samples: dict[str, list[tuple[Labels, float]]] = {}
+    name_ok: dict[str, bool] = {}
+    label_ok: dict[str, bool] = {}
+    series = 0
+    limit = max_series if max_series is not None else -1
+    eof_line = 0
+
+    for index, line in enumerate(lines):
+        if not line:
+            continue
+        first = line[0]
+        if first == "#":
+            if line.startswith("# EOF") and line.rstrip() == "# EOF":
+                eof_line = index + 1
+                break
+            continue
+        if first == " " or first == "\t":
+            line = line.strip()
+            if not line:
+                continue
+            if line[0] == "#":
+                continue
+        brace = line.find("{")
+        space = line.find(" ")
+        if brace != -1 and (space == -1 or brace < space):
+            name = line[:brace]
+        elif space != -1:
+            name = line[:space]
+        else:
+            tab = line.find("\t")
+            if tab == -1:
+                raise ParseError(index + 1, "sample line has no value")
+            name = line[:tab]
+            space = tab
+        ok = name_ok.get(name)
+        if ok is None:
+            ok = name_ok[name] = _NAME_RE.match(name) is not None
+        if not ok:
+            raise ParseError(index + 1, f"invalid metric name {name[:60]!r}")
+        series += 1
+        if series == limit + 1 and limit >= 0:
+            raise SeriesLimitError(limit)
+        if name not in wanted:
+            continue
+        lineno = index + 1
+        if brace != -1 and (space == -1 or brace < space):
+            labels, rest = _labels_and_rest(line, brace, lineno, label_ok)
+        else:
+            labels, rest = {}, line[space:]
+        samples.setdefault(name, []).append((labels, _value(rest, lineno)))
+
+    if eof_line:
+        for later, line in enumerate(lines[eof_line:], start=eof_line + 1):
+            if line.strip():
+                raise ParseError(later, "content after # EOF")
+    names = {n for n, ok in name_ok.items() if ok}
+    return Exposition(samples=samples, names=names, series=series)
+
+
+def _labels_and_rest(line: str, brace: int, lineno: int, label_ok: dict[str, bool]) -> tuple[Labels, str]:
+    """Labels of ``line`` (``{`` at ``brace``) and the text after the closing ``}``."""
+    if "\\" not in line and "#" not in line:
+        close = line.find("}", brace)
+        if close != -1:
+            labels = _fast_labels(line[brace + 1 : close], label_ok)
+            if labels is not None:
+                return labels, line[close + 1 :]
+    return _slow_labels(line, brace + 1, lineno)
+
+
+def _fast_labels(body: str, label_ok: dict[str, bool]) -> Labels | None:
+    """Label set without backslashes; None means "let the strict parser decide"."""
+    labels: Labels = {}
+    if not body.strip():
+        return labels
+    parts = body.split('",')
+    last = parts[-1].rstrip()
+    if last == "":  # trailing comma after the last pair
+        parts.pop()
+        if not parts:
+            return None
+        last = parts[-1]
+        if not last.endswith('"'):
+            last += '"'
+    if not last.endswith('"'):
+        return None
+    parts[-1] = last[:-1]
+    for part in parts:
+        key, sep, value = part.partition('="')
+        if not sep or '"' in value:
+            return None
+        key = key.strip()
+        ok = label_ok.get(key)
+        if ok is None:
+            ok = label_ok[key] = _LABEL_NAME_RE.match(key) is not None
+        if not ok or key in labels:
+            return None
+        labels[key] = value
+    return labels
+
+
+def _slow_labels(line: str, pos: int, lineno: int) -> tuple[Labels, str]:
+    """Strict label parsing with escapes; returns labels and the text after ``}``."""
+    labels: Labels = {}
+    end = len(line)
+    while True:
+        while pos < end and line[pos] in " \t":
+            pos += 1
+        if pos < end and line[pos] == "}":
+            return labels, line[pos + 1 :]
+        m = _LABEL_PAIR_RE.match(line, pos)
+        if m is None:
+            raise ParseError(lineno, "malformed label set")
+        key, raw, comma = m.group(1), m.group(2), m.group(3)
+        if key in labels:
+            raise ParseError(lineno, f"duplicate label {key!r}")
+        labels[key] = _ESCAPE_RE.sub(_unescape, raw) if "\\" in raw else raw
+        pos = m.end()
+        if not comma:
+            while pos < end and line[pos] in " \t":
+                pos += 1
+            if pos < end and line[pos] == "}":
+                return labels, line[pos + 1 :]
+            raise ParseError(lineno, "malformed label set")
+
+
+def _unescape(m: re.Match[str]) -> str:
+    c = m.group(1)
+    return _ESCAPES.get(c, "\\" + c)
+
+
+def _value(rest: str, lineno: int) -> float:
+    """The value after the name/labels; an optional timestamp is checked and dropped."""
+    hash_at = rest.find("#")
+    if hash_at != -1:  # OpenMetrics exemplar
+        rest = rest[:hash_at]
+    parts = rest.split()
+    if not parts or len(parts) > 2:
+        raise ParseError(lineno, "expected a value and an optional timestamp")
+    try:
+        value = float(parts[0])
+        if len(parts) == 2:
+            float(parts[1])
+    except ValueError:
+        raise ParseError(lineno, f"not a number: {rest.strip()[:40]!r}") from None
+    return value
