@@ -1,0 +1,1 @@
+"""Prometheus recording and alerting rules, Alertmanager config and runbooks (generated; see generate.py)."""

@@ -1,0 +1,299 @@
+"""Alerting rules, each with the series that must fire it and the series that must not.
+
+Why fixtures live beside each rule: the promtool unit test file is rendered from
+them, so no alert can exist without a case proving it fires on the series that
+should trigger it and a case proving it stays quiet on healthy (and nearly
+triggering) series. Annotations use only ``{{ $labels.NAME }}`` so the expected
+text in the test file can be rendered here exactly.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from alerts.causes import CAUSES, LAYER_DASHBOARD
+from alerts.recording import SERVER_MODEL, slo_error_ratio_record, slo_metrics
+from alerts.settings import Settings, duration_seconds
+
+#: Labels every fixture series carries, as a scrape of the exporter would add them.
+INSTANCE = "10.0.0.7:9750"
+
+
+@dataclass(frozen=True)
+class Case:
+    """Input series (name{labels}, promtool values) and the expression labels of each expected alert."""
+
+    series: tuple[tuple[str, str], ...]
+    expect: tuple[dict[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Alert:
+    name: str
+    expr: str
+    for_: str
+    labels: dict[str, str]
+    summary: str
+    description: str
+    fire: Case
+    quiet: Case
+    #: promtool evaluation time for both cases, and the input sample interval
+    eval_time: str = "10m"
+    interval: str = "1m"
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def _labels(job: str, **extra: str) -> str:
+    pairs = {"job": job, "instance": INSTANCE, **extra}
+    return "{" + ", ".join(f'{k}="{v}"' for k, v in pairs.items()) + "}"
+
+
+def _minutes_after(for_: str, extra_minutes: int) -> str:
+    return f"{int(duration_seconds(for_) // 60) + extra_minutes}m"
+
+
+def _samples(for_: str, extra_minutes: int = 6) -> int:
+    return int(duration_seconds(for_) // 60) + extra_minutes + 2
+
+
+def _cause_alerts(s: Settings) -> list[Alert]:
+    out = []
+    for c in CAUSES:
+        n = _samples(s.for_["bottleneck_cause"])
+        other = next(o for o in CAUSES if o.cause != c.cause)
+        me = "llm_bottleneck_active" + _labels(s.exporter_job, layer=c.layer, cause=c.cause)
+        neighbour = "llm_bottleneck_active" + _labels(s.exporter_job, layer=other.layer, cause=other.cause)
+        blip = " ".join(["0", "0", "1"] + ["0"] * (n - 3))
+        out.append(
+            Alert(
+                name=c.alert,
+                expr=f'max by (job, instance, layer, cause) (llm_bottleneck_active{{layer="{c.layer}", cause="{c.cause}"}}) == 1',
+                for_=s.for_["bottleneck_cause"],
+                labels={"severity": s.cause_severity.get(c.cause, "warning"), "layer": c.layer, "kind": "diagnosis"},
+                summary=f"{c.summary} ({{{{ $labels.instance }}}})",
+                description=(
+                    f"{c.what} The diagnosis on exporter {{{{ $labels.instance }}}} reports {c.layer}/{c.cause} as active. "
+                    f"Confirm on '{c.dashboard}' and the 'LLM / Overview' cause timeline."
+                ),
+                fire=Case(((me, f"1x{n}"), (neighbour, f"0x{n}")), ({"job": s.exporter_job, "instance": INSTANCE, "layer": c.layer, "cause": c.cause},)),
+                # healthy: 0 throughout; a one-sample blip shorter than for:; another cause active
+                quiet=Case(((me, blip), (neighbour, f"1x{n}"))),
+                eval_time=_minutes_after(s.for_["bottleneck_cause"], 4),
+            )
+        )
+    return out
+
+
+def _burn_alerts(s: Settings) -> list[Alert]:
+    out = []
+    budget = s.error_budget
+    for short_name, (hist, threshold) in slo_metrics(s).items():
+        le = repr(float(threshold))
+        for b in s.burn_rates:
+            limit = round(b.factor * budget, 10)
+            long_rec, short_rec = slo_error_ratio_record(hist, b.long), slo_error_ratio_record(hist, b.short)
+            # 100 observations a minute; "bad" minutes put only half of them under the SLO.
+            # "recovered" is bad until two short windows before the evaluation, then good.
+            eval_min = int(duration_seconds(b.long) // 60) + 10
+            bad_then_good_split = eval_min - 2 * int(duration_seconds(b.short) // 60)
+            n = eval_min + 5
+
+            def series(server: str, bucket_values: str, hist: str = hist, le: str = le, n: int = n) -> tuple[tuple[str, str], ...]:
+                lab = {"server": server, "model": "m", "engine": "vllm", "rank": "0"}
+                return (
+                    (f"{hist}_bucket" + _labels(s.exporter_job, le=le, **lab), bucket_values),
+                    (f"{hist}_count" + _labels(s.exporter_job, **lab), f"0+100x{n}"),
+                )
+
+            good_after = bad_then_good_split * 50
+            out.append(
+                Alert(
+                    name=f"LLM{short_name}BudgetBurn{b.name.capitalize()}",
+                    expr=f"{long_rec} > {limit}\nand on ({SERVER_MODEL})\n{short_rec} > {limit}",
+                    for_=b.for_,
+                    labels={"severity": b.severity, "layer": "application", "kind": "symptom"},
+                    summary=f"{short_name} error budget burning {b.factor:g}x too fast ({{{{ $labels.server }}}} {{{{ $labels.model }}}})",
+                    description=(
+                        f"More than {limit:.1%} of {short_name} observations of {{{{ $labels.server }}}} / {{{{ $labels.model }}}} "
+                        f"were slower than {threshold:g}s over both the last {b.long} and {b.short} "
+                        f"(objective {s.slo_objective:.2%}). Confirm on 'LLM / Application & SLO', then check the "
+                        "bottleneck verdict on 'LLM / Overview'."
+                    ),
+                    fire=Case(series("burning", f"0+50x{n}"), ({"job": s.exporter_job, "instance": INSTANCE, "server": "burning", "model": "m"},)),
+                    quiet=Case(
+                        series("healthy", f"0+99.9x{n}")
+                        # bad for a while, then recovered: the long window still burns, the short one does not
+                        + series("recovered", f"0+50x{bad_then_good_split} {good_after + 100}+100x{n - bad_then_good_split - 1}")
+                    ),
+                    eval_time=f"{eval_min}m",
+                )
+            )
+    return out
+
+
+def _symptom_alerts(s: Settings) -> list[Alert]:
+    job, w = s.exporter_job, s.rate_window
+    eng = {"server": "s1", "model": "m", "engine": "vllm", "rank": "0"}
+    out: list[Alert] = []
+
+    n = _samples(s.for_["kv_near_full"], 8)
+    usage, preempt = "llm_kv_cache_usage_ratio", "llm_kv_cache_preemptions_total"
+    full = round(min(1.0, s.kv_near_full_ratio + (1 - s.kv_near_full_ratio) / 2), 4)
+    half = round(s.kv_near_full_ratio / 2, 4)
+    out.append(
+        Alert(
+            name="LLMKVCacheNearFull",
+            expr=(
+                f"server_model:llm_kv_cache_usage:max > {s.kv_near_full_ratio:g}\nand on ({SERVER_MODEL})\n"
+                f"server_model:llm_kv_cache_preemptions:rate{w} > {s.kv_preemptions_per_second:g}"
+            ),
+            for_=s.for_["kv_near_full"],
+            labels={"severity": "warning", "layer": "memory", "kind": "symptom"},
+            summary="KV cache nearly full and preempting ({{ $labels.server }} {{ $labels.model }})",
+            description=(
+                f"KV-cache usage of {{{{ $labels.server }}}} / {{{{ $labels.model }}}} is above {s.kv_near_full_ratio:.0%} "
+                "while requests are being preempted and recomputed. Confirm on 'LLM / Memory / KV cache' "
+                "(usage and preemptions/s panels)."
+            ),
+            fire=Case(
+                ((usage + _labels(job, **eng), f"{full}x{n}"), (preempt + _labels(job, **eng), f"0+30x{n}")),
+                ({"job": job, "instance": INSTANCE, "server": "s1", "model": "m"},),
+            ),
+            quiet=Case(
+                (
+                    # full but not preempting (engines fill the cache on purpose)
+                    (usage + _labels(job, **eng), f"{full}x{n}"),
+                    (preempt + _labels(job, **eng), f"7x{n}"),
+                    # preempting at half usage: a different cause, not this symptom
+                    (usage + _labels(job, **{**eng, "server": "s2"}), f"{half}x{n}"),
+                    (preempt + _labels(job, **{**eng, "server": "s2"}), f"0+30x{n}"),
+                )
+            ),
+            eval_time=_minutes_after(s.for_["kv_near_full"], 7),
+        )
+    )
+
+    n = _samples(s.for_["source_down"])
+    src = "llm_exporter_source_up" + _labels(job, source="engine:s1")
+    out.append(
+        Alert(
+            name="LLMExporterSourceDown",
+            expr="llm_exporter_source_up == 0",
+            for_=s.for_["source_down"],
+            labels={"severity": "warning", "layer": "exporter", "kind": "symptom"},
+            summary="Exporter source {{ $labels.source }} is down ({{ $labels.instance }})",
+            description=(
+                "The last samples of source {{ $labels.source }} on exporter {{ $labels.instance }} failed, so its "
+                "layer's panels and diagnosis go stale. Check llm_exporter_source_errors_total by reason and the exporter log."
+            ),
+            fire=Case(((src, f"0x{n}"),), ({"job": job, "instance": INSTANCE, "source": "engine:s1"},)),
+            quiet=Case(((src, " ".join(["1", "1", "0"] + ["1"] * (n - 3))),)),
+            eval_time=_minutes_after(s.for_["source_down"], 4),
+        )
+    )
+
+    n = _samples(s.for_["gpu_lost"])
+    gpu = "llm_gpu_up" + _labels(job, gpu="0", uuid="GPU-0000")
+    out.append(
+        Alert(
+            name="LLMGPULost",
+            expr="llm_gpu_up == 0",
+            for_=s.for_["gpu_lost"],
+            labels={"severity": "critical", "layer": "hardware", "kind": "symptom"},
+            summary="GPU {{ $labels.gpu }} stopped answering ({{ $labels.instance }})",
+            description=(
+                "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }} no longer answers the driver: "
+                "an Xid error, a fallen-off-the-bus GPU or a driver reset. Confirm on 'LLM / Hardware' (GPU up) and in dmesg."
+            ),
+            fire=Case(((gpu, f"0x{n}"),), ({"job": job, "instance": INSTANCE, "gpu": "0", "uuid": "GPU-0000"},)),
+            quiet=Case(((gpu, f"1x{n}"),)),
+            eval_time=_minutes_after(s.for_["gpu_lost"], 4),
+        )
+    )
+
+    n = _samples(s.for_["source_errors"], 10)
+    per_minute = round(s.source_errors_per_second * 60 * 10, 6) or 6
+    err = "llm_exporter_source_errors_total" + _labels(job, source="gpu", reason="timeout")
+    out.append(
+        Alert(
+            name="LLMExporterSourceErrors",
+            expr=f"sum by (job, instance, source, reason) (rate(llm_exporter_source_errors_total[{w}])) > {s.source_errors_per_second:g}",
+            for_=s.for_["source_errors"],
+            labels={"severity": "warning", "layer": "exporter", "kind": "symptom"},
+            summary="Source {{ $labels.source }} keeps failing with {{ $labels.reason }} ({{ $labels.instance }})",
+            description=(
+                "Samples of source {{ $labels.source }} on {{ $labels.instance }} fail with reason {{ $labels.reason }} "
+                "again and again; its values are missing or stale. Check the exporter log and the source's endpoint or driver."
+            ),
+            fire=Case(((err, f"0+{per_minute:g}x{n}"),), ({"job": job, "instance": INSTANCE, "source": "gpu", "reason": "timeout"},)),
+            # healthy: no errors; one stray error does not make a sustained rate
+            quiet=Case(((err, " ".join(["0", "0", "1"] + ["1"] * (n - 3))),)),
+            eval_time=_minutes_after(s.for_["source_errors"], 8),
+        )
+    )
+
+    n = _samples(s.for_["exporter_down"])
+    up = "up" + _labels(job)
+    other = "up" + _labels("some-other-job")
+    out.append(
+        Alert(
+            name="LLMExporterDown",
+            expr=f'up{{job="{job}"}} == 0',
+            for_=s.for_["exporter_down"],
+            labels={"severity": "critical", "layer": "exporter", "kind": "symptom"},
+            summary="Prometheus cannot scrape the LLM exporter ({{ $labels.instance }})",
+            description=(
+                "Scrapes of {{ $labels.instance }} fail, so every LLM dashboard and alert for it is blind. "
+                "Check that the exporter process runs and listens, and its /healthz."
+            ),
+            fire=Case(((up, f"0x{n}"),), ({"job": job, "instance": INSTANCE},)),
+            quiet=Case(((up, f"1x{n}"), (other, f"0x{n}"))),
+            eval_time=_minutes_after(s.for_["exporter_down"], 4),
+        )
+    )
+    return out
+
+
+def alerts(s: Settings) -> list[Alert]:
+    """Every alert: one per diagnosis cause, then the symptom alerts."""
+    return _cause_alerts(s) + _burn_alerts(s) + _symptom_alerts(s)
+
+
+def groups(s: Settings) -> list[dict[str, Any]]:
+    """The alerting-rule groups, in file order (causes first, then symptoms)."""
+
+    def rule(a: Alert) -> dict[str, Any]:
+        return {
+            "alert": a.name,
+            "expr": a.expr,
+            "for": a.for_,
+            "labels": dict(a.labels),
+            "annotations": {"summary": a.summary, "description": a.description, "runbook_url": s.runbook_url(a.name)},
+        }
+
+    all_alerts = alerts(s)
+    return [
+        {"name": "llm-layer-exporter.bottleneck", "rules": [rule(a) for a in all_alerts if a.labels["kind"] == "diagnosis"]},
+        {"name": "llm-layer-exporter.symptoms", "rules": [rule(a) for a in all_alerts if a.labels["kind"] == "symptom"]},
+    ]
+
+
+_TEMPLATE = re.compile(r"\{\{\s*(.*?)\s*\}\}")
+
+
+def render(template: str, labels: dict[str, str]) -> str:
+    """Expand ``{{ $labels.NAME }}`` as Prometheus would; anything else is refused."""
+
+    def one(match: re.Match[str]) -> str:
+        inner = match.group(1)
+        if not inner.startswith("$labels.") or inner[8:] not in labels:
+            raise ValueError(f"template {{{{ {inner} }}}} cannot be rendered for the unit test (labels: {sorted(labels)})")
+        return labels[inner[8:]]
+
+    return _TEMPLATE.sub(one, template)
+
+
+def layer_dashboards() -> dict[str, str]:
+    return dict(LAYER_DASHBOARD)

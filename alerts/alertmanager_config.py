@@ -1,0 +1,75 @@
+"""Renders alerts/alertmanager.yml: routing by severity and layer, inhibitions, webhook receivers.
+
+Why generated from config.yaml: the webhook URL and the layer -> team map live
+in the same one place as the thresholds, and the inhibitions are derived from
+the cause table, so a new cause cannot be left out of them.
+
+Routing (first match wins):
+  1. layer="exporter" -> the observability team, whatever the severity
+     (a blind exporter is their problem, not the serving team's);
+  2. severity="critical" -> the pager;
+  3. otherwise the team owning the layer (alertmanager.layer_receivers).
+
+Inhibitions (target muted while a source fires on the same exporter instance):
+  * KV-near-full symptom, muted by the kv_cache_pressure diagnosis alert;
+  * TTFT/ITL burn-rate symptoms, muted by any diagnosis alert (the page names
+    the cause instead of the symptom);
+  * source-errors, muted while the same source is down (the down alert says it all).
+"""
+
+from __future__ import annotations
+
+from alerts.causes import CAUSES
+from alerts.settings import Settings
+
+PAGER = "oncall-pager"
+
+
+def _webhook(name: str, url: str) -> dict[str, object]:
+    return {"name": name, "webhook_configs": [{"url": url, "send_resolved": True, "max_alerts": 0}]}
+
+
+def document(s: Settings) -> dict[str, object]:
+    kv_pressure = next(c for c in CAUSES if c.cause == "kv_cache_pressure")
+    teams = sorted(set(s.layer_receivers.values()) | {PAGER})
+    layer_routes: list[dict[str, object]] = []
+    by_receiver: dict[str, list[str]] = {}
+    for layer, receiver in s.layer_receivers.items():
+        if layer != "exporter":
+            by_receiver.setdefault(receiver, []).append(layer)
+    for receiver, layers in sorted(by_receiver.items()):
+        layer_routes.append({"receiver": receiver, "matchers": [f'layer=~"{"|".join(sorted(layers))}"']})
+    routes: list[dict[str, object]] = []
+    if "exporter" in s.layer_receivers:
+        routes.append({"receiver": s.layer_receivers["exporter"], "matchers": ['layer="exporter"']})
+    routes.append({"receiver": PAGER, "matchers": ['severity="critical"'], "repeat_interval": "1h"})
+    routes += layer_routes
+    fallback = s.layer_receivers.get("application", PAGER)
+    return {
+        "route": {
+            "receiver": fallback,
+            "group_by": ["alertname", "job", "instance", "layer"],
+            "group_wait": s.group_wait,
+            "group_interval": s.group_interval,
+            "repeat_interval": s.repeat_interval,
+            "routes": routes,
+        },
+        "inhibit_rules": [
+            {
+                "source_matchers": [f'alertname="{kv_pressure.alert}"'],
+                "target_matchers": ['alertname="LLMKVCacheNearFull"'],
+                "equal": ["job", "instance"],
+            },
+            {
+                "source_matchers": ['kind="diagnosis"'],
+                "target_matchers": ['alertname=~"LLM(TTFT|ITL)BudgetBurn.*"'],
+                "equal": ["job", "instance"],
+            },
+            {
+                "source_matchers": ['alertname="LLMExporterSourceDown"'],
+                "target_matchers": ['alertname="LLMExporterSourceErrors"'],
+                "equal": ["job", "instance", "source"],
+            },
+        ],
+        "receivers": [_webhook(name, s.webhook_url) for name in teams],
+    }

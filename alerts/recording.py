@@ -1,0 +1,145 @@
+"""Recording rules: every ratio and percentile that dashboards and alerts share.
+
+Why recording rules: a dashboard panel and the alert that pages on the same
+quantity must compute it the same way. Names follow ``level:metric:operation``:
+``server_model`` keeps (job, instance, server, model); ``instance_gpu`` keeps
+(job, instance, gpu, uuid). Ratios divide rates of counters (never lifetime
+counters), denominators are filtered with ``> 0`` so idle features draw no NaN,
+and every histogram_quantile sums by ``le``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from alerts.promql import le_matcher
+from alerts.settings import Settings
+
+SERVER_MODEL = "job, instance, server, model"
+INSTANCE_GPU = "job, instance, gpu, uuid"
+
+#: Throttle reasons that mean "slower than it could be" (not idle or user settings).
+HARMFUL_THROTTLE_REASONS = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
+
+#: Finish reasons that mean the user got no (complete) answer.
+FAILED_REASONS = "abort|error|timeout|cancelled"
+
+#: Latency histograms that get p50/p95/p99 rules, and those that only need p95.
+_QUANTILE_HISTOGRAMS = {
+    "llm_request_ttft_seconds": ("50", "95", "99"),
+    "llm_request_inter_token_seconds": ("50", "95", "99"),
+    "llm_request_e2e_seconds": ("95",),
+    "llm_scheduler_queue_seconds": ("95",),
+    "llm_request_prefill_seconds": ("95",),
+    "llm_request_decode_seconds": ("95",),
+}
+
+
+@dataclass(frozen=True)
+class Rule:
+    record: str
+    expr: str
+
+
+def _rate(metric: str, window: str, by: str = SERVER_MODEL, selector: str = "") -> str:
+    return f"sum by ({by}) (rate({metric}{selector}[{window}]))"
+
+
+def _ratio(num: str, den: str) -> str:
+    return f"{num}\n/\n({den} > 0)"
+
+
+def slo_metrics(s: Settings) -> dict[str, tuple[str, float]]:
+    """Short name -> (histogram, SLO threshold) for the burn-rate rules and alerts."""
+    return {"TTFT": ("llm_request_ttft_seconds", s.ttft_seconds), "ITL": ("llm_request_inter_token_seconds", s.itl_seconds)}
+
+
+def slo_error_ratio_record(histogram: str, window: str) -> str:
+    return f"server_model:{histogram}:slo_error_ratio_rate{window}"
+
+
+def groups(s: Settings) -> list[dict[str, Any]]:
+    """The recording-rule groups, in file order."""
+    w = s.rate_window
+    app: list[Rule] = []
+    for hist, quantiles in _QUANTILE_HISTOGRAMS.items():
+        for q in quantiles:
+            app.append(
+                Rule(
+                    f"server_model:{hist}:p{q}_rate{w}",
+                    f"histogram_quantile(0.{q}, sum by (le, {SERVER_MODEL}) (rate({hist}_bucket[{w}])))",
+                )
+            )
+    app += [
+        Rule(f"server_model:llm_generation_tokens:rate{w}", _rate("llm_generation_tokens_total", w)),
+        Rule(f"server_model:llm_prompt_tokens:rate{w}", _rate("llm_prompt_tokens_total", w)),
+        Rule(f"server_model:llm_requests_finished:rate{w}", _rate("llm_requests_finished_total", w)),
+        # "or 0 * total": no failed series yet must read 0, not "no data"
+        Rule(
+            f"server_model:llm_requests_failed:ratio_rate{w}",
+            _ratio(
+                "(\n"
+                + _rate("llm_requests_finished_total", w, selector=f'{{reason=~"{FAILED_REASONS}"}}')
+                + "\nor\n0 * "
+                + _rate("llm_requests_finished_total", w)
+                + "\n)",
+                _rate("llm_requests_finished_total", w),
+            ),
+        ),
+    ]
+
+    slo: list[Rule] = []
+    for hist, threshold in slo_metrics(s).values():
+        for window in s.slo_windows:
+            good = _rate(f"{hist}_bucket", window, selector=f'{{le=~"{le_matcher(threshold)}"}}')
+            total = _rate(f"{hist}_count", window)
+            slo.append(Rule(slo_error_ratio_record(hist, window), f"1 - (\n{good}\n/\n({total} > 0)\n)"))
+
+    memory = [
+        Rule("server_model:llm_kv_cache_usage:max", f"max by ({SERVER_MODEL}) (llm_kv_cache_usage_ratio)"),
+        Rule(f"server_model:llm_kv_cache_preemptions:rate{w}", _rate("llm_kv_cache_preemptions_total", w)),
+        Rule(
+            f"server_model:llm_prefix_cache_hit:ratio_rate{w}",
+            _ratio(_rate("llm_prefix_cache_hit_tokens_total", w), _rate("llm_prefix_cache_queried_tokens_total", w)),
+        ),
+    ]
+
+    spec = [
+        Rule(
+            f"server_model:llm_spec_decode_acceptance:ratio_rate{w}",
+            _ratio(_rate("llm_spec_decode_accepted_tokens_total", w), _rate("llm_spec_decode_draft_tokens_total", w)),
+        ),
+        Rule(
+            f"server_model:llm_spec_decode_acceptance_length:mean_rate{w}",
+            "1 + " + _ratio(_rate("llm_spec_decode_accepted_tokens_total", w), _rate("llm_spec_decode_drafts_total", w)),
+        ),
+    ]
+
+    harmful = "|".join(HARMFUL_THROTTLE_REASONS)
+    hardware = [
+        Rule("instance_gpu:llm_gpu_throttled:max", f'max by ({INSTANCE_GPU}) (llm_gpu_throttle_reason_active{{reason=~"{harmful}"}})'),
+        Rule(f"instance_gpu:llm_gpu_throttled:avg_over_time{w}", f"avg_over_time(instance_gpu:llm_gpu_throttled:max[{w}])"),
+        Rule("instance_gpu:llm_gpu_power:ratio_limit", "llm_gpu_power_watts\n/\n(llm_gpu_power_limit_watts > 0)"),
+        Rule("instance_gpu:llm_gpu_sm_clock:ratio_max", "llm_gpu_sm_clock_hertz\n/\n(llm_gpu_sm_clock_max_hertz > 0)"),
+        Rule("instance_gpu:llm_gpu_memory_used:ratio", "llm_gpu_memory_used_bytes\n/\n(llm_gpu_memory_total_bytes > 0)"),
+        Rule(
+            "instance_gpu:llm_gpu_utilization_minus_sm_active:ratio",
+            "clamp_min(llm_gpu_utilization_ratio - llm_gpu_sm_active_ratio, 0)",
+        ),
+    ]
+
+    def group(name: str, rules: list[Rule]) -> dict[str, Any]:
+        return {"name": name, "rules": [{"record": r.record, "expr": r.expr} for r in rules]}
+
+    return [
+        group("llm-layer-exporter.application", app),
+        group("llm-layer-exporter.slo", slo),
+        group("llm-layer-exporter.memory", memory),
+        group("llm-layer-exporter.speculative_decoding", spec),
+        group("llm-layer-exporter.hardware", hardware),
+    ]
+
+
+def record_names(s: Settings) -> set[str]:
+    return {str(rule["record"]) for g in groups(s) for rule in g["rules"]}

@@ -1,0 +1,1 @@
+"""Grafana dashboards generated from exporter/schema.py and alerts/ (see generate.py)."""

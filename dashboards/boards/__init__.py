@@ -1,0 +1,1 @@
+"""One module per dashboard; each exposes build(settings) -> grafana.Dashboard."""

@@ -1,0 +1,216 @@
+"""Real Prometheus and Alertmanager on 127.0.0.1 for tests, plus a webhook receiver.
+
+Why real binaries: the point of the monitoring tests is that the shipped files
+load and behave in the programs that will run them (Debian bookworm's
+Prometheus 2.42 and Alertmanager 0.25), not in a model of them. Every process
+started here is stopped by the context manager that started it, every wait is
+bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+if TYPE_CHECKING:  # typing.Self is 3.11+, the project supports 3.10
+    from typing_extensions import Self
+
+PROMETHEUS = shutil.which("prometheus")
+ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+
+
+def http_json(url: str, data: object | None = None, timeout: float = 5.0) -> Any:
+    body = json.dumps(data).encode() if data is not None else None
+    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"} if body else {})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        text = resp.read()
+    return json.loads(text) if text else None
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.5) -> Any:
+    """Poll until predicate() returns something truthy; return it, or the last falsy value after timeout."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            last = predicate()
+        except Exception:  # noqa: BLE001 - anything may fail while a program starts
+            last = None
+        if last or time.monotonic() >= deadline:
+            return last
+        time.sleep(interval)
+
+
+class Process:
+    """A child process whose output goes to a log file; stop() terminates, then kills."""
+
+    def __init__(self, argv: list[str], log: Path, cwd: Path | None = None) -> None:
+        self.argv, self.log_path = argv, log
+        self._log = open(log, "wb")  # noqa: SIM115 - open for the child's lifetime, closed in stop()
+        self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, cwd=cwd)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log(self, tail: int = 3000) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")[-tail:]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._log.close()
+
+
+class Webhook:
+    """Collects Alertmanager webhook payloads posted to http://127.0.0.1:PORT/alerts."""
+
+    def __init__(self) -> None:
+        self.payloads: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server API
+                length = int(self.headers.get("Content-Length", "0"))
+                payload = json.loads(self.rfile.read(length) or b"{}")
+                with outer._lock:
+                    outer.payloads.append(payload)
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/alerts"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def alerts(self) -> list[dict[str, Any]]:
+        """Every alert received so far (with the receiver name added)."""
+        with self._lock:
+            return [{**a, "receiver": p.get("receiver")} for p in self.payloads for a in p.get("alerts", [])]
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(5)
+
+
+def alertmanager_config(shipped: Path, webhook_url: str) -> str:
+    """The shipped Alertmanager config with every webhook URL pointed at the test receiver."""
+    doc = yaml.safe_load(shipped.read_text())
+    for receiver in doc.get("receivers", []):
+        for hook in receiver.get("webhook_configs", []):
+            hook["url"] = webhook_url
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+class Alertmanager:
+    def __init__(self, workdir: Path, config_text: str, port: int) -> None:
+        assert ALERTMANAGER, "prometheus-alertmanager is not installed"
+        self.dir = workdir / "alertmanager"
+        (self.dir / "data").mkdir(parents=True)
+        (self.dir / "alertmanager.yml").write_text(config_text)
+        self.url = f"http://127.0.0.1:{port}"
+        self.argv = [
+            ALERTMANAGER,
+            f"--config.file={self.dir / 'alertmanager.yml'}",
+            f"--storage.path={self.dir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+        ]
+        self.process: Process | None = None
+
+    def __enter__(self) -> Self:
+        self.process = Process(self.argv, self.dir / "log.txt")
+        if not wait_until(lambda: urllib.request.urlopen(self.url + "/-/ready", timeout=2).status == 200, 30):
+            self.process.stop()
+            raise RuntimeError("alertmanager did not become ready in 30 s:\n" + self.process.log())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process:
+            self.process.stop()
+
+    def alerts(self) -> list[dict[str, Any]]:
+        return http_json(self.url + "/api/v2/alerts")
+
+    def post(self, alerts: list[dict[str, Any]]) -> None:
+        http_json(self.url + "/api/v2/alerts", alerts)
+
+
+class Prometheus:
+    def __init__(self, workdir: Path, port: int, targets: list[str], rule_files: list[Path], alertmanager: str | None, job: str) -> None:
+        assert PROMETHEUS, "prometheus is not installed"
+        self.dir = workdir / "prometheus"
+        (self.dir / "data").mkdir(parents=True)
+        config: dict[str, Any] = {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
+            "rule_files": [str(p) for p in rule_files],
+            "scrape_configs": [{"job_name": job, "static_configs": [{"targets": targets}]}],
+        }
+        if alertmanager:
+            host = alertmanager.split("//", 1)[1]
+            config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [host]}]}]}
+        (self.dir / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+        self.url = f"http://127.0.0.1:{port}"
+        self.argv = [
+            PROMETHEUS,
+            f"--config.file={self.dir / 'prometheus.yml'}",
+            f"--storage.tsdb.path={self.dir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--rules.alert.resend-delay=2s",
+        ]
+        self.process: Process | None = None
+
+    def __enter__(self) -> Self:
+        self.process = Process(self.argv, self.dir / "log.txt")
+        if not wait_until(lambda: urllib.request.urlopen(self.url + "/-/ready", timeout=2).status == 200, 30):
+            self.process.stop()
+            raise RuntimeError("prometheus did not become ready in 30 s:\n" + self.process.log())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process:
+            self.process.stop()
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        """Instant query; raises with Prometheus' error text on a bad expression."""
+        url = self.url + "/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+        try:
+            doc = http_json(url)
+        except urllib.error.HTTPError as err:
+            raise AssertionError(f"query failed: {expr}\n{err.read().decode(errors='replace')}") from None
+        return doc["data"]["result"]
+
+    def rule_groups(self) -> list[dict[str, Any]]:
+        return http_json(self.url + "/api/v1/rules")["data"]["groups"]
+
+    def targets_up(self) -> int:
+        return len([t for t in http_json(self.url + "/api/v1/targets")["data"]["activeTargets"] if t["health"] == "up"])

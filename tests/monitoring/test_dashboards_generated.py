@@ -1,0 +1,153 @@
+"""The checked-in dashboards are current, follow the conventions, and the check catches the usual mistakes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from alerts.generate import known_series  # noqa: E402
+from alerts.settings import load  # noqa: E402
+from dashboards import generate  # noqa: E402
+from dashboards.lint import dashboard_problems, expr_problems, runbook_problems  # noqa: E402
+
+JSON_DIR = ROOT / "dashboards" / "json"
+TITLES = {
+    "llm-overview": "LLM / Overview",
+    "llm-hardware": "LLM / Hardware",
+    "llm-memory": "LLM / Memory / KV cache",
+    "llm-scheduler": "LLM / Scheduler",
+    "llm-parallel": "LLM / Parallelism",
+    "llm-speculative": "LLM / Speculative decoding",
+    "llm-application": "LLM / Application & SLO",
+}
+
+
+def dashboards() -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted(JSON_DIR.glob("*.json"))}
+
+
+def panels(d: dict) -> dict[str, dict]:
+    return {p["title"]: p for p in d["panels"] if p["type"] != "row"}
+
+
+def test_check_passes_on_the_checked_in_files() -> None:
+    result = subprocess.run([sys.executable, "dashboards/generate.py", "--check"], cwd=ROOT, capture_output=True, text=True, check=False, timeout=120)
+    assert result.returncode == 0, result.stderr
+
+
+def test_check_fails_on_stale_and_foreign_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(generate, "OUT_DIR", tmp_path)
+    assert generate.main([]) == 0
+    assert generate.main(["--check"]) == 0
+    stale = tmp_path / "llm-memory.json"
+    stale.write_text(stale.read_text().replace("llm_kv_cache_usage_ratio", "vllm:gpu_cache_usage_perc"))
+    (tmp_path / "hand-made.json").write_text("{}")
+    assert generate.main(["--check"]) == 1
+    err = capsys.readouterr().err
+    assert "llm-memory.json is stale" in err
+    assert "hand-made.json is not produced by the generator" in err
+
+
+def test_seven_dashboards_with_stable_uids_and_titles() -> None:
+    assert {uid: d["title"] for uid, d in dashboards().items()} == TITLES
+    for uid, d in dashboards().items():
+        assert d["uid"] == uid
+        assert d["schemaVersion"] >= 39
+        assert d["graphTooltip"] == 1
+        names = [v["name"] for v in d["templating"]["list"]]
+        assert {"datasource", "server", "model", "gpu"} <= set(names)
+
+
+def test_no_hard_coded_datasource_uid_anywhere() -> None:
+    for d in dashboards().values():
+        for p in d["panels"]:
+            if p["type"] == "row":
+                continue
+            assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+            assert all(t["datasource"]["uid"] == "${datasource}" for t in p["targets"])
+
+
+def test_every_panel_says_what_bad_means() -> None:
+    for d in dashboards().values():
+        for title, p in panels(d).items():
+            assert len(p["description"]) >= 60, f"{d['uid']}/{title}"
+
+
+def test_overview_has_verdict_latency_against_queue_and_layer_links() -> None:
+    d = dashboards()["llm-overview"]
+    exprs = " ".join(t["expr"] for p in panels(d).values() for t in p["targets"])
+    assert "llm_bottleneck_score" in exprs and "llm_bottleneck_active" in exprs
+    for title in ("TTFT p95 vs queue depth", "ITL p95 vs queue depth", "Throughput vs queue depth"):
+        assert "llm_scheduler_requests_waiting" in " ".join(t["expr"] for t in panels(d)[title]["targets"])
+    linked = {link["url"].split("?")[0] for link in d["links"] if link["type"] == "link"}
+    assert linked == {f"/d/{uid}" for uid in TITLES if uid != "llm-overview"}
+
+
+def test_hardware_shows_gpu_util_and_sm_active_side_by_side_and_throttle_timeline() -> None:
+    p = panels(dashboards()["llm-hardware"])
+    util, sm = p["GPU util"]["gridPos"], p["SM active"]["gridPos"]
+    assert util["y"] == sm["y"] and util["x"] + util["w"] == sm["x"]
+    assert p["Throttle reasons"]["type"] == "state-timeline"
+    assert "llm_gpu_throttle_reason_active" in p["Throttle reasons"]["targets"][0]["expr"]
+    for title, metrics in {
+        "Power vs limit": ("llm_gpu_power_watts", "llm_gpu_power_limit_watts"),
+        "SM clock vs max": ("llm_gpu_sm_clock_hertz", "llm_gpu_sm_clock_max_hertz"),
+        "SM occupancy": ("llm_gpu_sm_occupancy_ratio",),
+        "Tensor pipe active": ("llm_gpu_tensor_active_ratio",),
+        "DRAM active": ("llm_gpu_dram_active_ratio",),
+        "GPU memory used vs total": ("llm_gpu_memory_used_bytes", "llm_gpu_memory_total_bytes"),
+    }.items():
+        exprs = " ".join(t["expr"] for t in p[title]["targets"])
+        assert all(m in exprs for m in metrics), title
+
+
+def test_scheduler_shows_the_busiest_thread() -> None:
+    p = panels(dashboards()["llm-scheduler"])
+    assert "llm_process_busiest_thread_cpu_ratio" in p["Busiest thread CPU"]["targets"][0]["expr"]
+
+
+@pytest.mark.parametrize(
+    "expr, complaint",
+    [
+        ('rate(vllm:num_preemptions[$__rate_interval])', "unknown metric 'vllm:num_preemptions'"),
+        ("sum(llm_prefix_cache_hit_tokens_total) / sum(llm_prefix_cache_queried_tokens_total)", "without rate()"),
+        ("histogram_quantile(0.95, rate(llm_request_ttft_seconds_bucket[$__rate_interval]))", "without sum by (le"),
+        ("sum(rate(llm_generation_tokens_total[5m]))", "use [$__rate_interval]"),
+        ("limitk(3, llm_gpu_sm_active_ratio)", "newer than 2.42"),
+    ],
+)
+def test_lint_catches_the_mistakes_of_published_dashboards(expr: str, complaint: str) -> None:
+    found = expr_problems(expr, known_series(load()))
+    assert any(complaint in p for p in found), found
+
+
+def test_lint_catches_a_hard_coded_uid_and_a_missing_description() -> None:
+    d = generate.build_all(load())[0]
+    d["panels"][1]["datasource"] = {"type": "prometheus", "uid": "PBFA97CFB590B2093"}
+    d["panels"][2]["description"] = ""
+    found = dashboard_problems(d, known_series(load()))
+    assert any("panel datasource must be ${datasource}" in p for p in found)
+    assert any("description must say" in p for p in found)
+
+
+def test_runbooks_only_name_existing_panels() -> None:
+    boards = list(dashboards().values())
+    assert runbook_problems((ROOT / "alerts" / "runbooks.md").read_text(), boards) == []
+    assert runbook_problems('**Confirm**: look at "No such panel".\n', boards) == ["alerts/runbooks.md names panel 'No such panel', which no dashboard has"]
+
+
+def test_provisioning_points_grafana_at_the_dashboards() -> None:
+    ds = yaml.safe_load((ROOT / "dashboards/provisioning/datasources/prometheus.yaml").read_text())
+    assert ds["apiVersion"] == 1 and ds["datasources"][0]["type"] == "prometheus"
+    prov = yaml.safe_load((ROOT / "dashboards/provisioning/dashboards/llm.yaml").read_text())
+    provider = prov["providers"][0]
+    assert provider["type"] == "file" and provider["options"]["path"]

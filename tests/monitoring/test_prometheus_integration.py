@@ -1,0 +1,219 @@
+"""The shipped dashboards, rules and Alertmanager config against a real Prometheus and Alertmanager.
+
+Setup (all on 127.0.0.1, every process stopped at the end, every wait bounded):
+  * one simulator per scenario (vLLM dialect), driven by its scenario's load, and one
+    exporter per simulator (engine, GPU telemetry from /sim/gpu, process sampler on the
+    simulator's PID, diagnosis);
+  * Prometheus 2.42 scraping the exporters every 1 s, evaluating every 1 s, with the
+    shipped recording rules and a copy of the shipped alerting rules rendered with
+    `for: 15s` (alerts.settings.load(for_override=...)): the only difference from the
+    shipped file, so alerts fire within the test's time, while start-up transients of the
+    diagnosis (a cycle or two) still cannot fire anything;
+  * Alertmanager 0.25 with the shipped config, its webhook URL pointed at a receiver here.
+
+Asserted: (a) every panel query of every dashboard, variables and macros substituted,
+returns at least one series; (b) every recording rule produces data and every rule
+evaluates without error; (c) kv_pressure, host_bound and power_throttled each fire their
+diagnosis alert, which reaches the webhook through Alertmanager; (d) healthy fires nothing.
+
+The healthy simulator runs with speculative decoding on at a good acceptance (0.8), so the
+speculative-decoding panels have data; it must still fire nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+import urllib.request
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+import yaml
+from helpers import free_port
+from monitoring_stack import (
+    ALERTMANAGER,
+    PROMETHEUS,
+    Alertmanager,
+    Process,
+    Prometheus,
+    Webhook,
+    alertmanager_config,
+    wait_until,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from alerts import generate as alerts_generate  # noqa: E402
+from alerts.settings import load  # noqa: E402
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.timeout(300),
+    pytest.mark.skipif(PROMETHEUS is None or ALERTMANAGER is None, reason="Debian packages prometheus / prometheus-alertmanager not installed"),
+]
+
+#: scenario -> (extra simulator flags, the alert that must reach the webhook)
+SCENARIOS: dict[str, tuple[list[str], str | None]] = {
+    "healthy": (["--spec-tokens", "4", "--spec-acceptance", "0.8"], None),
+    "kv_pressure": ([], "LLMKVCachePressure"),
+    "host_bound": ([], "LLMSerialHostCeiling"),
+    "power_throttled": ([], "LLMGPUThrottling"),
+}
+JOB = load().exporter_job
+SHORT_FOR = "15s"
+LOAD_SECONDS = 240
+#: every wait below is bounded by these
+DATA_DEADLINE_S = 120
+ALERT_DEADLINE_S = 190
+
+
+def grafana_to_promql(expr: str) -> str:
+    """Substitute Grafana macros and variables as a dashboard with "All" selected would."""
+    expr = expr.replace("$__rate_interval", "1m").replace("$__interval", "15s").replace("$__range", "5m")
+    expr = re.sub(r"\$\{?(instance|server|model|gpu)\}?", ".*", expr)
+    assert "$" not in expr, expr
+    return expr
+
+
+def dashboard_queries() -> list[tuple[str, str]]:
+    """(where, PromQL) for every panel target and every query variable of every dashboard."""
+    out = []
+    for path in sorted((ROOT / "dashboards" / "json").glob("*.json")):
+        d = json.loads(path.read_text())
+        for panel in d["panels"]:
+            for t in panel.get("targets", []):
+                out.append((f"{d['uid']} / {panel['title']} / {t['refId']}", grafana_to_promql(t["expr"])))
+        for v in d["templating"]["list"]:
+            m = re.match(r"label_values\((.*),\s*\w+\)$", v.get("definition", ""))
+            if m:
+                out.append((f"{d['uid']} / variable {v['name']}", grafana_to_promql(m.group(1))))
+    return out
+
+
+def recording_rules() -> list[str]:
+    groups = yaml.safe_load((ROOT / "alerts" / "recording_rules.yml").read_text())["groups"]
+    return [r["record"] for g in groups for r in g["rules"]]
+
+
+def http_ok(url: str) -> bool:
+    with urllib.request.urlopen(url, timeout=2) as resp:
+        return resp.status == 200
+
+
+def start_scenarios(stack: ExitStack, tmp: Path, exporter_ports: dict[str, int]) -> None:
+    """Simulators first (all at once), then an exporter and the load for each; all stopped by ``stack``."""
+    sims: dict[str, tuple[Process, str]] = {}
+    for scenario, (extra, _) in SCENARIOS.items():
+        port = free_port()
+        sim = Process(
+            [sys.executable, "-m", "exporter", "simulate", "--scenario", scenario, "--dialect", "vllm", "--listen-address", f"127.0.0.1:{port}", *extra],
+            tmp / f"{scenario}-sim.log",
+            cwd=ROOT,
+        )
+        stack.callback(sim.stop)
+        sims[scenario] = (sim, f"http://127.0.0.1:{port}")
+    for scenario, (sim, base) in sims.items():
+        assert wait_until(lambda b=base: http_ok(b + "/health"), 45), f"{scenario} simulator did not start:\n{sim.log()}"
+    for scenario, (sim, base) in sims.items():
+        exporter = Process(
+            [
+                sys.executable, "-m", "exporter", "serve",
+                "--engine", base + "/metrics", "--gpu-source", f"sim:{base}", "--engine-pid", str(sim.pid),
+                "--engine-interval", "1", "--listen-address", f"127.0.0.1:{exporter_ports[scenario]}",
+            ],
+            tmp / f"{scenario}-exporter.log",
+            cwd=ROOT,
+        )
+        stack.callback(exporter.stop)
+        load_proc = Process(
+            [sys.executable, str(ROOT / "tests/monitoring/drive_load.py"), scenario, base, str(LOAD_SECONDS)],
+            tmp / f"{scenario}-load.log",
+            cwd=ROOT,
+        )
+        stack.callback(load_proc.stop)
+
+
+def explain(prom: Prometheus, am: Alertmanager, exporters: dict[str, str]) -> str:
+    """What the diagnosis and Alertmanager saw, for a failure message."""
+    by_instance = {v: k for k, v in exporters.items()}
+    lines = ["alertmanager holds: " + ", ".join(sorted(f"{a['labels']['alertname']}@{by_instance.get(a['labels']['instance'], '?')}" for a in am.alerts()))]
+    for expr in (
+        "max_over_time(llm_bottleneck_active[10m]) == 1",
+        "max_over_time(llm_process_busiest_thread_cpu_ratio[10m])",
+        "min_over_time(llm_gpu_sm_active_ratio[10m])",
+        "min_over_time(instance_gpu:llm_gpu_sm_clock:ratio_max[10m])",
+        "max_over_time(instance_gpu:llm_gpu_throttled:max[10m])",
+    ):
+        got = [f"{by_instance.get(r['metric'].get('instance'), '?')}:{r['metric'].get('cause', '')}={float(r['value'][1]):.2f}" for r in prom.query(expr)]
+        lines.append(f"{expr}: {', '.join(sorted(got))}")
+    return "\n".join(lines)
+
+
+def test_dashboards_rules_and_alerts_on_real_prometheus_and_alertmanager(tmp_path: Path) -> None:
+    rules_dir = tmp_path / "rules"
+    rules_dir.mkdir()
+    texts = alerts_generate.render(load(for_override=SHORT_FOR))
+    (rules_dir / "recording_rules.yml").write_text(texts["recording"])
+    (rules_dir / "alerting_rules.yml").write_text(texts["alerting"])
+    # the recording rules must be exactly the shipped ones; only for: differs in the alerts
+    assert texts["recording"] == (ROOT / "alerts" / "recording_rules.yml").read_text()
+
+    with ExitStack() as stack:
+        exporter_ports = {scenario: free_port() for scenario in SCENARIOS}
+        exporters = {scenario: f"127.0.0.1:{port}" for scenario, port in exporter_ports.items()}
+        hook = stack.enter_context(Webhook())
+        am = stack.enter_context(Alertmanager(tmp_path, alertmanager_config(ROOT / "alerts" / "alertmanager.yml", hook.url), free_port()))
+        start_scenarios(stack, tmp_path, exporter_ports)
+        for scenario, address in exporters.items():
+            assert wait_until(lambda a=address: http_ok(f"http://{a}/readyz"), 45), f"{scenario} exporter not ready"
+        # Prometheus last, so no alert sees an exporter that has not started yet
+        prom = stack.enter_context(
+            Prometheus(tmp_path, free_port(), list(exporters.values()), [rules_dir / "recording_rules.yml", rules_dir / "alerting_rules.yml"], am.url, JOB)
+        )
+        started = time.monotonic()
+        assert wait_until(lambda: prom.targets_up() == len(exporters), 45), "not every exporter is scraped"
+
+        # (a) + (b): poll until every query and recording rule has data, or the deadline
+        queries = dashboard_queries()
+        records = recording_rules()
+
+        def missing() -> list[str]:
+            out = [f"panel {where}: {expr}" for where, expr in queries if not prom.query(expr)]
+            out += [f"recording rule {name}" for name in records if not prom.query(name)]
+            return out
+
+        still_missing = missing()
+        while still_missing and time.monotonic() - started < DATA_DEADLINE_S:
+            time.sleep(3)
+            still_missing = missing()
+        assert still_missing == [], "no data for:\n" + "\n".join(still_missing)
+        unhealthy = [
+            f"{r['name']}: {r.get('lastError')}" for g in prom.rule_groups() for r in g["rules"] if r.get("health") != "ok"
+        ]
+        assert unhealthy == []
+
+        # (c): each scenario's diagnosis alert reaches the webhook through Alertmanager
+        expected = {(alert, exporters[s]) for s, (_, alert) in SCENARIOS.items() if alert}
+
+        def delivered() -> set[tuple[str, str]]:
+            return {(a["labels"]["alertname"], a["labels"].get("instance", "")) for a in hook.alerts() if a["status"] == "firing"}
+
+        print(f"data for every panel and rule after {time.monotonic() - started:.0f} s")
+        wait_until(lambda: expected <= delivered(), ALERT_DEADLINE_S - (time.monotonic() - started), interval=2)
+        print(f"alerts delivered after {time.monotonic() - started:.0f} s: {sorted(delivered())}")
+        wall0 = time.time() - (time.monotonic() - started)
+        for r in prom.query("ALERTS_FOR_STATE"):
+            print(f"  {r['metric']['alertname']} @ {r['metric'].get('instance')}: pending from {float(r['value'][1]) - wall0:.0f} s")
+        assert expected <= delivered(), f"missing at the webhook: {sorted(expected - delivered())}\n" + explain(prom, am, exporters)
+
+        # (d): the healthy exporter fired nothing during the whole run
+        healthy = exporters["healthy"]
+        window = int(time.monotonic() - started) + 5
+        ever = prom.query(f'max_over_time(ALERTS{{alertstate="firing", instance="{healthy}"}}[{window}s])')
+        assert [r["metric"]["alertname"] for r in ever] == []
+        assert [a for a in hook.alerts() if a["labels"].get("instance") == healthy] == []
