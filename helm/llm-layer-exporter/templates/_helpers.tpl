@@ -1,0 +1,240 @@
+{{/*
+Names and labels.
+*/}}
+{{- define "llm-layer-exporter.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "llm-layer-exporter.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "llm-layer-exporter.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "llm-layer-exporter.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "llm-layer-exporter.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "llm-layer-exporter.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "llm-layer-exporter.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+
+{{/* Pods the Service and the PodMonitor select: ours (daemonset) or the serving pods (sidecar). */}}
+{{- define "llm-layer-exporter.podSelector" -}}
+{{- if eq .Values.mode "sidecar" }}
+{{- if empty .Values.sidecar.podSelector }}
+{{- fail "sidecar.podSelector: labels of the serving pods are required in sidecar mode" }}
+{{- end }}
+{{- toYaml .Values.sidecar.podSelector }}
+{{- else }}
+{{- include "llm-layer-exporter.selectorLabels" . }}
+{{- end }}
+{{- end }}
+
+{{/* Where Secrets and ConfigMaps referenced by engines are mounted. */}}
+{{- define "llm-layer-exporter.engineFilesDir" -}}
+/etc/llm-layer-exporter/engines
+{{- end }}
+
+{{/*
+The exporter's YAML config file (exporter/config.py): flag dests, engines, groups and the
+diagnosis section. --gpu-source stays a container argument so Kubernetes can expand
+$(NODE_IP) in it.
+*/}}
+{{- define "llm-layer-exporter.configFile" -}}
+{{- $dir := include "llm-layer-exporter.engineFilesDir" . }}
+{{- $engines := list }}
+{{- range $i, $e := .Values.engines }}
+{{- $out := dict "url" $e.url }}
+{{- range $from, $to := dict "name" "name" "type" "type" "interval" "interval" "timeout" "timeout" "maxSeries" "max_series" "maxBodyBytes" "max_body_bytes" "pid" "pid" "process" "process" "tlsVerify" "tls_verify" }}
+{{- if hasKey $e $from }}{{ $_ := set $out $to (get $e $from) }}{{ end }}
+{{- end }}
+{{- if $e.bearerTokenSecret }}{{ $_ := set $out "bearer_token_file" (printf "%s/%d/token" $dir $i) }}{{ end }}
+{{- if $e.caBundleConfigMap }}{{ $_ := set $out "ca_bundle" (printf "%s/%d/ca.crt" $dir $i) }}{{ end }}
+{{- $engines = append $engines $out }}
+{{- end }}
+{{- $cfg := dict "listen_address" (printf "0.0.0.0:%d" (int .Values.port)) "gpu_interval" .Values.gpu.interval "log_level" .Values.logLevel "engines" $engines }}
+{{- with .Values.groups }}{{ $_ := set $cfg "groups" . }}{{ end }}
+{{- with .Values.diagnosis }}{{ $_ := set $cfg "diagnosis" . }}{{ end }}
+{{- toYaml $cfg }}
+{{- end }}
+
+{{/*
+The exporter container. Used by the DaemonSet and, through
+"llm-layer-exporter.sidecarContainer", inside the user's serving pod.
+*/}}
+{{- define "llm-layer-exporter.container" -}}
+{{- $sidecar := eq .Values.mode "sidecar" -}}
+- name: llm-layer-exporter
+  image: {{ include "llm-layer-exporter.image" . | quote }}
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  args:
+    - serve
+    - --config=/etc/llm-layer-exporter/config/config.yaml
+    - --gpu-source={{ .Values.gpu.source }}
+    {{- range .Values.extraArgs }}
+    - {{ . | quote }}
+    {{- end }}
+  env:
+    - name: NODE_IP
+      valueFrom:
+        fieldRef:
+          fieldPath: status.hostIP
+    - name: NODE_NAME
+      valueFrom:
+        fieldRef:
+          fieldPath: spec.nodeName
+    {{- if and (not $sidecar) .Values.gpu.visibleDevices }}
+    - name: NVIDIA_VISIBLE_DEVICES
+      value: {{ .Values.gpu.visibleDevices | quote }}
+    {{- end }}
+    {{- with .Values.extraEnv }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  ports:
+    - name: llm-exporter
+      containerPort: {{ .Values.port }}
+      protocol: TCP
+  {{- if .Values.probes.enabled }}
+  livenessProbe:
+    httpGet:
+      path: /healthz
+      port: llm-exporter
+      scheme: {{ .Values.probes.scheme }}
+    initialDelaySeconds: 10
+    periodSeconds: 20
+    timeoutSeconds: 5
+  {{- /* A sidecar's readiness would gate the serving pod's; only the DaemonSet gets one. */}}
+  {{- if not $sidecar }}
+  readinessProbe:
+    httpGet:
+      path: /readyz
+      port: llm-exporter
+      scheme: {{ .Values.probes.scheme }}
+    periodSeconds: 10
+    timeoutSeconds: 5
+  {{- end }}
+  {{- end }}
+  resources:
+    {{- toYaml .Values.resources | nindent 4 }}
+  securityContext:
+    {{- toYaml .Values.securityContext | nindent 4 }}
+  volumeMounts:
+    - name: llm-exporter-config
+      mountPath: /etc/llm-layer-exporter/config
+      readOnly: true
+    - name: llm-exporter-tmp
+      mountPath: /tmp
+    {{- range $i, $e := .Values.engines }}
+    {{- if or $e.bearerTokenSecret $e.caBundleConfigMap }}
+    - name: llm-exporter-engine-{{ $i }}
+      mountPath: {{ include "llm-layer-exporter.engineFilesDir" $ }}/{{ $i }}
+      readOnly: true
+    {{- end }}
+    {{- end }}
+    {{- with .Values.extraVolumeMounts }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+{{- end }}
+
+{{- define "llm-layer-exporter.volumes" -}}
+- name: llm-exporter-config
+  configMap:
+    name: {{ include "llm-layer-exporter.fullname" . }}-config
+- name: llm-exporter-tmp
+  emptyDir:
+    sizeLimit: 64Mi
+{{- range $i, $e := .Values.engines }}
+{{- if or $e.bearerTokenSecret $e.caBundleConfigMap }}
+- name: llm-exporter-engine-{{ $i }}
+  projected:
+    sources:
+      {{- with $e.bearerTokenSecret }}
+      - secret:
+          name: {{ .name }}
+          items:
+            - key: {{ .key }}
+              path: token
+      {{- end }}
+      {{- with $e.caBundleConfigMap }}
+      - configMap:
+          name: {{ .name }}
+          items:
+            - key: {{ .key }}
+              path: ca.crt
+      {{- end }}
+{{- end }}
+{{- end }}
+{{- with .Values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Sidecar mode: include these in your serving pod (the chart as a dependency of your chart):
+
+  containers:
+    {{- include "llm-layer-exporter.sidecarContainer" (index .Subcharts "llm-layer-exporter") | nindent 8 }}
+  volumes:
+    {{- include "llm-layer-exporter.sidecarVolumes" (index .Subcharts "llm-layer-exporter") | nindent 8 }}
+
+and set shareProcessNamespace: true on the pod for the process sampler.
+*/}}
+{{- define "llm-layer-exporter.sidecarContainer" -}}
+{{- if ne .Values.mode "sidecar" }}
+{{- fail "llm-layer-exporter.sidecarContainer: set mode: sidecar in the llm-layer-exporter values" }}
+{{- end }}
+{{- include "llm-layer-exporter.container" . }}
+{{- end }}
+
+{{- define "llm-layer-exporter.sidecarVolumes" -}}
+{{- include "llm-layer-exporter.volumes" . }}
+{{- end }}
+
+{{/* A pod annotation that rolls the pods when the config changes. */}}
+{{- define "llm-layer-exporter.configChecksum" -}}
+checksum/llm-layer-exporter-config: {{ include "llm-layer-exporter.configFile" . | sha256sum }}
+{{- end }}
+
+{{/* One scrape endpoint of a ServiceMonitor or PodMonitor: (dict "ctx" $ "monitor" .Values.xMonitor) */}}
+{{- define "llm-layer-exporter.scrapeEndpoint" -}}
+{{- $m := .monitor -}}
+- port: llm-exporter
+  path: /metrics
+  interval: {{ $m.interval }}
+  scrapeTimeout: {{ $m.scrapeTimeout }}
+  scheme: {{ $m.scheme }}
+  {{- with $m.tlsConfig }}
+  tlsConfig:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  relabelings:
+    - action: replace
+      targetLabel: job
+      replacement: {{ .ctx.Values.jobName }}
+    - action: replace
+      sourceLabels: [__meta_kubernetes_pod_node_name]
+      targetLabel: node
+    {{- with $m.relabelings }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  {{- with $m.metricRelabelings }}
+  metricRelabelings:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end }}
