@@ -1,0 +1,168 @@
+"""``run_load``: drive an OpenAI-compatible server for a bounded time or request count.
+
+Why both loops: a closed loop (N clients back to back) measures what a fixed
+concurrency gets; an open loop (Poisson arrivals) keeps arriving whatever the
+server does, which is what builds queues and backlogs. Both cap in-flight
+requests at ``concurrency`` so the generator itself stays bounded. When the run
+ends, requests still in flight are cancelled (their connections close) and
+recorded as ``cancelled``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import time
+from collections import deque
+from collections.abc import Callable
+
+import httpx
+
+from exporter.loadgen.client import discover_model, issue
+from exporter.loadgen.prompts import PromptFactory
+from exporter.loadgen.spec import LoadResult, LoadSpec, RequestRecord
+from exporter.loadgen.summary import summarize
+
+
+class _Tally:
+    """Counters over every request, even the records a long run drops."""
+
+    def __init__(self, keep: int) -> None:
+        self.records: deque[RequestRecord] = deque(maxlen=keep)
+        self.counts: dict[str, int] = {}
+        self.prompt_tokens = 0
+        self.output_tokens = 0
+        self.retries = 0
+
+    def add(self, rec: RequestRecord) -> None:
+        self.records.append(rec)
+        self.counts[rec.status] = self.counts.get(rec.status, 0) + 1
+        self.retries += rec.attempts - 1
+        if rec.status == "ok":
+            self.prompt_tokens += rec.prompt_tokens
+            self.output_tokens += rec.output_tokens
+
+
+async def run_load(
+    spec: LoadSpec,
+    *,
+    stop: asyncio.Event | None = None,
+    on_record: Callable[[RequestRecord], None] | None = None,
+) -> LoadResult:
+    """Run ``spec`` to its end (duration, request count or ``stop``) and return records + summary.
+
+    Raises ValueError for a bad spec or an unbounded run (no duration, no
+    request limit, no stop event), and httpx errors if the model cannot be
+    discovered (``spec.model`` unset and ``GET /v1/models`` fails).
+    """
+    spec.validate()
+    if spec.duration_s is None and spec.max_requests is None and stop is None:
+        raise ValueError("unbounded load: set duration_s, max_requests or pass a stop event")
+    rng = random.Random(spec.seed)
+    prompts = PromptFactory(spec, rng)
+    tally = _Tally(spec.max_records)
+    timeout = httpx.Timeout(None, connect=spec.connect_timeout_s)
+    limits = httpx.Limits(max_connections=spec.concurrency + 2, max_keepalive_connections=spec.concurrency)
+    async with httpx.AsyncClient(base_url=spec.base_url.rstrip("/"), timeout=timeout, limits=limits,
+                                 headers=spec.headers) as client:
+        model = spec.model or await discover_model(client)
+        loop = asyncio.get_running_loop()
+        run_start = time.perf_counter()
+        deadline = None if spec.duration_s is None else loop.time() + spec.duration_s
+        indexes = itertools.count()
+        in_flight: dict[asyncio.Task[RequestRecord], tuple[int, int, int, float]] = {}
+        slots = asyncio.Semaphore(spec.concurrency)
+        finished = asyncio.Event()
+
+        def done_issuing() -> bool:
+            return (stop is not None and stop.is_set()) or (deadline is not None and loop.time() >= deadline)
+
+        def record(rec: RequestRecord) -> None:
+            tally.add(rec)
+            if on_record is not None:
+                on_record(rec)
+
+        async def one(index: int) -> None:
+            prompt, n_prompt, n_max = prompts.make(index)
+            task = asyncio.current_task()
+            assert task is not None
+            in_flight[task] = (index, n_prompt, n_max, time.perf_counter())  # type: ignore[index]
+            try:
+                record(await issue(client, spec, model, index, prompt, n_prompt, n_max, run_start, rng))
+            finally:
+                in_flight.pop(task, None)  # type: ignore[arg-type]
+
+        def next_index() -> int | None:
+            index = next(indexes)
+            if spec.max_requests is not None and index >= spec.max_requests:
+                return None
+            return index
+
+        async def closed_client(number: int) -> None:
+            if spec.ramp_up_s:
+                await asyncio.sleep(spec.ramp_up_s * number / spec.concurrency)
+            while not done_issuing():
+                index = next_index()
+                if index is None:
+                    return
+                await one(index)
+
+        async def open_arrivals() -> None:
+            assert spec.rate is not None
+            children: set[asyncio.Task[None]] = set()
+            try:
+                while not done_issuing():
+                    await asyncio.sleep(rng.expovariate(spec.rate))
+                    if done_issuing():
+                        break
+                    await slots.acquire()
+                    index = next_index()
+                    if index is None:
+                        slots.release()
+                        break
+                    child = asyncio.create_task(one(index))
+                    children.add(child)
+                    child.add_done_callback(lambda t: (children.discard(t), slots.release()))
+                if children:
+                    await asyncio.gather(*children, return_exceptions=True)
+            finally:
+                for child in list(children):
+                    child.cancel()
+
+        producers = [asyncio.create_task(open_arrivals())] if spec.rate is not None else [
+            asyncio.create_task(closed_client(i)) for i in range(spec.concurrency)]
+
+        async def watch() -> None:
+            await asyncio.gather(*producers, return_exceptions=True)
+            finished.set()
+
+        watcher = asyncio.create_task(watch())
+        try:
+            while not finished.is_set():
+                if stop is not None and stop.is_set():
+                    break
+                wait = 0.1 if deadline is None else max(0.0, min(0.1, deadline - loop.time()))
+                if deadline is not None and loop.time() >= deadline:
+                    break
+                try:
+                    await asyncio.wait_for(finished.wait(), wait)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            pending = dict(in_flight)
+            for task in producers:
+                task.cancel()
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*producers, *pending, return_exceptions=True)
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+            now = time.perf_counter()
+            for index, n_prompt, n_max, started in pending.values():
+                record(RequestRecord(index=index, start_s=started - run_start, status="cancelled", attempts=1,
+                                     prompt_tokens=n_prompt, max_tokens=n_max, total_s=now - started))
+        duration = time.perf_counter() - run_start
+    records = sorted(tally.records, key=lambda r: r.index)
+    summary = summarize(records, duration, tally.counts, (tally.prompt_tokens, tally.output_tokens), tally.retries)
+    return LoadResult(spec=spec, records=records, summary=summary)

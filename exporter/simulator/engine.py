@@ -1,0 +1,408 @@
+"""The simulated engine: a scheduler thread that steps in scaled real time.
+
+Why a real thread with real pacing: the exporter under test scrapes a live
+endpoint and samples a live process, so the simulator must behave like one.
+Each step the scheduler thread plans a batch (:mod:`.scheduler`), asks the
+roofline (:mod:`.roofline`) how long the GPUs take, burns the modelled host time
+on a real CPU (:mod:`.hostwork`), then sleeps out the rest of the step (host
+work overlaps GPU work unless ``overlap_host`` is off) and delivers the tokens.
+All bookkeeping runs under one lock; renderers read frozen snapshots.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from exporter.simulator.clock import SimClock
+from exporter.simulator.gpu import GpuTelemetry
+from exporter.simulator.hostwork import burn_cpu
+from exporter.simulator.requests import SimRequest, TokenEvent
+from exporter.simulator.roofline import GpuParams, step_cost
+from exporter.simulator.scheduler import Plan, QueueFull, Scheduler
+from exporter.simulator.settings import SimConfig
+from exporter.simulator.stats import EngineStats, FrozenStats
+
+__all__ = ["Engine", "EngineSnapshot", "EngineStopped", "QueueFull"]
+
+log = logging.getLogger(__name__)
+
+#: Model seconds over which windowed gauges (throughputs, hit rates) are computed.
+RATE_WINDOW_S = 10.0
+#: Memory the driver and CUDA context hold before the model loads (trace ``idle``: 615-619 MiB).
+BASE_FB_MIB = 617.0
+#: Activations and CUDA graphs, per GPU.
+ACTIVATION_MIB = 2048.0
+#: Cumulative values kept per step for windowed gauges, in this order.
+_WINDOW_KEYS = ("generation_tokens", "prompt_tokens_local_compute", "prefix_hits", "prefix_queries",
+                "spec_drafts", "spec_accepted_tokens", "spec_draft_tokens", "decode_steps", "decode_batch")
+
+
+class EngineStopped(Exception):
+    """The engine is shutting down: the HTTP layer answers 503."""
+
+
+def fb_used_mib(config: SimConfig) -> float:
+    """Framebuffer in use per GPU: driver, weights share, KV pool share, activations."""
+    geo = config.geometry
+    kv = config.num_gpu_blocks * config.block_size * geo.kv_bytes_per_token
+    return BASE_FB_MIB + (geo.weight_bytes + kv) / config.gpus / (1024 * 1024) + ACTIVATION_MIB
+
+
+def gpu_params(config: SimConfig) -> GpuParams:
+    return GpuParams(
+        gpus=config.gpus,
+        power_limit_w=config.power_limit_w,
+        pcie_mib_s=config.pcie_mib_s,
+        tp_imbalance=config.tp_imbalance,
+        draft_share=config.spec_draft_cost,
+        geometry=config.geometry,
+    )
+
+
+@dataclass(frozen=True)
+class EngineSnapshot:
+    """Everything a dialect renders or /sim/state reports, copied under the engine lock."""
+
+    config: SimConfig
+    scenario: str
+    model_time: float
+    #: wall seconds since the engine was created (model_time / (wall * time_scale) < 1 means it lags)
+    wall_elapsed: float
+    start_unix: float
+    running: int
+    #: running requests still in (chunked) prefill
+    running_prefill: int
+    waiting: int
+    waiting_deferred: int
+    swapped: int
+    kv_blocks_total: int
+    kv_blocks_used: int
+    kv_blocks_cached: int
+    cpu_blocks_total: int
+    cpu_blocks_used: int
+    stats: FrozenStats
+    steps: int
+    busy_seconds: float
+    host_seconds: float
+    scheduler_cpu_seconds: float
+    scheduler_thread_id: int | None
+    batch_max_tokens: int
+    max_seq_len: int
+    last_step_seconds: float
+    last_step_tokens: int
+    last_step_prefill_tokens: int
+    window: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def kv_usage(self) -> float:
+        return min(1.0, self.kv_blocks_used / self.kv_blocks_total) if self.kv_blocks_total else 0.0
+
+    @property
+    def idle_seconds(self) -> float:
+        return max(0.0, self.model_time - self.busy_seconds)
+
+    def state(self) -> dict[str, Any]:
+        """The JSON body of ``GET /sim/state``: internal truth to compare expositions against."""
+        s = self.stats
+        cfg = self.config
+        finished = {k: v for k, v in s.counter_by("finished", "reason").items() if k}
+        hist = {}
+        for name in ("ttft", "itl", "tpot", "e2e", "queue", "inference", "prefill", "decode", "iteration_tokens",
+                     "prompt_len", "gen_len", "request_preemptions"):
+            data = s.histogram(name)
+            hist[name] = {"count": data.count, "sum": data.sum}
+        return {
+            "scenario": self.scenario,
+            "model": cfg.model,
+            "pid": os.getpid(),
+            "model_time_s": self.model_time,
+            "wall_time_s": self.wall_elapsed,
+            "time_scale": cfg.time_scale,
+            "gpus": cfg.gpus,
+            "running": self.running,
+            "waiting": self.waiting,
+            "waiting_by_reason": {"capacity": self.waiting - self.waiting_deferred, "deferred": self.waiting_deferred},
+            "swapped": self.swapped,
+            "kv": {
+                "block_size": cfg.block_size,
+                "blocks_total": self.kv_blocks_total,
+                "blocks_used": self.kv_blocks_used,
+                "blocks_cached": self.kv_blocks_cached,
+                "usage": self.kv_usage,
+                "capacity_tokens": self.kv_blocks_total * cfg.block_size,
+                "cpu_blocks_total": self.cpu_blocks_total,
+                "cpu_blocks_used": self.cpu_blocks_used,
+            },
+            "preemptions": s.counter("preemptions"),
+            "prefix_cache": {"queried_tokens": s.counter("prefix_queries"), "hit_tokens": s.counter("prefix_hits"),
+                             "external_queried_tokens": s.counter("external_queries"),
+                             "external_hit_tokens": s.counter("external_hits")},
+            "tokens": {
+                "prompt": s.counter("prompt_tokens"),
+                "prompt_cached": s.counter("prompt_tokens_cached"),
+                "prompt_external": s.counter("prompt_tokens_external"),
+                "prompt_local_compute": s.counter("prompt_tokens_local_compute"),
+                "generation": s.counter("generation_tokens"),
+            },
+            "requests": {
+                "received": s.counter("requests_received"),
+                "finished": finished,
+                "rejected": {k: v for k, v in s.counter_by("rejected", "reason").items() if k},
+                "validation_errors": s.counter("validation_errors"),
+            },
+            "spec": {
+                "num_speculative_tokens": cfg.spec_tokens,
+                "acceptance_probability": cfg.spec_acceptance,
+                "drafts": s.counter("spec_drafts"),
+                "draft_tokens": s.counter("spec_draft_tokens"),
+                "accepted_tokens": s.counter("spec_accepted_tokens"),
+                "accepted_per_position": [s.counter("spec_accepted_per_pos", position=str(i)) for i in range(cfg.spec_tokens)],
+            },
+            "swap": {"out_blocks": s.counter("swap_out_blocks"), "in_blocks": s.counter("swap_in_blocks"),
+                     "offload_loaded_blocks": s.counter("offload_loaded_blocks"),
+                     "offload_stored_blocks": s.counter("offload_stored_blocks")},
+            "scheduler": {
+                "thread_native_id": self.scheduler_thread_id,
+                "cpu_seconds": self.scheduler_cpu_seconds,
+                "host_model_seconds": self.host_seconds,
+                "busy_model_seconds": self.busy_seconds,
+                "idle_model_seconds": self.idle_seconds,
+                "steps": self.steps,
+                "last_step_seconds": self.last_step_seconds,
+                "last_step_tokens": self.last_step_tokens,
+            },
+            "histograms": hist,
+            "window": self.window,
+            "config": cfg.as_dict(),
+        }
+
+
+class Engine:
+    """The simulated serving engine; ``start()`` launches its scheduler thread."""
+
+    def __init__(self, config: SimConfig, scenario: str = "custom", buckets: Mapping[str, Iterable[float]] | None = None) -> None:
+        config.validate()
+        self.config = config
+        self.scenario = scenario
+        self.stats = EngineStats(buckets)
+        self.clock = SimClock(config.time_scale)
+        self.scheduler = Scheduler(config, self.stats)
+        self.telemetry = GpuTelemetry(config.gpus, config.gpu_window_s, fb_used_mib(config), config.power_limit_w,
+                                      config.seed)
+        self._params = gpu_params(config)
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sim-scheduler", daemon=True)
+        self._ids = itertools.count(1)
+        self.start_unix = time.time()
+        self._start_mono = time.monotonic()
+        self.thread_native_id: int | None = None
+        self._cpu = 0.0
+        self._steps = 0
+        self._busy = 0.0
+        self._host = 0.0
+        self._last_step = (0.0, 0, 0)
+        self._window: deque[tuple[float, tuple[float, ...]]] = deque()
+        self.fatal: BaseException | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> Engine:
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        with self._cond:
+            self._stopping.set()
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    # ------------------------------------------------------------------ requests
+    def submit(self, prompt_ids: list[int], max_tokens: int, streaming: bool, sink: Callable[[TokenEvent], None]) -> SimRequest:
+        """Queue a request; raises QueueFull (-> 429) or EngineStopped (-> 503)."""
+        if self._stopping.is_set() or not self._thread.is_alive():
+            raise EngineStopped("the simulated engine is not running")
+        rid = next(self._ids)
+        req = SimRequest(id=f"sim-{rid}", prompt_ids=prompt_ids, max_tokens=max_tokens, streaming=streaming,
+                         sink=sink, arrival=self.clock.now(), seed=rid)
+        with self._cond:
+            self.scheduler.submit(req)
+            self._cond.notify_all()
+        return req
+
+    def abort(self, req: SimRequest) -> None:
+        """The client went away (disconnect or timeout): finish the request as ``abort``."""
+        with self._cond:
+            if req.finish_reason is None:
+                self.scheduler.abort(req)
+                self._cond.notify_all()
+
+    def count(self, name: str) -> None:
+        """Count an HTTP-level event (requests received, validation errors) under the engine lock."""
+        with self._lock:
+            self.stats.inc(name)
+
+    def reconfigure(self, config: SimConfig, scenario: str) -> None:
+        """Switch knobs live (POST /sim/scenario). The GPU count and dialect stay as started."""
+        config.validate()
+        if config.gpus != self.config.gpus:
+            config = _replace(config, gpus=self.config.gpus)
+        with self._cond:
+            self.config = config
+            self.scenario = scenario
+            self.scheduler.reconfigure(config, self.clock.now())
+            self._params = gpu_params(config)
+            self.clock.set_scale(config.time_scale)
+            self.telemetry.configure(config.gpu_window_s, config.power_limit_w, fb_used_mib(config))
+            self._cond.notify_all()
+
+    # ------------------------------------------------------------------ reads
+    def snapshot(self) -> EngineSnapshot:
+        with self._lock:
+            sch = self.scheduler
+            now = self.clock.now()
+            return EngineSnapshot(
+                config=self.config,
+                scenario=self.scenario,
+                model_time=now,
+                wall_elapsed=time.monotonic() - self._start_mono,
+                start_unix=self.start_unix,
+                running=len(sch.running),
+                running_prefill=sum(1 for r in sch.running if not r.in_decode),
+                waiting=len(sch.waiting),
+                waiting_deferred=sch.waiting_deferred(),
+                swapped=sum(1 for r in sch.waiting if r.swapped_blocks),
+                kv_blocks_total=sch.pool.total,
+                kv_blocks_used=sch.pool.used,
+                kv_blocks_cached=sch.pool.cached,
+                cpu_blocks_total=sch.host.total,
+                cpu_blocks_used=sch.host.used,
+                stats=self.stats.freeze(),
+                steps=self._steps,
+                busy_seconds=self._busy,
+                host_seconds=self._host,
+                scheduler_cpu_seconds=self._cpu,
+                scheduler_thread_id=self.thread_native_id,
+                batch_max_tokens=sum(r.prompt_len + r.max_tokens for r in sch.running),
+                max_seq_len=sch.max_seq_len,
+                last_step_seconds=self._last_step[0],
+                last_step_tokens=self._last_step[1],
+                last_step_prefill_tokens=self._last_step[2],
+                window=self._window_rates(now),
+            )
+
+    def gpu_readings(self) -> list[dict[str, object]]:
+        return self.telemetry.readings()
+
+    # ------------------------------------------------------------------ the loop
+    def _run(self) -> None:
+        self.thread_native_id = threading.get_native_id()
+        cpu0 = time.thread_time()
+        try:
+            while not self._stopping.is_set():
+                with self._cond:
+                    now = self.clock.now()
+                    self.scheduler.reap_aborted(now)
+                    plan = self.scheduler.schedule(now)
+                    if plan.empty:
+                        self.clock.begin_idle()
+                        self.telemetry.idle(self.clock.scale)
+                        hold = self.scheduler.hold_remaining(now)
+                        wait = 0.05 if hold is None else min(0.05, max(hold / self.clock.scale, 0.0005))
+                        self._cpu = time.thread_time() - cpu0
+                        self._cond.wait(wait)
+                        continue
+                    cfg = self.config
+                    work = plan.work(cfg.spec_tokens)
+                    gpu_steps = step_cost(work, self._params)
+                    gpu_s = max(s.busy_s for s in gpu_steps)
+                    host_s = cfg.host_base_s + cfg.host_per_seq_s * len(plan.items) + cfg.host_per_token_s * work.tokens
+                    duration = max(host_s, gpu_s) if cfg.overlap_host else host_s + gpu_s
+                    self.clock.begin_step(duration)
+                    scale = self.clock.scale
+                    self.telemetry.record(duration, scale, gpu_steps)
+                burn_cpu(host_s / scale)
+                delay = self.clock.step_wall_deadline() - time.monotonic()
+                if delay > 0:
+                    self._stopping.wait(delay)
+                with self._cond:
+                    t1 = self.clock.end_step()
+                    events = self.scheduler.apply(plan, t1)
+                    self._account(plan, work.prefill_tokens, work.decode_tokens, duration, host_s, gpu_s, t1)
+                    self._cpu = time.thread_time() - cpu0
+                for req, event in events:
+                    _deliver(req, event, self)
+        except BaseException as err:  # pragma: no cover - surfaced through /health (503)
+            self.fatal = err
+            log.exception("simulated engine stopped")
+            raise
+
+    def _account(self, plan: Plan, prefill: int, decode: int, duration: float, host_s: float, gpu_s: float, t1: float) -> None:
+        st = self.stats
+        tokens = prefill + decode
+        method = "prefill" if prefill else "decode"
+        mode = "mixed" if prefill and decode else ("extend" if prefill else "decode")
+        st.observe("iteration_tokens", tokens)
+        st.observe("batch_size", len(plan.items))
+        st.observe("forward", gpu_s, {"method": method})
+        st.observe("step", duration, {"method": method})
+        st.inc("steps", labels={"method": method})
+        st.inc("forward_seconds", gpu_s, {"mode": mode})
+        if tokens:
+            st.inc("prompt_seconds", duration * prefill / tokens)
+            st.inc("predicted_seconds", duration * decode / tokens)
+        if not prefill and plan.items:
+            st.inc("decode_steps")
+            st.inc("decode_batch", len(plan.items))
+        self._steps += 1
+        self._busy += duration
+        self._host += host_s
+        self._last_step = (duration, tokens, prefill)
+        self._window.append((t1, tuple(st.total(k) for k in _WINDOW_KEYS)))
+        while len(self._window) > 2 and self._window[0][0] < t1 - RATE_WINDOW_S:
+            self._window.popleft()
+
+    def _window_rates(self, now: float) -> dict[str, float]:
+        """Engine-computed windowed gauges (as SGLang / llama.cpp / TRT-LLM publish them)."""
+        if len(self._window) < 2:
+            return {"generation_tokens_per_s": 0.0, "prompt_tokens_per_s": 0.0, "cache_hit_rate": 0.0,
+                    "spec_accept_rate": 0.0, "spec_accept_length": 0.0, "busy_slots_per_decode": 0.0}
+        (t_a, a), (t_b, b) = self._window[0], self._window[-1]
+        span = max(now - t_a, t_b - t_a, 1e-9)
+        d = {k: b[i] - a[i] for i, k in enumerate(_WINDOW_KEYS)}
+        return {
+            "generation_tokens_per_s": d["generation_tokens"] / span,
+            "prompt_tokens_per_s": d["prompt_tokens_local_compute"] / span,
+            "cache_hit_rate": d["prefix_hits"] / d["prefix_queries"] if d["prefix_queries"] else 0.0,
+            "spec_accept_rate": d["spec_accepted_tokens"] / d["spec_draft_tokens"] if d["spec_draft_tokens"] else 0.0,
+            "spec_accept_length": 1.0 + d["spec_accepted_tokens"] / d["spec_drafts"] if d["spec_drafts"] else 0.0,
+            "busy_slots_per_decode": d["decode_batch"] / d["decode_steps"] if d["decode_steps"] else 0.0,
+        }
+
+
+def _deliver(req: SimRequest, event: TokenEvent, engine: Engine) -> None:
+    if event.finish_reason:
+        event = TokenEvent(event.text, event.tokens, event.finish_reason, req.prompt_len, len(req.output_ids))
+    try:
+        req.sink(event)
+    except Exception:
+        engine.abort(req)
+
+
+def _replace(config: SimConfig, **changes: Any) -> SimConfig:
+    import dataclasses
+
+    return dataclasses.replace(config, **changes)

@@ -1,0 +1,172 @@
+"""The bottleneck scenarios (names are a contract): knobs plus the load that reveals them.
+
+Why knobs *and* load: a bottleneck is a property of a configuration under a
+load. ``kv_pressure`` needs long outputs from many concurrent clients,
+``batching_window`` needs a trickle of requests, ``queue_backlog`` needs
+clients that time out and retry. Each scenario therefore names the settings it
+changes and the load profile (in model seconds) that the demo, the tests and
+the diagnosis benchmark drive it with; ``load_spec()`` turns that into a
+:class:`exporter.loadgen.LoadSpec` for a given time scale.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from exporter.loadgen.spec import LoadSpec
+from exporter.simulator.settings import SimConfig, apply_overrides
+
+
+@dataclass(frozen=True)
+class LoadProfile:
+    """Load that shows a scenario's signature. Durations and rates are in model seconds."""
+
+    concurrency: int = 8
+    #: open-loop arrivals per model second (None: closed loop, ``concurrency`` clients back to back)
+    rate: float | None = None
+    prompt_tokens: tuple[tuple[int, float], ...] = ((128, 0.5), (512, 0.4), (1024, 0.1))
+    max_tokens: tuple[tuple[int, float], ...] = ((64, 0.5), (128, 0.5))
+    shared_prefix_ratio: float = 0.3
+    shared_prefix_tokens: int = 256
+    prefix_groups: int = 4
+    timeout_s: float = 120.0
+    retries: int = 0
+    #: closed loop: spread the clients' first requests over this many model seconds
+    ramp_up_s: float = 0.0
+    stream: bool = True
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    summary: str
+    #: what the simulator's own outputs show (the tests assert it)
+    signature: str
+    settings: dict[str, Any] = field(default_factory=dict)
+    load: LoadProfile = field(default_factory=LoadProfile)
+
+    def config(self, base: SimConfig | None = None, overrides: dict[str, Any] | None = None) -> SimConfig:
+        """``base`` (defaults) with this scenario's settings, then explicit ``overrides`` on top."""
+        cfg = apply_overrides(base or SimConfig(), self.settings)
+        return apply_overrides(cfg, overrides or {})
+
+    def load_spec(self, base_url: str, time_scale: float = 1.0, duration_s: float | None = None,
+                  max_requests: int | None = None, seed: int = 0, model: str | None = None) -> LoadSpec:
+        """The load generator settings for this scenario; wall-clock values follow ``time_scale``."""
+        p = self.load
+        return LoadSpec(
+            base_url=base_url,
+            model=model,
+            concurrency=p.concurrency,
+            rate=None if p.rate is None else p.rate * time_scale,
+            prompt_tokens=p.prompt_tokens,
+            max_tokens=p.max_tokens,
+            shared_prefix_ratio=p.shared_prefix_ratio,
+            shared_prefix_tokens=p.shared_prefix_tokens,
+            prefix_groups=p.prefix_groups,
+            timeout_s=p.timeout_s / time_scale,
+            retries=p.retries,
+            retry_backoff_s=0.2 / time_scale,
+            ramp_up_s=p.ramp_up_s / time_scale,
+            stream=p.stream,
+            duration_s=duration_s,
+            max_requests=max_requests,
+            seed=seed,
+        )
+
+
+_SCENARIOS: list[Scenario] = [
+    Scenario(
+        "healthy",
+        "moderate open-loop load well inside every limit",
+        "no preemptions, waiting near 0, KV usage low, GPU partly idle, no throttling",
+        {},
+        # ~1 request/s of 64-128 tokens: the GPU decodes about a quarter of the time
+        LoadProfile(concurrency=16, rate=1.0, max_tokens=((64, 0.5), (96, 0.5))),
+    ),
+    Scenario(
+        "kv_pressure",
+        "KV cache far too small for the concurrent sequences: a preemption storm",
+        "preemptions rising, waiting > 0, KV usage near 1",
+        {"num_gpu_blocks": 768, "max_num_seqs": 64},
+        LoadProfile(concurrency=48, prompt_tokens=((512, 1.0),), max_tokens=((512, 1.0),), shared_prefix_ratio=0.0),
+    ),
+    Scenario(
+        "kv_fragmentation",
+        "admission reserves prompt + max_tokens per request while outputs stop early",
+        "requests waiting while KV usage stays well below full, no preemptions",
+        {"num_gpu_blocks": 2048, "kv_reserve_full": True, "stop_probability": 0.005},
+        LoadProfile(concurrency=32, prompt_tokens=((256, 1.0),), max_tokens=((2048, 1.0),), shared_prefix_ratio=0.0),
+    ),
+    Scenario(
+        "host_bound",
+        "a serial scheduler loop with heavy per-request CPU work (the serving.csv decode phases)",
+        "one scheduler thread near 100 % of a core, SM active < 30 %, queue growing",
+        {"host_base_s": 0.002, "host_per_seq_s": 0.0004, "max_num_seqs": 64},
+        LoadProfile(concurrency=96, prompt_tokens=((128, 1.0),), max_tokens=((256, 1.0),), shared_prefix_ratio=0.0),
+    ),
+    Scenario(
+        "memory_bandwidth_bound",
+        "large decode batches over long contexts: every step streams weights and KV from HBM",
+        "GPU busy, DRAM active high, tensor active low, ITL well above healthy",
+        {"num_gpu_blocks": 16384, "max_num_seqs": 64, "max_num_batched_tokens": 8192},
+        # one long shared document: prefill is mostly prefix-cache hits, decode reads ~7k tokens of KV per sequence
+        LoadProfile(concurrency=64, prompt_tokens=((7168, 1.0),), max_tokens=((512, 1.0),), shared_prefix_ratio=1.0,
+                    shared_prefix_tokens=7040, prefix_groups=1),
+    ),
+    Scenario(
+        "power_throttled",
+        "board power limit lowered to 400 W under steady load",
+        "throttle reason 0x4 (SW power cap), SM clock well below max, power at the cap",
+        {"power_limit_w": 400.0},
+        LoadProfile(concurrency=32, prompt_tokens=((1024, 1.0),), max_tokens=((128, 1.0),), shared_prefix_ratio=0.0),
+    ),
+    Scenario(
+        "pcie_bound",
+        "prefix cache offloaded to host memory over a narrow PCIe link: every hit is a copy",
+        "NVML GPU util high while SM active is low, PCIe receive traffic high",
+        {"kv_offload": True, "pcie_mib_s": 16000.0, "num_cpu_blocks": 16384},
+        LoadProfile(concurrency=32, prompt_tokens=((6144, 1.0),), max_tokens=((16, 1.0),), shared_prefix_ratio=1.0,
+                    shared_prefix_tokens=6016, prefix_groups=8),
+    ),
+    Scenario(
+        "low_spec_acceptance",
+        "speculative decoding whose drafts are mostly rejected",
+        "spec acceptance rate (accepted / draft tokens) far below 0.5",
+        {"spec_tokens": 4, "spec_acceptance": 0.2, "spec_draft_cost": 0.1},
+        LoadProfile(concurrency=16),
+    ),
+    Scenario(
+        "tp_imbalance",
+        "one GPU of a 4-way tensor-parallel group does 2.5x the work of the others",
+        "SM active of GPU 0 far above the other GPUs (max / mean skew > 1.5)",
+        {"gpus": 4, "tp_imbalance": 2.5},
+        LoadProfile(concurrency=16),
+    ),
+    Scenario(
+        "batching_window",
+        "the scheduler holds new requests for a 0.8 s batching window",
+        "TTFT high (mostly queue time) while the GPU idles",
+        {"batch_wait_s": 0.8},
+        LoadProfile(concurrency=8, rate=3.0, prompt_tokens=((256, 1.0),), max_tokens=((32, 1.0),), shared_prefix_ratio=0.0),
+    ),
+    Scenario(
+        "queue_backlog",
+        "a small batch and a bounded queue under more clients than it serves",
+        "waiting near the queue limit, aborts (client timeouts) and 429 rejections piling up",
+        {"max_num_seqs": 8, "max_queue_len": 64},
+        LoadProfile(concurrency=96, prompt_tokens=((512, 1.0),), max_tokens=((256, 1.0),), shared_prefix_ratio=0.0,
+                    timeout_s=6.0, retries=2, ramp_up_s=3.0),
+    ),
+]
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in _SCENARIOS}
+NAMES: tuple[str, ...] = tuple(SCENARIOS)
+
+
+def get(name: str) -> Scenario:
+    try:
+        return SCENARIOS[name]
+    except KeyError:
+        raise ValueError(f"unknown scenario {name!r}; expected one of {', '.join(NAMES)}") from None

@@ -1,0 +1,165 @@
+"""Every knob of the simulated server, with its default, unit and validation.
+
+Why a dataclass with metadata: the ``simulate`` CLI derives one flag per field
+from it, scenarios override a subset of it by name, and ``/sim/state`` reports
+it; one table keeps the three from drifting. Durations are *model* seconds
+(what a real engine would take); ``time_scale`` only decides how fast they
+pass on the wall clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+DIALECTS: tuple[str, ...] = ("vllm", "vllm-legacy", "sglang", "tgi", "trtllm", "llamacpp")
+PREEMPTION_MODES: tuple[str, ...] = ("recompute", "swap")
+
+
+def _k(help: str, **extra: Any) -> dict[str, Any]:
+    return {"help": help, **extra}
+
+
+@dataclass
+class ModelGeometry:
+    """The served model's shape: what the roofline model needs (a Llama-3-8B by default)."""
+
+    params_b: float = 8.0
+    layers: int = 32
+    hidden: int = 4096
+    kv_heads: int = 8
+    head_dim: int = 128
+    dtype_bytes: int = 2
+
+    @property
+    def weight_bytes(self) -> float:
+        return self.params_b * 1e9 * self.dtype_bytes
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """K and V, every layer: 2 * layers * kv_heads * head_dim * dtype bytes."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
+
+
+@dataclass
+class SimConfig:
+    """Knobs of one simulated server. Field metadata ``help`` becomes the flag's help."""
+
+    model: str = field(default="sim-llama-8b", metadata=_k("served model name (the model_name label)"))
+    gpus: int = field(default=1, metadata=_k("GPUs in the tensor-parallel group"))
+    # --- scheduler -------------------------------------------------------------------
+    max_num_seqs: int = field(default=64, metadata=_k("most requests in the running batch"))
+    max_num_batched_tokens: int = field(default=2048, metadata=_k("per-step token budget (chunked prefill)"))
+    max_model_len: int = field(default=8192, metadata=_k("longest prompt + output, tokens"))
+    max_queue_len: int = field(default=256, metadata=_k("most waiting requests; beyond it requests get 429"))
+    batch_wait_s: float = field(default=0.0, metadata=_k("batching window: hold new requests until the oldest waited this long (model s)"))
+    batch_min_requests: int = field(default=0, metadata=_k("with a batching window: admit early once this many wait (0 = max_num_seqs)"))
+    stop_probability: float = field(default=0.0, metadata=_k("chance per output token that the request stops (finish_reason stop)"))
+    # --- KV cache --------------------------------------------------------------------
+    block_size: int = field(default=16, metadata=_k("tokens per KV-cache block"))
+    num_gpu_blocks: int = field(default=4096, metadata=_k("KV-cache blocks on the GPU"))
+    num_cpu_blocks: int = field(default=4096, metadata=_k("KV blocks of host memory (swap space / offload tier)"))
+    enable_prefix_caching: bool = field(default=True, metadata=_k("reuse KV blocks of identical prompt prefixes"))
+    preemption_mode: str = field(default="recompute", metadata=_k("what preemption does: recompute or swap (over PCIe)"))
+    kv_watermark: float = field(default=0.01, metadata=_k("share of blocks kept free when admitting"))
+    kv_reserve_full: bool = field(default=False, metadata=_k("admission reserves blocks for prompt + max_tokens up front"))
+    kv_offload: bool = field(default=False, metadata=_k("prefix cache lives in host memory: hits are copied over PCIe"))
+    # --- speculative decoding ----------------------------------------------------------
+    spec_tokens: int = field(default=0, metadata=_k("draft tokens per step (0 = no speculative decoding)"))
+    spec_acceptance: float = field(default=0.7, metadata=_k("probability that each draft token is accepted"))
+    spec_draft_cost: float = field(default=0.05, metadata=_k("draft model size as a share of the target model"))
+    # --- host (CPU) work per step -------------------------------------------------------
+    host_base_s: float = field(default=0.0006, metadata=_k("scheduler CPU time per step (model s)"))
+    host_per_seq_s: float = field(default=0.00002, metadata=_k("scheduler CPU time per running request per step (model s)"))
+    host_per_token_s: float = field(default=0.0000005, metadata=_k("scheduler CPU time per scheduled token (model s)"))
+    overlap_host: bool = field(default=True, metadata=_k("host work of a step overlaps the GPU work (async scheduling)"))
+    # --- GPU ---------------------------------------------------------------------------
+    power_limit_w: float = field(default=700.0, metadata=_k("enforced board power limit, W"))
+    pcie_mib_s: float = field(default=55981.5, metadata=_k("PCIe host<->device bandwidth, MiB/s"))
+    tp_imbalance: float = field(default=1.0, metadata=_k("work of GPU 0 relative to the other GPUs of the group"))
+    gpu_window_s: float = field(default=1.0, metadata=_k("averaging window of /sim/gpu, wall seconds"))
+    # --- model shape ---------------------------------------------------------------------
+    params_b: float = field(default=8.0, metadata=_k("model parameters, billions"))
+    layers: int = field(default=32, metadata=_k("transformer layers"))
+    hidden: int = field(default=4096, metadata=_k("hidden size"))
+    kv_heads: int = field(default=8, metadata=_k("KV heads (GQA)"))
+    head_dim: int = field(default=128, metadata=_k("head dimension"))
+    # --- run -----------------------------------------------------------------------------
+    time_scale: float = field(default=1.0, metadata=_k("wall-clock speed-up: 10 runs ten model seconds per wall second"))
+    seed: int = field(default=0, metadata=_k("random seed (stop and acceptance draws)"))
+
+    @property
+    def geometry(self) -> ModelGeometry:
+        return ModelGeometry(self.params_b, self.layers, self.hidden, self.kv_heads, self.head_dim)
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first bad knob."""
+        positive_ints = ("gpus", "max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size",
+                         "num_gpu_blocks", "max_queue_len", "layers", "hidden", "kv_heads", "head_dim")
+        for name in positive_ints:
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name}: expected a positive integer, got {getattr(self, name)!r}")
+        for name in ("num_cpu_blocks", "spec_tokens", "batch_min_requests"):
+            if int(getattr(self, name)) < 0:
+                raise ValueError(f"{name}: expected 0 or more, got {getattr(self, name)!r}")
+        for name in ("stop_probability", "spec_acceptance", "kv_watermark"):
+            value = float(getattr(self, name))
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name}: expected a value from 0 to 1, got {value!r}")
+        for name in ("time_scale", "power_limit_w", "pcie_mib_s", "tp_imbalance", "gpu_window_s", "params_b"):
+            if not float(getattr(self, name)) > 0:
+                raise ValueError(f"{name}: expected a positive number, got {getattr(self, name)!r}")
+        for name in ("batch_wait_s", "spec_draft_cost", "host_base_s", "host_per_seq_s", "host_per_token_s"):
+            if float(getattr(self, name)) < 0:
+                raise ValueError(f"{name}: expected 0 or more, got {getattr(self, name)!r}")
+        if self.preemption_mode not in PREEMPTION_MODES:
+            raise ValueError(f"preemption_mode: expected one of {', '.join(PREEMPTION_MODES)}, got {self.preemption_mode!r}")
+        if self.spec_tokens > 16:
+            raise ValueError(f"spec_tokens: at most 16, got {self.spec_tokens}")
+        if self.gpus > 64:
+            raise ValueError(f"gpus: at most 64, got {self.gpus}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def knob_fields() -> list[dataclasses.Field]:  # type: ignore[type-arg]
+    """The fields the CLI exposes as flags (all of them)."""
+    return list(dataclasses.fields(SimConfig))
+
+
+def apply_overrides(config: SimConfig, overrides: dict[str, Any]) -> SimConfig:
+    """A copy of ``config`` with ``overrides`` applied, each converted to the field's type."""
+    types = {f.name: f.type for f in dataclasses.fields(SimConfig)}
+    values = {}
+    for name, value in overrides.items():
+        if name not in types:
+            raise ValueError(f"unknown simulator setting {name!r}")
+        values[name] = _convert(types[name], value, name)
+    new = dataclasses.replace(config, **values)
+    new.validate()
+    return new
+
+
+def _convert(type_name: object, value: Any, name: str) -> Any:
+    kind = str(type_name)
+    try:
+        if kind == "bool":
+            if isinstance(value, str):
+                lowered = value.strip().lower()
+                if lowered in ("1", "true", "yes", "on"):
+                    return True
+                if lowered in ("0", "false", "no", "off"):
+                    return False
+                raise ValueError
+            return bool(value)
+        if kind == "int":
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError
+            return int(value)
+        if kind == "float":
+            return float(value)
+        return str(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: expected {kind}, got {value!r}") from None

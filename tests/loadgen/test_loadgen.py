@@ -1,0 +1,150 @@
+"""The load generator against a real (simulated) OpenAI-compatible server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import httpx
+import pytest
+
+from exporter.loadgen import LoadSpec, percentile, run_load, summarize
+from exporter.loadgen.prompts import PromptFactory
+from exporter.loadgen.spec import RequestRecord
+from tests.simulator.sim_helpers import sim_server
+
+
+@pytest.fixture(scope="module")
+def url() -> str:
+    with sim_server("healthy", "vllm", time_scale=20.0) as srv:
+        yield srv.base_url
+
+
+def spec(url: str, **kw: object) -> LoadSpec:
+    base: dict[str, object] = {"concurrency": 4, "duration_s": 60.0, "prompt_tokens": ((40, 1.0),), "max_tokens": ((8, 1.0),)}
+    base.update(kw)
+    return LoadSpec(url, **base)  # type: ignore[arg-type]
+
+
+def test_request_count_bounds_the_run_and_streaming_is_measured() -> None:
+    with sim_server("healthy", "vllm", time_scale=1.0) as srv:  # real-time steps: chunks arrive one by one
+        result = asyncio.run(run_load(spec(srv.base_url, max_requests=10)))
+    s = result.summary
+    assert len(result.records) == 10 and s.requests == 10 and s.ok == 10 and s.errors == 0
+    assert [r.index for r in result.records] == list(range(10))
+    for r in result.records:
+        assert r.output_tokens == 8 and r.finish_reason == "length" and r.attempts == 1
+        assert r.ttft_s is not None and r.e2e_s is not None and 0 < r.ttft_s <= r.e2e_s
+        assert len(r.itl_s) <= 7  # one gap per later chunk; a client that falls behind gets tokens merged
+    assert sum(len(r.itl_s) for r in result.records) >= 10
+    assert s.output_tokens == 80 and s.prompt_tokens == 400
+    assert s.ttft_p50_s is not None and s.ttft_p50_s <= s.ttft_p95_s <= s.ttft_p99_s
+    assert s.requests_per_s > 0 and s.output_tokens_per_s > 0
+
+
+def test_duration_bounds_the_run_and_cancels_what_is_in_flight(url: str) -> None:
+    result = asyncio.run(run_load(spec(url, duration_s=1.0, max_tokens=((4000, 1.0),), concurrency=3)))
+    s = result.summary
+    assert s.cancelled == 3 and s.errors == 0
+    assert 1.0 <= s.duration_s < 15.0
+
+
+def test_non_streaming_and_chat(url: str) -> None:
+    plain = asyncio.run(run_load(spec(url, max_requests=4, stream=False)))
+    assert plain.summary.ok == 4 and all(r.ttft_s is None and r.output_tokens == 8 for r in plain.records)
+    chat = asyncio.run(run_load(spec(url, max_requests=4, endpoint="chat")))
+    assert chat.summary.ok == 4 and all(r.output_tokens == 8 for r in chat.records)
+
+
+def test_open_loop_rate_and_stop_event(url: str) -> None:
+    async def main() -> tuple[int, int]:
+        stop = asyncio.Event()
+        seen: list[RequestRecord] = []
+        task = asyncio.create_task(run_load(spec(url, rate=40.0, duration_s=None, concurrency=8), stop=stop,
+                                            on_record=seen.append))
+        await asyncio.sleep(1.5)
+        stop.set()
+        result = await asyncio.wait_for(task, 30)
+        return result.summary.requests, len(seen)
+
+    requests, seen = asyncio.run(main())
+    assert requests == seen and 5 <= requests <= 200
+
+
+def test_shared_prefixes_reach_the_prefix_cache(url: str) -> None:
+    state0 = httpx.get(url + "/sim/state").json()["prefix_cache"]["hit_tokens"]
+    asyncio.run(run_load(spec(url, max_requests=8, concurrency=1, prompt_tokens=((100, 1.0),),
+                              shared_prefix_ratio=1.0, shared_prefix_tokens=64, prefix_groups=1, seed=11)))
+    hits = httpx.get(url + "/sim/state").json()["prefix_cache"]["hit_tokens"] - state0
+    assert hits >= 7 * 64  # every request after the first reuses the 4 shared blocks
+
+
+def test_timeouts_are_retried_and_abort_on_the_server() -> None:
+    # the batching window holds every request for 30 s: each attempt times out
+    with sim_server("healthy", "vllm", time_scale=1.0, batch_wait_s=30.0) as srv:
+        result = asyncio.run(run_load(LoadSpec(srv.base_url, concurrency=2, max_requests=2, duration_s=60,
+                                               timeout_s=0.3, retries=2, retry_backoff_s=0.01,
+                                               prompt_tokens=((10, 1.0),), max_tokens=((4, 1.0),))))
+        s = result.summary
+        assert s.timeouts == 2 and s.retries == 4 and all(r.attempts == 3 for r in result.records)
+        aborted = lambda: httpx.get(srv.base_url + "/sim/state").json()["requests"]["finished"].get("abort", 0)
+        from tests.simulator.sim_helpers import wait_until
+
+        assert wait_until(lambda: aborted() == 6, 10)
+
+
+def test_429_is_recorded_as_rejected_after_retries() -> None:
+    with sim_server("healthy", "vllm", time_scale=1.0, batch_wait_s=30.0, max_queue_len=1) as srv:
+        result = asyncio.run(run_load(LoadSpec(srv.base_url, concurrency=3, duration_s=1.5, timeout_s=5.0, retries=1,
+                                               retry_backoff_s=0.01, prompt_tokens=((10, 1.0),), max_tokens=((4, 1.0),))))
+        s = result.summary
+        assert s.rejected >= 1 and s.by_status.get("rejected") == s.rejected
+        rejected = [r for r in result.records if r.status == "rejected"]
+        assert all(r.http_status == 429 and r.attempts == 2 and "overloaded" in (r.error or "") for r in rejected)
+
+
+def test_unbounded_or_bad_specs_are_refused() -> None:
+    with pytest.raises(ValueError, match="unbounded"):
+        asyncio.run(run_load(LoadSpec("http://127.0.0.1:9", duration_s=None)))
+    for bad in ({"concurrency": 0}, {"endpoint": "embeddings"}, {"prompt_tokens": ((0, 1.0),)}, {"shared_prefix_ratio": 2},
+                {"rate": -1.0}, {"retries": -1}):
+        with pytest.raises(ValueError):
+            LoadSpec("http://127.0.0.1:9", **bad).validate()  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        LoadSpec("ftp://x").validate()
+
+
+def test_connection_errors_are_recorded_not_raised() -> None:
+    result = asyncio.run(run_load(LoadSpec("http://127.0.0.1:9", model="m", max_requests=2, concurrency=1,
+                                           connect_timeout_s=1.0, retries=1, retry_backoff_s=0.01)))
+    assert result.summary.errors == 2 and all(r.status == "connection_error" and r.attempts == 2 for r in result.records)
+
+
+def test_percentile_interpolates_like_numpy() -> None:
+    assert percentile([], 50) is None
+    assert percentile([3.0], 99) == 3.0
+    assert percentile([1, 2, 3, 4], 50) == 2.5
+    assert percentile([1, 2, 3, 4, 5], 95) == pytest.approx(4.8)
+    assert percentile(list(range(101)), 99) == pytest.approx(99.0)
+
+
+def test_summary_counts_statuses() -> None:
+    recs = [RequestRecord(0, 0.0, "ok", 1, 10, 4, output_tokens=4, ttft_s=0.1, e2e_s=0.5, itl_s=[0.1, 0.2]),
+            RequestRecord(1, 0.0, "timeout", 3, 10, 4), RequestRecord(2, 0.0, "cancelled", 1, 10, 4)]
+    s = summarize(recs, 2.0)
+    assert (s.ok, s.errors, s.timeouts, s.cancelled, s.retries) == (1, 1, 1, 1, 2)
+    assert s.output_tokens_per_s == 2.0 and s.itl_p50_s == pytest.approx(0.15)
+
+
+def test_prompt_factory_lengths_and_prefixes() -> None:
+    spec_ = LoadSpec("http://x", prompt_tokens=((50, 1.0), (200, 1.0)), shared_prefix_ratio=1.0, shared_prefix_tokens=30,
+                     prefix_groups=2, seed=5)
+    f = PromptFactory(spec_, random.Random(5))
+    made = [f.make(i) for i in range(40)]
+    assert {n for _, n, _ in made} == {50, 200}
+    for text, n, _ in made:
+        assert len(text.split()) == n
+    heads = {" ".join(text.split()[:30]) for text, _, _ in made}
+    assert len(heads) == 2  # two prefix groups
+    tails = [text.split()[30:] for text, _, _ in made]
+    assert len({tuple(t[:1]) for t in tails}) == 40  # the rest is unique per request

@@ -1,0 +1,164 @@
+"""``simulate`` and ``demo`` as a user runs them: real child processes, bounded, stopped cleanly."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import socket
+import subprocess
+import sys
+
+import httpx
+import psutil
+
+from exporter.simulator import cli as sim_cli
+from exporter.simulator.process import SimulatorProcess
+from exporter.simulator.scenarios import NAMES
+from exporter.simulator.settings import SimConfig
+from tests.simulator.sim_helpers import ROOT
+
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def test_every_knob_is_a_flag_and_overrides_the_scenario() -> None:
+    parser = argparse.ArgumentParser()
+    sim_cli.add_arguments(parser)
+    flags = {a for action in parser._actions for a in action.option_strings}
+    for f in dataclasses.fields(SimConfig):
+        assert "--" + f.name.replace("_", "-") in flags
+    args = parser.parse_args(["--scenario", "kv_pressure", "--num-gpu-blocks", "100", "--kv-offload", "true"])
+    assert sim_cli.overrides_from_args(args) == {"num_gpu_blocks": 100, "kv_offload": True}
+    assert set(parser.parse_args([]).__dict__) >= {"scenario", "dialect", "listen_address"}
+
+
+def test_list_scenarios_names_every_contract_scenario() -> None:
+    out = subprocess.run([sys.executable, "-m", "exporter.simulator", "--list-scenarios"], env=ENV, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0
+    for name in NAMES:
+        assert name in out.stdout
+    assert len(NAMES) == 11
+
+
+def test_bad_values_exit_2_with_one_line() -> None:
+    out = subprocess.run([sys.executable, "-m", "exporter.simulator", "--max-num-seqs", "0"], env=ENV,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "max_num_seqs" in out.stderr
+    out = subprocess.run([sys.executable, "-m", "exporter.simulator", "--listen-address", "nowhere"], env=ENV,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "listen-address" in out.stderr
+
+
+def test_simulate_serves_and_stops_on_sigterm() -> None:
+    sim = SimulatorProcess("tp_imbalance", "sglang").start()
+    try:
+        assert httpx.get(sim.base_url + "/health", timeout=10).status_code == 200
+        assert "sglang:num_running_reqs" in httpx.get(sim.base_url + "/metrics", timeout=10).text
+        assert len(httpx.get(sim.base_url + "/sim/gpu", timeout=10).json()["gpus"]) == 4  # the scenario's group
+        state = httpx.get(sim.base_url + "/sim/state", timeout=10).json()
+        assert state["pid"] == sim.pid and state["dialect"] == "sglang"
+    finally:
+        code = sim.stop()
+    assert code == 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_demo_runs_bounded_without_a_gpu_and_leaves_no_children() -> None:
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exporter", "demo", "--no-tui", "--duration", "6", "--time-scale", "2",
+         "--listen-address", f"127.0.0.1:{port}"],
+        env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    children: set[int] = set()
+    try:
+        ps = psutil.Process(proc.pid)
+        lines = []
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            children |= {c.pid for c in ps.children(recursive=True)} if proc.poll() is None else set()
+        code = proc.wait(90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    text = "".join(lines)
+    assert code == 0, text
+    assert "simulator (healthy, vllm)" in text
+    ticks = [line for line in lines if line.startswith("t=")]
+    assert len(ticks) >= 3, text
+    assert all("verdict:" in line and "running=" in line for line in ticks)
+    assert any("tok/s=" in line and "tok/s=-" not in line for line in ticks[1:]), text
+    assert children, "the demo started no child processes"
+    assert not [pid for pid in children if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+
+
+def test_demo_view_groups_exporter_metrics_by_layer() -> None:
+    from rich.console import Console
+
+    from exporter import demo
+
+    text = "\n".join([
+        "# TYPE llm_gpu_sm_active_ratio gauge",
+        'llm_gpu_sm_active_ratio{gpu="0",uuid="a"} 0.5',
+        'llm_gpu_sm_active_ratio{gpu="1",uuid="b"} 0.25',
+        "# TYPE llm_kv_cache_preemptions_total counter",
+        'llm_kv_cache_preemptions_total{server="s",engine="vllm",model="m",rank=""} 10',
+        "# TYPE llm_request_ttft_seconds histogram",
+        'llm_request_ttft_seconds_bucket{server="s",engine="vllm",model="m",rank="",le="+Inf"} 4',
+        'llm_request_ttft_seconds_sum{server="s",engine="vllm",model="m",rank=""} 2',
+        'llm_request_ttft_seconds_count{server="s",engine="vllm",model="m",rank=""} 4',
+        "# TYPE llm_gpu_throttle_reason_active gauge",
+        'llm_gpu_throttle_reason_active{gpu="0",uuid="a",reason="sw_power_cap"} 1',
+        'llm_gpu_throttle_reason_active{gpu="0",uuid="a",reason="gpu_idle"} 0',
+    ]) + "\n"
+    before = demo.parse_metrics(text.replace("} 10", "} 4"))
+    now = demo.parse_metrics(text)
+    now.at = before.at + 2.0
+    rows = demo.layer_rows(now, before)
+    assert ("gpu_sm_active_ratio", "50% 25%") in rows["hardware"]
+    assert ("gpu_throttle_reason_active", "sw_power_cap") in rows["hardware"]
+    assert ("kv_cache_preemptions_total", "3/s") in rows["memory"]
+    assert ("request_ttft_seconds", "-") in rows["application"]  # no request finished between the two reads
+    assert ("request_ttft_seconds", "500 ms avg") in demo.layer_rows(now, None)["application"]
+    verdict = {"layers": {"memory": {"score": 0.8, "status": "bottleneck"}},
+               "bottlenecks": [{"layer": "memory", "cause": "kv_preemption", "score": 0.8, "evidence": "x", "advice": "y"}]}
+    assert demo.verdict_text(verdict) == "memory: kv_preemption (0.80)"
+    assert demo.verdict_text(None).startswith("n/a")
+    console = Console(record=True, width=160)
+    args = argparse.Namespace(scenario="kv_pressure", dialect="vllm")
+    console.print(demo._render(args, 12.0, now, before, verdict, "3 req/s", ""))
+    out = console.export_text()
+    assert "kv_pressure" in out and "memory: kv_preemption (0.80)" in out and "bottleneck 0.80" in out
+
+
+def test_demo_sigterm_stops_every_child() -> None:
+    import signal
+
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exporter", "demo", "--no-tui", "--time-scale", "2", "--listen-address", f"127.0.0.1:{port}"],
+        env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout is not None
+        ticks = 0
+        for line in proc.stdout:  # no --duration: it runs until told to stop
+            ticks += line.startswith("t=")
+            if ticks == 2:
+                break
+        children = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+        assert len(children) >= 2  # simulator and exporter
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert ticks == 2
+    assert not [pid for pid in children if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
