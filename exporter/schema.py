@@ -168,6 +168,7 @@ _SPECS: list[MetricSpec] = [
     _g("llm_scheduler_requests_waiting", "", "Requests queued, not yet scheduled.", "scheduler", _ENG, "engine"),
     _h("llm_scheduler_queue_seconds", "Per request: time spent waiting before first scheduled.", "scheduler", _ENG, "engine"),
     _g("llm_process_busiest_thread_cpu_ratio", "ratio", "CPU of the busiest thread of the serving process tree (1.0 = one full core).", "scheduler", ("server",), "process"),
+    _g("llm_process_busiest_thread_cpu_demand_ratio", "ratio", "CPU the busiest thread of the serving process tree wanted: on-CPU plus run-queue wait (1.0 = one full core). Above the CPU it got when the node is contended or the container CPU-limited.", "scheduler", ("server",), "process"),
     _g("llm_process_cpu_ratio", "ratio", "CPU of the whole serving process tree (1.0 = one full core).", "scheduler", ("server",), "process"),
     _g("llm_process_resident_memory_bytes", "bytes", "Resident memory of the serving process tree.", "scheduler", ("server",), "process"),
     _g("llm_process_threads", "", "Threads in the serving process tree.", "scheduler", ("server",), "process"),

@@ -1,0 +1,50 @@
+"""The seven-layer diagnosis: which layer limits the service now, why, and what to do.
+
+``build_diagnosis(config, store)`` returns the two derived sources (``parallel``
+and ``diagnosis``) and the router serving ``GET /diagnosis`` (JSON) and ``GET /``
+(the live page). See docs/diagnosis.md for every cause, its evidence,
+thresholds and advice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from exporter.diagnosis.engine import DiagnosisEngine
+from exporter.diagnosis.parallel import ParallelSource
+from exporter.diagnosis.source import DiagnosisSource
+from exporter.diagnosis.thresholds import Thresholds
+
+if TYPE_CHECKING:  # FastAPI is imported only when the router is built
+    from fastapi import APIRouter
+
+    from exporter.config import Config
+    from exporter.sources import Source
+    from exporter.store import SnapshotStore
+
+
+@dataclass
+class DiagnosisBundle:
+    """What ``serve`` wires in: sources for the runners, a router for the app, the engine."""
+
+    sources: list[Source]
+    router: APIRouter
+    engine: DiagnosisEngine
+
+
+def build_diagnosis(config: Config, store: SnapshotStore) -> DiagnosisBundle:
+    """Raises ValueError("diagnosis.<key>: ...") on a bad ``diagnosis:`` section."""
+    from exporter.diagnosis.api import build_router
+
+    thresholds = Thresholds.from_mapping(config.diagnosis)
+    engine = DiagnosisEngine(thresholds, config.groups)
+    interval = config.effective_diagnosis_interval
+    sources: list[Source] = [
+        ParallelSource(store, config.groups, config.gpu_interval, timeout=max(1.0, config.gpu_interval)),
+        DiagnosisSource(store, engine, interval, timeout=max(1.0, interval)),
+    ]
+    return DiagnosisBundle(sources=sources, router=build_router(engine), engine=engine)
+
+
+__all__ = ["DiagnosisBundle", "DiagnosisEngine", "Thresholds", "build_diagnosis"]

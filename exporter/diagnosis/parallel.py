@@ -1,0 +1,58 @@
+"""The parallel layer, derived from GPU points: group size, SM-active skew, interconnect.
+
+Why derived and not read: no GPU library knows which GPUs form a tensor- or
+pipeline-parallel group; the operator says so (``groups: {tp0: [0,1,2,3]}``)
+or we assume one group of every GPU. A group is as fast as its busiest
+member, so the skew (max over mean SM active) is the number that shows a
+straggler; the interconnect traffic shows whether the group talks over PCIe or
+NVLink at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from exporter.diagnosis.signals import resolve_groups
+from exporter.samples import Point, Sample, SampleResult
+from exporter.store import Snapshot, SnapshotStore
+
+_LINKS = {
+    "pcie": ("llm_gpu_pcie_transmit_bytes_per_second", "llm_gpu_pcie_receive_bytes_per_second"),
+    "nvlink": ("llm_gpu_nvlink_transmit_bytes_per_second", "llm_gpu_nvlink_receive_bytes_per_second"),
+}
+
+
+def group_points(snap: Snapshot, configured: Mapping[str, list[int]] | None) -> list[Point]:
+    """Parallel-layer points for every group; a metric no member reports is absent."""
+    points: list[Point] = []
+    for name, members in resolve_groups(configured, snap).items():
+        labels = {"group": name}
+        points.append(Sample("llm_parallel_group_gpus", labels, float(len(members))))
+        sm = [v for g in members if (v := snap.maximum("llm_gpu_sm_active_ratio", gpu=g)) is not None]
+        if sm:
+            mean = sum(sm) / len(sm)
+            # all idle is balanced, not infinitely skewed
+            points.append(Sample("llm_parallel_sm_active_skew_ratio", labels, max(sm) / mean if mean > 0 else 1.0))
+        for link, names in _LINKS.items():
+            values = [v for g in members for n in names if (v := snap.total(n, gpu=g)) is not None]
+            if values:
+                points.append(Sample("llm_parallel_interconnect_bytes_per_second", {**labels, "link": link}, sum(values)))
+    return points
+
+
+class ParallelSource:
+    """Source ``parallel``: reads the store's GPU points, publishes group metrics."""
+
+    name = "parallel"
+
+    def __init__(self, store: SnapshotStore, groups: Mapping[str, list[int]] | None, interval: float, timeout: float) -> None:
+        self.store = store
+        self.groups = dict(groups or {})
+        self.interval = interval
+        self.timeout = timeout
+
+    def sample(self) -> SampleResult:
+        return SampleResult(group_points(self.store.snapshot(), self.groups))
+
+    def close(self) -> None:
+        """Holds nothing."""

@@ -1,0 +1,403 @@
+"""The rules table: one row per cause, as data.
+
+Why a table: a reader finds "when do we call it kv_cache_pressure, and what do
+we tell the user" in one row, docs/diagnosis.md is checked against it, and a
+new cause is one more row. Each row names its layer, its cause id (a contract
+with dashboards and alerts), the scope it is judged in (per GPU, per parallel
+group, or the whole service), the signals it cannot be judged without, its
+condition and severity over those signals (``signals.py`` names), the evidence
+to show and the advice to give.
+
+Severity is 0-1 inside the cause ("how deep past the line"); the engine maps
+it onto the score range [warning_score, 1], so a cause that holds is always at
+least a warning and a layer with no cause holding is ``ok``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from exporter.diagnosis import signals as s
+from exporter.diagnosis.thresholds import Thresholds
+from exporter.schema import LAYERS
+
+View = Mapping[str, float]
+Predicate = Callable[[View, Thresholds], bool]
+Severity = Callable[[View, Thresholds], float]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One cause: when it holds, how bad it is, what proves it, what to do."""
+
+    layer: str
+    cause: str
+    scope: str  # "gpu" | "group" | "service"
+    #: every one of these signals must be present to judge the cause
+    requires: tuple[str, ...]
+    condition: Predicate
+    severity: Severity
+    evidence: tuple[str, ...]
+    advice: str
+    #: at least one of these must be present too (for "either TTFT or ITL")
+    requires_any: tuple[str, ...] = ()
+
+    def judgeable(self, view: View) -> bool:
+        if any(name not in view for name in self.requires):
+            return False
+        return not self.requires_any or any(name in view for name in self.requires_any)
+
+
+def ramp(x: float, lo: float, hi: float) -> float:
+    """0 at ``lo``, 1 at ``hi``, linear and clamped in between."""
+    if hi <= lo:
+        return 1.0 if x >= hi else 0.0
+    return min(1.0, max(0.0, (x - lo) / (hi - lo)))
+
+
+def host_load(v: View) -> float:
+    """How much of a core the busiest serving thread used, or wanted where the run queue shows it.
+
+    A serial thread starved by a contended node or a CPU limit gets less than a
+    core while it wants a full one; it is the ceiling all the same.
+    """
+    return max(v.get(s.BUSIEST_THREAD, 0.0), v.get(s.BUSIEST_DEMAND, 0.0))
+
+
+def host_saturated(v: View, t: Thresholds) -> bool:
+    """A serving thread at (or wanting) a full core; False when no process sampler runs."""
+    return v.get(s.BUSIEST_THREAD, 0.0) >= t.host_saturated_cpu or v.get(s.BUSIEST_DEMAND, 0.0) >= t.host_saturated_demand
+
+
+def work_queued(v: View) -> bool:
+    """Work is waiting on the host. With engine metrics: requests waiting.
+
+    Replay-only or GPU-only deployments have no queue to read; then the GPU
+    having run anything in the window stands in for it (a process burning a core
+    while its GPU never ran a kernel is loading a model, not serving).
+    """
+    if s.WAITING in v:
+        return v[s.WAITING] >= 1
+    if s.RUNNING in v:
+        return v[s.RUNNING] >= 1
+    return v.get(s.UTIL_MAX_WINDOW, 0.0) > 0.0
+
+
+def _compute_bound(v: View, t: Thresholds) -> bool:
+    return v[s.TENSOR] >= t.compute_tensor_active or (
+        v[s.SM] >= t.compute_sm_active and v[s.DRAM] < t.memory_bandwidth_dram_active
+    )
+
+
+def _compute_severity(v: View, t: Thresholds) -> float:
+    by_tensor = ramp(v[s.TENSOR], t.compute_tensor_active, 1.0)
+    by_sm = ramp(v[s.SM], t.compute_sm_active, 1.0) if v[s.DRAM] < t.memory_bandwidth_dram_active else 0.0
+    return max(by_tensor, by_sm)
+
+
+def _throttled(v: View, t: Thresholds) -> bool:
+    if v[s.UTIL] < t.busy_utilization or v[s.CLOCK_RATIO] >= t.throttle_clock_ratio:
+        return False
+    return v.get(s.THROTTLED, 0.0) >= 1.0 or v.get(s.POWER_RATIO, 0.0) >= t.power_cap_ratio
+
+
+def _sms_far_below_util(v: View, t: Thresholds) -> bool:
+    return v[s.SM] <= t.launch_sm_share_of_utilization * v[s.UTIL]
+
+
+def gpu_idle(v: View, t: Thresholds) -> bool:
+    """The GPU mostly waits: few SMs busy and, where known, kernels running a small share of the time."""
+    return v[s.SM_MAX] < t.sm_idle and v.get(s.UTIL_MAX, 0.0) < t.busy_utilization
+
+
+def _requests_really_wait(v: View, t: Thresholds) -> bool:
+    """Waiting is sustained: admitted requests waited long (queue-time p95), and some wait in the window.
+
+    The waiting gauge alone flickers (0 on one scrape, 10 on the next) and a healthy
+    server shows a waiting request now and then; the queue-time quantile does not.
+    Engines without a queue-time histogram fall back to "waiting now".
+    """
+    if s.QUEUE_P95 in v:
+        return v.get(s.WAITING_MAX, v[s.WAITING]) >= 1 and v[s.QUEUE_P95] >= t.kv_queue_p95_seconds
+    return v[s.WAITING] >= 1
+
+
+def _kv_fragmentation(v: View, t: Thresholds) -> bool:
+    """Requests wait, the cache is mostly free, and the engine keeps the GPU stepping.
+
+    The GPU clause tells a misjudged KV budget (admitted requests decode back to
+    back, "GPU util" high, the rest wait) from a batching window (requests held
+    while the GPU idles), whose queue also waits with the cache free.
+    """
+    return (
+        _requests_really_wait(v, t)
+        and v[s.KV_USAGE_MAX] <= t.kv_usage_low
+        and v.get(s.RUNNING, 1.0) >= 1
+        and v.get(s.UTIL_MAX, 1.0) >= t.busy_utilization
+        and not host_saturated(v, t)
+    )
+
+
+def _serial_host(v: View, t: Thresholds) -> bool:
+    return host_saturated(v, t) and v[s.SM_MAX] < t.sm_idle and work_queued(v)
+
+
+def _serial_host_severity(v: View, t: Thresholds) -> float:
+    """Deeper the closer the thread is to a full core and the idler the SMs."""
+    return (ramp(host_load(v), t.host_saturated_cpu - 0.1, 1.0) + ramp(t.sm_idle - v[s.SM_MAX], 0.0, t.sm_idle)) / 2
+
+
+def _imbalance(v: View, t: Thresholds) -> bool:
+    return (
+        v[s.GROUP_GPUS] >= 2
+        and v[s.GROUP_SM_MEAN] >= t.imbalance_min_sm_active
+        and v[s.GROUP_SKEW] >= t.imbalance_skew
+    )
+
+
+def _low_acceptance(v: View, t: Thresholds) -> bool:
+    return (
+        v[s.SPEC_DRAFT] >= max(1.0, t.spec_min_draft_tokens)
+        and s.SPEC_ACCEPTANCE in v
+        and v[s.SPEC_ACCEPTANCE] < t.spec_acceptance_min
+    )
+
+
+def _batching_window(v: View, t: Thresholds) -> bool:
+    """TTFT high while the GPU idled throughout the recent seconds (a bursty GPU that
+    idles now and then, with requests queued behind long prefills, is not a batching window)."""
+    return (
+        v[s.TTFT_P95] >= t.batching_ttft_p95_seconds
+        and gpu_idle(v, t)
+        and v.get(s.UTIL_MAX_RECENT, 0.0) < t.busy_utilization
+        and v.get(s.WAITING, 0.0) < t.queue_backlog_requests
+        and v.get(s.KV_USAGE_MAX, 0.0) < t.kv_usage_full
+        and v.get(s.PREEMPTION_RATE, 0.0) <= t.preemption_rate_per_second
+        and not host_saturated(v, t)
+    )
+
+
+def _failures(v: View, t: Thresholds) -> bool:
+    return v[s.FAILED_BASE] >= t.failure_min_requests and v.get(s.FAILED_SHARE, 0.0) >= t.failure_share
+
+
+def _slo_breach(v: View, t: Thresholds) -> bool:
+    return v.get(s.TTFT_P95, 0.0) > t.slo_ttft_p95_seconds or v.get(s.ITL_P95, 0.0) > t.slo_itl_p95_seconds
+
+
+def _slo_severity(v: View, t: Thresholds) -> float:
+    ttft = v.get(s.TTFT_P95, 0.0) / t.slo_ttft_p95_seconds
+    itl = v.get(s.ITL_P95, 0.0) / t.slo_itl_p95_seconds
+    return max(ramp(ttft, 1.0, 2.0), ramp(itl, 1.0, 2.0))
+
+
+_THROTTLE_REASONS = tuple(f'llm_gpu_throttle_reason_active{{reason="{r}"}}' for r in s.THROTTLE_CAUSES)
+
+RULES: tuple[Rule, ...] = (
+    # ------------------------------------------------------------------ hardware
+    Rule(
+        "hardware", "compute_bound", "gpu",
+        requires=(s.SM, s.TENSOR, s.DRAM),
+        condition=_compute_bound,
+        severity=_compute_severity,
+        evidence=(s.TENSOR, s.SM, s.DRAM, s.UTIL),
+        advice="The GPU's compute units are the limit (tensor pipes or SMs saturated). Expected for "
+        "prefill-heavy work. To go faster: lower precision (FP8), a quantised or smaller model, more GPUs "
+        "(tensor parallel), or prefix caching so shared prompts are not recomputed.",
+    ),
+    Rule(
+        "hardware", "memory_bandwidth_bound", "gpu",
+        requires=(s.DRAM,),
+        condition=lambda v, t: v[s.DRAM] >= t.memory_bandwidth_dram_active,
+        severity=lambda v, t: ramp(v[s.DRAM], t.memory_bandwidth_dram_active, t.memory_bandwidth_dram_active + 0.25),
+        evidence=(s.DRAM, s.SM, s.TENSOR, s.UTIL),
+        advice="Decode streams weights and KV cache from HBM as fast as it goes. Raise the batch (more tokens "
+        "per weight read), quantise weights or KV cache (FP8, INT4), prefer GQA/MLA models, or add GPUs.",
+    ),
+    Rule(
+        "hardware", "pcie_transfer_bound", "gpu",
+        requires=(s.UTIL, s.SM, s.PCIE),
+        condition=lambda v, t: v[s.UTIL] >= t.busy_utilization
+        and v[s.PCIE] >= t.pcie_busy_bytes_per_second
+        and v[s.UTIL] - v[s.SM] >= t.util_sm_gap,
+        severity=lambda v, t: (ramp(v[s.UTIL] - v[s.SM], t.util_sm_gap, 1.0) + ramp(v[s.PCIE], t.pcie_busy_bytes_per_second, 8 * t.pcie_busy_bytes_per_second)) / 2,
+        evidence=(s.UTIL, s.SM, s.PCIE),
+        advice="The GPU waits on host<->device copies over PCIe: \"GPU util\" is high while the SMs are idle. "
+        "Look for KV-cache swap or CPU offload, weights streamed from host memory, unpinned host buffers or "
+        "per-step tensor copies; keep data resident on the GPU, pin host memory, or give the KV cache more GPU memory.",
+    ),
+    Rule(
+        "hardware", "power_or_thermal_throttling", "gpu",
+        requires=(s.UTIL, s.CLOCK_RATIO),
+        condition=_throttled,
+        severity=lambda v, t: ramp(1.0 - v[s.CLOCK_RATIO], 1.0 - t.throttle_clock_ratio, 0.4),
+        evidence=(s.CLOCK_RATIO, s.CLOCK, s.POWER_RATIO, s.THROTTLED, *_THROTTLE_REASONS, s.TEMP, s.UTIL),
+        advice="The SM clock is held below its maximum by the power cap or by heat (clocks-event reasons). "
+        "Check cooling and the enforced power limit (nvidia-smi -q -d POWER,PERFORMANCE); at the cap, expect "
+        "less throughput per GPU, or lower the power drawn per token (FP8, better batching).",
+    ),
+    Rule(
+        "hardware", "memory_capacity_exhausted", "gpu",
+        requires=(s.MEM_RATIO,),
+        condition=lambda v, t: v[s.MEM_RATIO] >= t.memory_capacity_ratio,
+        severity=lambda v, t: ramp(v[s.MEM_RATIO], t.memory_capacity_ratio, 1.0),
+        evidence=(s.MEM_RATIO, s.MEM_USED, s.MEM_TOTAL),
+        advice="GPU memory is (nearly) full: out-of-memory errors, allocator fragmentation and a starved KV cache "
+        "follow. Lower gpu_memory_utilization, max_model_len or max_num_seqs, quantise weights or KV cache, "
+        "or shard the model over more GPUs.",
+    ),
+    # ------------------------------------------------------------------ operator
+    Rule(
+        "operator", "launch_bound_small_kernels", "gpu",
+        requires=(s.UTIL, s.SM, s.PCIE),
+        condition=lambda v, t: v[s.UTIL] >= t.launch_min_utilization
+        and _sms_far_below_util(v, t)
+        and v[s.PCIE] < t.pcie_busy_bytes_per_second
+        and not host_saturated(v, t),
+        severity=lambda v, t: ramp(1.0 - v[s.SM] / max(v[s.UTIL], 1e-9), 1.0 - t.launch_sm_share_of_utilization, 1.0),
+        evidence=(s.UTIL, s.SM, s.PCIE, s.BUSIEST_THREAD, s.BUSIEST_DEMAND),
+        advice="Kernels are too small to fill the GPU and launches or host synchronisations between them "
+        "dominate: \"GPU util\" counts time any kernel runs, SM active shows almost no SM busy. Enable CUDA "
+        "graphs (vLLM: drop enforce_eager), torch.compile, fuse small ops, avoid per-step .item()/host syncs, "
+        "and batch more work per launch.",
+    ),
+    Rule(
+        "operator", "tensor_cores_unused", "gpu",
+        requires=(s.SM, s.TENSOR, s.DRAM),
+        condition=lambda v, t: v[s.SM] >= t.tensor_unused_sm_active
+        and v[s.TENSOR] < t.tensor_unused_tensor_active
+        and v[s.DRAM] < t.memory_bandwidth_dram_active,
+        severity=lambda v, t: ramp(v[s.SM], t.tensor_unused_sm_active, 1.0),
+        evidence=(s.SM, s.TENSOR, s.DRAM),
+        advice="SMs are busy but the tensor pipes are idle: the math runs on CUDA cores. Check the dtype "
+        "(FP32 weights or activations instead of BF16/FP16/FP8), TF32 disabled, an attention backend or "
+        "custom kernel without tensor-core support, or matrix shapes that are not multiples of 8/16.",
+    ),
+    # ------------------------------------------------------------------ memory (KV cache)
+    Rule(
+        "memory", "kv_cache_pressure", "service",
+        requires=(s.KV_USAGE_MAX, s.PREEMPTION_RATE),
+        condition=lambda v, t: v[s.KV_USAGE_MAX] >= t.kv_usage_full and v[s.PREEMPTION_RATE] > t.preemption_rate_per_second,
+        severity=lambda v, t: max(ramp(v[s.PREEMPTION_RATE], t.preemption_rate_per_second, t.preemption_rate_per_second + 1.0),
+                                  ramp(v[s.KV_USAGE_MAX], t.kv_usage_full, 1.0)),
+        evidence=(s.KV_USAGE_MAX, s.KV_USAGE, s.PREEMPTION_RATE, s.WAITING, s.RUNNING),
+        advice="The KV cache is full and requests are preempted (evicted, then recomputed), wasting GPU work "
+        "and spiking latency. Lower max_num_seqs or max_num_batched_tokens, give the KV cache more memory "
+        "(gpu_memory_utilization, FP8 KV cache), shorten max_model_len, enable prefix caching, or add replicas.",
+    ),
+    Rule(
+        "memory", "kv_fragmentation_or_capacity_misjudged", "service",
+        requires=(s.WAITING, s.KV_USAGE_MAX),
+        condition=_kv_fragmentation,
+        severity=lambda v, t: (ramp(v.get(s.WAITING_MAX, v[s.WAITING]), 0.0, t.queue_backlog_requests)
+                               + ramp(t.kv_usage_low - v[s.KV_USAGE_MAX], 0.0, t.kv_usage_low)) / 2,
+        evidence=(s.WAITING, s.WAITING_MAX, s.QUEUE_P95, s.KV_USAGE_MAX, s.KV_USAGE, s.RUNNING, s.UTIL_MAX),
+        advice="Requests queue although most of the KV cache is free: the scheduler believes it has no room. "
+        "Check the block size and fragmentation, max_num_seqs (batch slots full while memory is free), a KV "
+        "budget reserved for max_model_len instead of real lengths, or an admission watermark set too high.",
+    ),
+    # ------------------------------------------------------------------ scheduler
+    Rule(
+        "scheduler", "serial_host_ceiling", "service",
+        requires=(s.BUSIEST_THREAD, s.SM_MAX),
+        condition=_serial_host,
+        severity=_serial_host_severity,
+        evidence=(s.BUSIEST_THREAD, s.BUSIEST_DEMAND, s.SM_MAX, s.WAITING, s.RUNNING, s.UTIL_MAX_WINDOW, s.PROCESS_CPU),
+        advice="One thread of the serving process is at a full core while the GPU's SMs are mostly idle: the "
+        "serial host loop (Python scheduling, sampling, kernel launches) is the ceiling and a faster GPU will "
+        "not help. Enable CUDA graphs, use an engine with an overlapped/async scheduler (vLLM V1, SGLang), "
+        "batch more requests per step, or run more replicas (data parallel) on the same GPU. If the thread's CPU "
+        "demand is near a core but its CPU is not, it is starved: give the server dedicated cores or a higher CPU limit.",
+    ),
+    Rule(
+        "scheduler", "queue_backlog", "service",
+        requires=(s.WAITING,),
+        condition=lambda v, t: v[s.WAITING] >= t.queue_backlog_requests,
+        severity=lambda v, t: max(ramp(v[s.WAITING], t.queue_backlog_requests, 4 * t.queue_backlog_requests),
+                                  ramp(v.get(s.WAITING_GROWTH, 0.0), 0.0, 1.0)),
+        evidence=(s.WAITING, s.WAITING_GROWTH, s.RUNNING, s.QUEUE_P95),
+        advice="Requests pile up faster than the server finishes them: the offered load exceeds capacity. "
+        "Add replicas or GPUs, cap concurrency at the gateway, lower max_tokens, and check the other layers "
+        "for what limits throughput.",
+    ),
+    # ------------------------------------------------------------------ parallel
+    Rule(
+        "parallel", "gpu_imbalance", "group",
+        requires=(s.GROUP_SKEW, s.GROUP_SM_MEAN, s.GROUP_GPUS),
+        condition=_imbalance,
+        severity=lambda v, t: ramp(v[s.GROUP_SKEW], t.imbalance_skew, t.imbalance_skew + 1.0),
+        evidence=(s.GROUP_SKEW, s.GROUP_SM_MEAN, s.GROUP_SM_MAX, s.GROUP_GPUS),
+        advice="One GPU of the group works much harder than the others (max over mean SM active), so every "
+        "tensor/pipeline-parallel step waits for it. Check uneven pipeline stages, MoE expert load skew (hot "
+        "experts), data-parallel routing, or another process sharing that GPU.",
+    ),
+    # ------------------------------------------------------------------ speculative decoding
+    Rule(
+        "speculative_decoding", "low_acceptance", "service",
+        requires=(s.SPEC_DRAFT,),
+        condition=_low_acceptance,
+        severity=lambda v, t: ramp(t.spec_acceptance_min - v[s.SPEC_ACCEPTANCE], 0.0, t.spec_acceptance_min),
+        evidence=(s.SPEC_ACCEPTANCE, s.SPEC_DRAFT),
+        advice="Most draft tokens are rejected, so speculative decoding spends GPU time on drafts that are "
+        "thrown away. Propose fewer speculative tokens, use a draft closer to the target (same family, EAGLE "
+        "heads trained for it), keep n-gram drafting for repetitive text, or turn it off for this traffic.",
+    ),
+    # ------------------------------------------------------------------ application
+    Rule(
+        "application", "batching_window_too_large", "service",
+        requires=(s.TTFT_P95, s.SM_MAX),
+        condition=_batching_window,
+        severity=lambda v, t: ramp(v[s.TTFT_P95], t.batching_ttft_p95_seconds, 4 * t.batching_ttft_p95_seconds),
+        evidence=(s.TTFT_P95, s.QUEUE_P95, s.SM_MAX, s.UTIL_MAX, s.UTIL_MAX_RECENT, s.WAITING, s.KV_USAGE_MAX),
+        advice="Time to first token is high while the GPU idles and nothing piles up: requests are held back "
+        "waiting for a batch to fill. Shorten the batching delay (Triton max_queue_delay_microseconds, TGI "
+        "waiting_served_ratio / max_waiting_tokens, a gateway batch window) and let continuous batching "
+        "admit requests at once.",
+    ),
+    Rule(
+        "application", "retries_and_timeouts", "service",
+        requires=(s.FAILED_BASE,),
+        condition=_failures,
+        severity=lambda v, t: ramp(v.get(s.FAILED_SHARE, 0.0), t.failure_share, max(0.5, 2 * t.failure_share)),
+        evidence=(s.FAILED_SHARE, s.FAILED_RATE, s.REJECTED_RATE, s.FINISHED_RATE, s.WAITING),
+        advice="A notable share of requests time out, abort, fail or are rejected, and clients retry, adding "
+        "load. Find what is slow in the other layers, set client timeouts above the p99 latency, retry with "
+        "back-off and jitter, and cap the queue so requests fail fast instead of timing out.",
+    ),
+    Rule(
+        "application", "slo_breach", "service",
+        requires=(),
+        requires_any=(s.TTFT_P95, s.ITL_P95),
+        condition=_slo_breach,
+        severity=_slo_severity,
+        evidence=(s.TTFT_P95, s.ITL_P95),
+        advice="Latency percentiles exceed the configured SLOs (diagnosis.slo_ttft_p95_seconds, "
+        "slo_itl_p95_seconds). This is the symptom; the other layers' causes say why. TTFT: queueing and "
+        "prefill (scheduler, memory, compute). ITL: decode step time (memory bandwidth, batch size, host overhead).",
+    ),
+)
+
+#: every cause id by layer, in table order (a contract with dashboards and alerts)
+CAUSES: dict[str, tuple[str, ...]] = {
+    layer: tuple(r.cause for r in RULES if r.layer == layer) for layer in LAYERS
+}
+
+
+def _check_table() -> None:
+    """Guards edits: known layers and scopes, unique cause ids, every layer covered."""
+    seen: set[str] = set()
+    for r in RULES:
+        if r.layer not in LAYERS:
+            raise RuntimeError(f"rule {r.cause}: unknown layer {r.layer}")
+        if r.scope not in s.SCOPES:
+            raise RuntimeError(f"rule {r.cause}: unknown scope {r.scope}")
+        if r.cause in seen:
+            raise RuntimeError(f"duplicate cause id {r.cause}")
+        seen.add(r.cause)
+    missing = [layer for layer, causes in CAUSES.items() if not causes]
+    if missing:
+        raise RuntimeError(f"layers without a rule: {missing}")
+
+
+_check_table()

@@ -1,0 +1,251 @@
+"""From a window of snapshots to named signals the rules judge.
+
+Why a separate step: the rules table stays pure data over names such as
+``llm_gpu_sm_active_ratio`` or ``rate(llm_kv_cache_preemptions_total)``; the
+arithmetic of getting there (per-GPU pairing, counter deltas, histogram
+quantiles, which GPUs form a group) lives here once. A signal that cannot be
+computed is absent, never 0, so a rule that needs it is "not judged" and its
+layer shows ``unknown`` rather than a false ``ok``.
+
+Signals come in three scopes: per GPU (keyed by the ``gpu`` label), per
+parallel group, and one ``service`` scope for engine, process and whole-node
+aggregates. Signal names are what the verdict shows as evidence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from exporter.diagnosis.window import Window
+from exporter.store import Snapshot
+
+# --- per GPU (latest snapshot) ------------------------------------------------------
+UTIL = "llm_gpu_utilization_ratio"
+SM = "llm_gpu_sm_active_ratio"
+OCCUPANCY = "llm_gpu_sm_occupancy_ratio"
+TENSOR = "llm_gpu_tensor_active_ratio"
+DRAM = "llm_gpu_dram_active_ratio"
+MEM_USED = "llm_gpu_memory_used_bytes"
+MEM_TOTAL = "llm_gpu_memory_total_bytes"
+MEM_RATIO = "llm_gpu_memory_used_bytes / llm_gpu_memory_total_bytes"
+POWER = "llm_gpu_power_watts"
+POWER_RATIO = "llm_gpu_power_watts / llm_gpu_power_limit_watts"
+CLOCK = "llm_gpu_sm_clock_hertz"
+CLOCK_RATIO = "llm_gpu_sm_clock_hertz / llm_gpu_sm_clock_max_hertz"
+TEMP = "llm_gpu_temperature_celsius"
+PCIE = "llm_gpu_pcie_transmit_bytes_per_second + llm_gpu_pcie_receive_bytes_per_second"
+#: throttle reasons that mean power or heat, not idleness or a user clock setting
+THROTTLE_CAUSES: tuple[str, ...] = (
+    "sw_power_cap",
+    "hw_slowdown",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+)
+THROTTLED = 'max(llm_gpu_throttle_reason_active{reason=~"' + "|".join(THROTTLE_CAUSES) + '"})'
+
+# --- per parallel group ---------------------------------------------------------------
+GROUP_SKEW = "llm_parallel_sm_active_skew_ratio"
+GROUP_GPUS = "llm_parallel_group_gpus"
+GROUP_SM_MEAN = "avg(llm_gpu_sm_active_ratio)"
+GROUP_SM_MAX = "max(llm_gpu_sm_active_ratio)"
+
+# --- service (engines, processes, node-wide GPU aggregates) ---------------------------------
+SM_MAX = "max(llm_gpu_sm_active_ratio)"
+UTIL_MAX = "max(llm_gpu_utilization_ratio)"
+UTIL_MAX_WINDOW = "max_over_window(max(llm_gpu_utilization_ratio))"
+UTIL_MAX_RECENT = "max_over_recent(max(llm_gpu_utilization_ratio))"
+BUSIEST_THREAD = "max(llm_process_busiest_thread_cpu_ratio)"
+BUSIEST_DEMAND = "max(llm_process_busiest_thread_cpu_demand_ratio)"
+PROCESS_CPU = "max(llm_process_cpu_ratio)"
+WAITING = "sum(llm_scheduler_requests_waiting)"
+WAITING_GROWTH = "deriv(sum(llm_scheduler_requests_waiting))"
+WAITING_MAX = "max_over_recent(sum(llm_scheduler_requests_waiting))"
+RUNNING = "sum(llm_scheduler_requests_running)"
+KV_USAGE = "max(llm_kv_cache_usage_ratio)"
+KV_USAGE_MAX = "max_over_window(max(llm_kv_cache_usage_ratio))"
+PREEMPTION_RATE = "rate(llm_kv_cache_preemptions_total)"
+TTFT_P95 = "p95(llm_request_ttft_seconds)"
+ITL_P95 = "p95(llm_request_inter_token_seconds)"
+QUEUE_P95 = "p95(llm_scheduler_queue_seconds)"
+SPEC_DRAFT = "increase(llm_spec_decode_draft_tokens_total)"
+SPEC_ACCEPTANCE = "increase(llm_spec_decode_accepted_tokens_total) / increase(llm_spec_decode_draft_tokens_total)"
+#: finish reasons that mean the request did not complete normally
+FAILED_REASONS: tuple[str, ...] = ("abort", "aborted", "cancelled", "canceled", "error", "timeout")
+FAILED_RATE = 'rate(llm_requests_finished_total{reason=~"' + "|".join(FAILED_REASONS) + '"})'
+REJECTED_RATE = "rate(llm_requests_rejected_total)"
+FINISHED_RATE = "rate(llm_requests_finished_total)"
+FAILED_SHARE = "failed_or_rejected_share"
+FAILED_BASE = "increase(llm_requests_finished_total + llm_requests_rejected_total)"
+
+
+SCOPES: tuple[str, ...] = ("gpu", "group", "service")
+
+
+@dataclass
+class Signals:
+    """Named values by scope: ``{"gpu": {"0": {...}}, "group": {"all": {...}}, "service": {"": {...}}}``."""
+
+    scopes: dict[str, dict[str, dict[str, float]]] = field(default_factory=lambda: {s: {} for s in SCOPES})
+
+    @property
+    def service(self) -> dict[str, float]:
+        return self.scopes["service"].setdefault("", {})
+
+    def view(self, scope: str, key: str) -> dict[str, float]:
+        """What a rule of ``scope`` sees for one instance: its own signals over the service's."""
+        if scope == "service":
+            return dict(self.service)
+        return {**self.service, **self.scopes[scope][key]}
+
+
+def compute(window: Window, groups: Mapping[str, list[str]] | None = None, recent_seconds: float = 5.0) -> Signals:
+    """Every signal the window supports. ``groups`` maps group name to GPU index labels;
+    ``max_over_recent`` signals look back ``recent_seconds`` only."""
+    sig = Signals()
+    snap = window.latest
+    if snap is None:
+        return sig
+    sig.scopes["gpu"] = gpu_signals(snap)
+    sig.scopes["group"] = group_signals(snap, sig.scopes["gpu"], groups or {})
+    sig.scopes["service"] = {"": service_signals(window, sig.scopes["gpu"], recent_seconds)}
+    return sig
+
+
+def live_gpus(snap: Snapshot) -> list[str]:
+    """GPU index labels that report and are not marked lost."""
+    down = {p.labels.get("gpu", "") for p in snap.samples("llm_gpu_up") if p.value == 0}
+    seen: dict[str, None] = {}
+    for p in snap.points:
+        if p.name.startswith("llm_gpu_") and "gpu" in p.labels and p.labels["gpu"] not in down:
+            seen.setdefault(p.labels["gpu"], None)
+    return sorted(seen, key=lambda g: (len(g), g))
+
+
+def gpu_signals(snap: Snapshot) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for gpu in live_gpus(snap):
+        v = {name: val for name in (UTIL, SM, OCCUPANCY, TENSOR, DRAM, MEM_USED, MEM_TOTAL, POWER, CLOCK, TEMP)
+             if (val := snap.maximum(name, gpu=gpu)) is not None}
+        total = snap.maximum(MEM_TOTAL, gpu=gpu)
+        if MEM_USED in v and total:
+            v[MEM_RATIO] = v[MEM_USED] / total
+        limit = snap.maximum("llm_gpu_power_limit_watts", gpu=gpu)
+        if POWER in v and limit:
+            v[POWER_RATIO] = v[POWER] / limit
+        clock_max = snap.maximum("llm_gpu_sm_clock_max_hertz", gpu=gpu)
+        if CLOCK in v and clock_max:
+            v[CLOCK_RATIO] = v[CLOCK] / clock_max
+        tx = snap.total("llm_gpu_pcie_transmit_bytes_per_second", gpu=gpu)
+        rx = snap.total("llm_gpu_pcie_receive_bytes_per_second", gpu=gpu)
+        if tx is not None or rx is not None:
+            v[PCIE] = (tx or 0.0) + (rx or 0.0)
+        reasons = {p.labels.get("reason", ""): p.value for p in snap.samples("llm_gpu_throttle_reason_active", gpu=gpu)}
+        if reasons:
+            v[THROTTLED] = max((reasons.get(r, 0.0) for r in THROTTLE_CAUSES), default=0.0)
+            for r in THROTTLE_CAUSES:
+                if reasons.get(r):
+                    v[f'llm_gpu_throttle_reason_active{{reason="{r}"}}'] = reasons[r]
+        out[gpu] = v
+    return out
+
+
+def resolve_groups(configured: Mapping[str, list[int]] | None, snap: Snapshot) -> dict[str, list[str]]:
+    """Group name -> GPU index labels; with none configured, one group ``all`` of every live GPU."""
+    if configured:
+        return {name: [str(i) for i in idx] for name, idx in configured.items()}
+    gpus = live_gpus(snap)
+    return {"all": gpus} if gpus else {}
+
+
+def group_signals(
+    snap: Snapshot, gpus: Mapping[str, Mapping[str, float]], groups: Mapping[str, list[str]]
+) -> dict[str, dict[str, float]]:
+    """Size, mean / max SM active and skew (max over mean) of each group's live GPUs."""
+    if not groups:
+        groups = resolve_groups(None, snap)
+    out: dict[str, dict[str, float]] = {}
+    for name, members in groups.items():
+        v: dict[str, float] = {}
+        sm = [gpus[g][SM] for g in members if g in gpus and SM in gpus[g]]
+        if sm:
+            mean = sum(sm) / len(sm)
+            v[GROUP_SM_MEAN] = mean
+            v[GROUP_SM_MAX] = max(sm)
+            # the same figure ParallelSource publishes, computed from this snapshot so the
+            # verdict does not lag one parallel-source cycle behind the GPU points
+            v[GROUP_SKEW] = max(sm) / mean if mean > 0 else 1.0
+        elif (skew := snap.maximum(GROUP_SKEW, group=name)) is not None:
+            v[GROUP_SKEW] = skew
+        size = snap.maximum(GROUP_GPUS, group=name)
+        v[GROUP_GPUS] = size if size is not None else float(len(members))
+        out[name] = v
+    return out
+
+
+def service_signals(window: Window, gpus: Mapping[str, Mapping[str, float]], recent_seconds: float = 5.0) -> dict[str, float]:
+    snap = window.latest
+    assert snap is not None
+    v: dict[str, float] = {}
+    sms = [g[SM] for g in gpus.values() if SM in g]
+    if sms:
+        v[SM_MAX] = max(sms)
+    utils = [g[UTIL] for g in gpus.values() if UTIL in g]
+    if utils:
+        v[UTIL_MAX] = max(utils)
+    util_hist = window.gauge_history(lambda s: s.maximum(UTIL))
+    if util_hist:
+        v[UTIL_MAX_WINDOW] = max(util_hist)
+        _put(v, UTIL_MAX_RECENT, max(window.gauge_history(lambda s: s.maximum(UTIL), recent_seconds), default=None))
+    _put(v, BUSIEST_THREAD, snap.maximum("llm_process_busiest_thread_cpu_ratio"))
+    _put(v, BUSIEST_DEMAND, snap.maximum("llm_process_busiest_thread_cpu_demand_ratio"))
+    _put(v, PROCESS_CPU, snap.maximum("llm_process_cpu_ratio"))
+    _put(v, WAITING, snap.total("llm_scheduler_requests_waiting"))
+    _put(v, RUNNING, snap.total("llm_scheduler_requests_running"))
+    waiting_hist = window.gauge_history(lambda s: s.total("llm_scheduler_requests_waiting"))
+    if waiting_hist:
+        recent = window.gauge_history(lambda s: s.total("llm_scheduler_requests_waiting"), recent_seconds)
+        _put(v, WAITING_MAX, max(recent, default=None))
+    if len(waiting_hist) >= 2 and window.span > 0:
+        v[WAITING_GROWTH] = (waiting_hist[-1] - waiting_hist[0]) / window.span
+    _put(v, KV_USAGE, snap.maximum("llm_kv_cache_usage_ratio"))
+    kv_hist = window.gauge_history(lambda s: s.maximum("llm_kv_cache_usage_ratio"))
+    if kv_hist:
+        v[KV_USAGE_MAX] = max(kv_hist)
+    _put(v, PREEMPTION_RATE, window.rate("llm_kv_cache_preemptions_total"))
+    _put(v, TTFT_P95, window.quantile("llm_request_ttft_seconds", 0.95))
+    _put(v, ITL_P95, window.quantile("llm_request_inter_token_seconds", 0.95))
+    _put(v, QUEUE_P95, window.quantile("llm_scheduler_queue_seconds", 0.95))
+    drafted = window.counter_delta("llm_spec_decode_draft_tokens_total")
+    accepted = window.counter_delta("llm_spec_decode_accepted_tokens_total")
+    if drafted is not None:
+        v[SPEC_DRAFT] = drafted
+        if accepted is not None and drafted > 0:
+            v[SPEC_ACCEPTANCE] = accepted / drafted
+    _failures(window, v)
+    return v
+
+
+def _failures(window: Window, v: dict[str, float]) -> None:
+    finished = window.counter_delta("llm_requests_finished_total")
+    failed = window.counter_delta("llm_requests_finished_total", lambda lb: lb.get("reason", "") in FAILED_REASONS)
+    rejected = window.counter_delta("llm_requests_rejected_total")
+    if finished is None and rejected is None:
+        return
+    span = window.span
+    base = (finished or 0.0) + (rejected or 0.0)
+    bad = (failed or 0.0) + (rejected or 0.0)
+    v[FAILED_BASE] = base
+    if span > 0:
+        v[FINISHED_RATE] = (finished or 0.0) / span
+        v[FAILED_RATE] = (failed or 0.0) / span
+        if rejected is not None:
+            v[REJECTED_RATE] = rejected / span
+    if base > 0:
+        v[FAILED_SHARE] = bad / base
+
+
+def _put(d: dict[str, float], key: str, value: float | None) -> None:
+    if value is not None:
+        d[key] = value

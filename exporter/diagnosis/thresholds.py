@@ -1,0 +1,182 @@
+"""Every number the diagnosis judges by, in one config section (``diagnosis:``).
+
+Why one dataclass: the rules table (``rules.py``) names thresholds, never
+literals, so an operator can move a line (a tighter TTFT SLO, a GPU whose PCIe
+link is slower) in the YAML file without touching code, and docs/diagnosis.md
+can list every knob with its default. ``from_mapping`` refuses unknown keys
+and bad values with one line naming the key, which ``serve`` turns into exit
+status 2 before anything starts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Defaults are calibrated on the recorded H200 traces (docs/diagnosis.md)."""
+
+    # --- the window and the verdict -----------------------------------------------
+    #: seconds of snapshots kept for rates, histogram quantiles and persistence
+    window_seconds: float = 20.0
+    #: the shorter look-back of "sustained" gauge checks (GPU idled, requests waited):
+    #: long enough to span a bursty load's lulls, short enough not to delay a verdict
+    recent_seconds: float = 5.0
+    #: consecutive cycles a condition must hold before its cause is reported
+    persistence_cycles: int = 1
+    #: consecutive cycles a reported cause's condition must fail before it is cleared
+    #: (bursty load makes a real bottleneck blink; the verdict should not)
+    clear_cycles: int = 3
+    #: layer status: score >= warning_score is "warning", >= bottleneck_score "bottleneck"
+    warning_score: float = 0.5
+    bottleneck_score: float = 0.75
+
+    # --- service level objectives (application layer) --------------------------------
+    slo_ttft_p95_seconds: float = 2.0
+    slo_itl_p95_seconds: float = 0.2
+
+    # --- hardware ------------------------------------------------------------------
+    #: NVML "GPU util" at or above which a GPU counts as busy
+    busy_utilization: float = 0.5
+    #: tensor pipes this busy make a GPU compute-bound
+    compute_tensor_active: float = 0.6
+    #: ... or SMs this busy while DRAM is not the limit
+    compute_sm_active: float = 0.85
+    #: DRAM interface this busy makes a GPU memory-bandwidth-bound (H200 decode GEMV: 0.67-0.75)
+    memory_bandwidth_dram_active: float = 0.65
+    #: PCIe transmit + receive at or above this is bulk transfer (H200 H2D copy: 58 GB/s;
+    #: host-synchronised tiny kernels: 0.26 GB/s)
+    pcie_busy_bytes_per_second: float = 2e9
+    #: "GPU util" at least this far above SM active: the GPU is "busy" with its SMs idle
+    #: (H200 H2D copy: 0.99 vs 0.00)
+    util_sm_gap: float = 0.5
+    #: SM clock below this share of its maximum, under a power/thermal reason, is throttling
+    throttle_clock_ratio: float = 0.9
+    #: board power at or above this share of the limit counts as power-capped
+    power_cap_ratio: float = 0.95
+    #: framebuffer used / total at or above this is exhausted (vLLM preallocates 0.9)
+    memory_capacity_ratio: float = 0.97
+
+    # --- operator ------------------------------------------------------------------
+    #: launch-bound: "GPU util" at least this ...
+    launch_min_utilization: float = 0.2
+    #: ... while SM active is at most this share of "GPU util"
+    launch_sm_share_of_utilization: float = 0.25
+    #: tensor cores unused: SMs at least this busy ...
+    tensor_unused_sm_active: float = 0.5
+    #: ... with tensor pipes below this
+    tensor_unused_tensor_active: float = 0.05
+
+    # --- memory (KV cache) -----------------------------------------------------------
+    kv_usage_full: float = 0.9
+    kv_usage_low: float = 0.5
+    #: queue-time p95 at or above this means admitted requests really waited: at least 5 %
+    #: waited past vLLM's first queue bucket (0.3 s); a queue that never did reads <= 0.285
+    kv_queue_p95_seconds: float = 0.3
+    #: preemptions per second over the window above which they are "rising"
+    preemption_rate_per_second: float = 0.0
+
+    # --- scheduler -----------------------------------------------------------------
+    #: busiest thread of the serving process at or above this share of a core is saturated
+    host_saturated_cpu: float = 0.9
+    #: ... or wanting this much (on-CPU + run-queue wait): stricter, because on a contended
+    #: node every wake-up waits, so even a half-idle thread can read 0.8-0.9
+    host_saturated_demand: float = 0.95
+    #: max SM active below this means the SMs are mostly idle
+    sm_idle: float = 0.3
+    #: requests waiting at or above this is a backlog
+    queue_backlog_requests: float = 8.0
+
+    # --- parallel ------------------------------------------------------------------
+    #: max / mean SM active of a group at or above this is an imbalance
+    imbalance_skew: float = 1.3
+    #: ... when the group's mean SM active is at least this (idle groups are not judged)
+    imbalance_min_sm_active: float = 0.1
+
+    # --- speculative decoding --------------------------------------------------------
+    spec_acceptance_min: float = 0.5
+    #: draft tokens over the window needed before acceptance is judged
+    spec_min_draft_tokens: float = 50.0
+
+    # --- application ---------------------------------------------------------------
+    #: share of finished requests that were aborted/errored/timed out, or rejected
+    failure_share: float = 0.05
+    #: requests finished (or rejected) over the window needed before that share is judged
+    failure_min_requests: float = 5.0
+    #: batching window: TTFT p95 at or above this while the GPU idles and nothing piles up
+    batching_ttft_p95_seconds: float = 0.5
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any] | None) -> Thresholds:
+        """Defaults overridden by ``raw``; ValueError("diagnosis.<key>: ...") on a bad entry."""
+        if raw is None:
+            return cls()
+        if not isinstance(raw, Mapping):
+            raise ValueError("diagnosis: expected a mapping of threshold names to numbers")  # noqa: TRY004 - the contract is ValueError
+        known = {f.name: f for f in fields(cls)}
+        changes: dict[str, Any] = {}
+        for key, value in raw.items():
+            name = str(key).replace("-", "_")
+            if name not in known:
+                raise ValueError(f"diagnosis.{key}: unknown setting (see docs/diagnosis.md for the list)")
+            changes[name] = _number(name, value, integer=known[name].type in (int, "int"))
+        out = replace(cls(), **changes)
+        out._check()
+        return out
+
+    def _check(self) -> None:
+        """Cross-field and range checks, each naming the key."""
+        ratios = (
+            "warning_score", "bottleneck_score", "busy_utilization", "compute_tensor_active",
+            "compute_sm_active", "memory_bandwidth_dram_active", "util_sm_gap", "throttle_clock_ratio", "power_cap_ratio",
+            "memory_capacity_ratio", "launch_min_utilization", "launch_sm_share_of_utilization",
+            "tensor_unused_sm_active", "tensor_unused_tensor_active", "kv_usage_full", "kv_usage_low",
+            "sm_idle", "imbalance_min_sm_active", "spec_acceptance_min", "failure_share",
+        )
+        for name in ratios:
+            v = getattr(self, name)
+            if not 0.0 <= v <= 1.0:
+                raise ValueError(f"diagnosis.{name}: expected a ratio between 0 and 1, got {v}")
+        positive = (
+            "window_seconds", "recent_seconds", "slo_ttft_p95_seconds", "slo_itl_p95_seconds", "pcie_busy_bytes_per_second",
+            "host_saturated_cpu", "host_saturated_demand", "queue_backlog_requests", "batching_ttft_p95_seconds",
+            "kv_queue_p95_seconds",
+        )
+        for name in positive:
+            if not getattr(self, name) > 0:
+                raise ValueError(f"diagnosis.{name}: expected a positive number, got {getattr(self, name)}")
+        for name in ("preemption_rate_per_second", "spec_min_draft_tokens", "failure_min_requests"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"diagnosis.{name}: expected a number >= 0, got {getattr(self, name)}")
+        for name in ("persistence_cycles", "clear_cycles"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"diagnosis.{name}: expected an integer >= 1, got {getattr(self, name)}")
+        if self.imbalance_skew < 1.0:
+            raise ValueError(f"diagnosis.imbalance_skew: expected a number >= 1 (max over mean), got {self.imbalance_skew}")
+        if self.warning_score > self.bottleneck_score:
+            raise ValueError(
+                f"diagnosis.warning_score: must not exceed bottleneck_score ({self.warning_score} > {self.bottleneck_score})"
+            )
+        if self.kv_usage_low >= self.kv_usage_full:
+            raise ValueError(f"diagnosis.kv_usage_low: must be below kv_usage_full ({self.kv_usage_low} >= {self.kv_usage_full})")
+
+
+def _number(name: str, value: Any, integer: bool) -> float | int:
+    """Parse one value; YAML may hand us text ("0.5") as well as numbers."""
+    if isinstance(value, bool) or value is None:
+        raise ValueError(f"diagnosis.{name}: expected a number, got {value!r}")
+    try:
+        f = float(str(value).strip().rstrip("s")) if isinstance(value, str) else float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"diagnosis.{name}: expected a number, got {value!r}") from None
+    if math.isnan(f) or math.isinf(f):
+        raise ValueError(f"diagnosis.{name}: expected a finite number, got {value!r}")
+    if integer:
+        if not f.is_integer():
+            raise ValueError(f"diagnosis.{name}: expected an integer, got {value!r}")
+        return int(f)
+    return f

@@ -1,0 +1,213 @@
+"""A short ring buffer of snapshots: what turns counters and histograms into signals.
+
+Why the diagnosis keeps its own window instead of asking Prometheus: the
+verdict must work with no Prometheus at all (``diagnose`` against a bare
+exporter). A counter says nothing in one snapshot; "preemptions rising" is its
+delta over the window, and "TTFT p95 now" is the quantile of the histogram's
+bucket deltas over the window, not of its lifetime totals.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+
+from exporter.samples import HistogramSample, Sample
+from exporter.store import Snapshot
+
+#: hard cap on kept snapshots whatever the window length (bounds memory)
+MAX_SNAPSHOTS = 600
+
+LabelFilter = Callable[[Mapping[str, str]], bool]
+
+
+def _key(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(labels.items()))
+
+
+class Window:
+    """Snapshots of the last ``seconds``, oldest first."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._snaps: deque[Snapshot] = deque(maxlen=MAX_SNAPSHOTS)
+
+    def add(self, snap: Snapshot) -> None:
+        """Append, then drop snapshots older than needed to span ``seconds``."""
+        self._snaps.append(snap)
+        cutoff = snap.timestamp - self.seconds
+        # keep one snapshot at or before the cutoff so the span covers the window
+        while len(self._snaps) > 2 and self._snaps[1].timestamp <= cutoff:
+            self._snaps.popleft()
+
+    def __len__(self) -> int:
+        return len(self._snaps)
+
+    @property
+    def snapshots(self) -> list[Snapshot]:
+        return list(self._snaps)
+
+    @property
+    def latest(self) -> Snapshot | None:
+        return self._snaps[-1] if self._snaps else None
+
+    @property
+    def oldest(self) -> Snapshot | None:
+        return self._snaps[0] if self._snaps else None
+
+    @property
+    def span(self) -> float:
+        if len(self._snaps) < 2:
+            return 0.0
+        return self._snaps[-1].timestamp - self._snaps[0].timestamp
+
+    # ------------------------------------------------------------------ counters
+
+    def counter_delta(self, name: str, where: LabelFilter | None = None) -> float | None:
+        """Increase of the matching counter series over the window, summed.
+
+        Each series counts from the oldest snapshot of the window that holds it
+        (a source that was stale or not yet sampled at the window's start must
+        not blind the rate). A series that went down was reset: its increase is
+        its latest value. None when no series is seen twice.
+        """
+        found = self._counter_ends(name, where)
+        if not found:
+            return None
+        return sum(delta for delta, _ in found)
+
+    def rate(self, name: str, where: LabelFilter | None = None) -> float | None:
+        """Per-second increase over the window, each series over its own span (None if unknown)."""
+        found = self._counter_ends(name, where)
+        if not found:
+            return None
+        return sum(delta / span for delta, span in found)
+
+    def _counter_ends(self, name: str, where: LabelFilter | None) -> list[tuple[float, float]]:
+        """(increase, seconds) per series between its first sighting and the latest snapshot."""
+        if len(self._snaps) < 2:
+            return []
+        latest = self._snaps[-1]
+        new = _counter_values(latest, name, where)
+        first: dict[tuple, tuple[float, float]] = {}
+        for snap in list(self._snaps)[:-1]:
+            if len(first) == len(new):
+                break
+            for k, v in _counter_values(snap, name, where).items():
+                if k in new and k not in first:
+                    first[k] = (snap.timestamp, v)
+        out = []
+        for k, (ts, old) in first.items():
+            span = latest.timestamp - ts
+            if span <= 0:
+                continue
+            d = new[k] - old
+            out.append((d if d >= 0 else new[k], span))
+        return out
+
+    # ------------------------------------------------------------------ histograms
+
+    def histogram_delta_count(self, name: str) -> float | None:
+        """Observations added to the histogram over the window (None if unknown)."""
+        deltas = self._histogram_deltas(name)
+        if deltas is None:
+            return None
+        return sum(buckets[-1][1] for buckets in deltas)
+
+    def quantile(self, name: str, q: float) -> float | None:
+        """The q-quantile of observations made during the window.
+
+        Series with the same bucket bounds are merged (several ranks or servers);
+        series with different bounds are judged apart and the worst is returned.
+        None when nothing was observed in the window.
+        """
+        deltas = self._histogram_deltas(name)
+        if not deltas:
+            return None
+        merged: dict[tuple[float, ...], list[float]] = {}
+        for buckets in deltas:
+            bounds = tuple(le for le, _ in buckets)
+            acc = merged.setdefault(bounds, [0.0] * len(bounds))
+            for i, (_, c) in enumerate(buckets):
+                acc[i] += c
+        found = [
+            v
+            for bounds, counts in merged.items()
+            if (v := bucket_quantile(q, list(zip(bounds, counts)))) is not None
+        ]
+        return max(found) if found else None
+
+    def _histogram_deltas(self, name: str) -> list[tuple[tuple[float, float], ...]] | None:
+        """Per series, bucket increases since its first sighting in the window."""
+        if len(self._snaps) < 2:
+            return None
+        new = {_key(h.labels): h for h in self._snaps[-1].histograms(name)}
+        old: dict[tuple, HistogramSample] = {}
+        for snap in list(self._snaps)[:-1]:
+            if len(old) == len(new):
+                break
+            for h in snap.histograms(name):
+                k = _key(h.labels)
+                if k in new and k not in old:
+                    old[k] = h
+        if not old:
+            return None
+        out = []
+        for k, o in old.items():
+            n = new[k]
+            if n.count < o.count or [le for le, _ in n.buckets] != [le for le, _ in o.buckets]:
+                out.append(n.buckets)  # reset or re-bucketed: the latest totals are all we know
+                continue
+            out.append(tuple((le, max(0.0, c - oc)) for (le, c), (_, oc) in zip(n.buckets, o.buckets)))
+        return out
+
+    # ------------------------------------------------------------------ gauges over time
+
+    def gauge_history(self, reduce: Callable[[Snapshot], float | None], seconds: float | None = None) -> list[float]:
+        """``reduce`` applied to each snapshot of the window (or of its last ``seconds``),
+        absent values skipped, oldest first."""
+        out = []
+        since = None if seconds is None or not self._snaps else self._snaps[-1].timestamp - seconds
+        for s in self._snaps:
+            if since is not None and s.timestamp < since:
+                continue
+            v = reduce(s)
+            if v is not None:
+                out.append(v)
+        return out
+
+
+def _counter_values(snap: Snapshot, name: str, where: LabelFilter | None) -> dict[tuple, float]:
+    return {
+        _key(p.labels): p.value
+        for p in snap.samples(name)
+        if isinstance(p, Sample) and (where is None or where(p.labels))
+    }
+
+
+def bucket_quantile(q: float, buckets: Iterable[tuple[float, float]]) -> float | None:
+    """Prometheus ``histogram_quantile`` over cumulative (le, count) buckets.
+
+    Linear interpolation inside the bucket holding the rank; a rank in the +Inf
+    bucket returns the highest finite bound, as Prometheus does.
+    """
+    pairs = sorted(buckets)
+    if not pairs or not math.isinf(pairs[-1][0]):
+        return None
+    total = pairs[-1][1]
+    if total <= 0:
+        return None
+    rank = q * total
+    prev_le, prev_count = 0.0, 0.0
+    for le, count in pairs:
+        if count >= rank:
+            if math.isinf(le):
+                return prev_le if len(pairs) > 1 else None
+            if count == prev_count:
+                return le
+            lower = prev_le if prev_le < le else 0.0
+            return lower + (le - lower) * (rank - prev_count) / (count - prev_count)
+        prev_le, prev_count = le, count
+    return pairs[-2][0] if len(pairs) > 1 else None
+

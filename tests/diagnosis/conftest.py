@@ -1,0 +1,54 @@
+"""Shared fixture: a live diagnosis served on 127.0.0.1 with the real runner loop."""
+
+from __future__ import annotations
+
+import pytest
+import requests
+from fastapi import FastAPI
+
+from exporter.config import Config
+from exporter.diagnosis import build_diagnosis
+from exporter.runner import SourceRunner
+from exporter.samples import SampleResult
+from exporter.store import SnapshotStore
+from tests.diagnosis.diag_points import gpu
+from tests.helpers import UvicornThread, wait_for
+
+PCIE_COPY = gpu(util=0.99, sm=0.0, tensor=0.0, dram=0.01, pcie=58e9)
+
+
+class FixedSource:
+    """A GPU source that always reports the PCIe-copy signature."""
+
+    name = "gpu"
+    interval = 0.2
+    timeout = 1.0
+
+    def sample(self):
+        return SampleResult(list(PCIE_COPY))
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def live_exporter():
+    """A store, the GPU source and the diagnosis bundle on runner threads, and the router served."""
+    store = SnapshotStore()
+    cfg = Config(gpu_interval=0.2, diagnosis_interval=0.2)
+    bundle = build_diagnosis(cfg, store)
+    runners = [SourceRunner(s, store) for s in [FixedSource(), *bundle.sources]]
+    for r in runners:
+        r.start()
+    app = FastAPI()
+    app.include_router(bundle.router)
+    try:
+        with UvicornThread(app) as server:
+            base = f"http://127.0.0.1:{server.port}"
+            assert wait_for(lambda: requests.get(base + "/diagnosis", timeout=2).json()["bottlenecks"], timeout=10)
+            yield base, store
+    finally:
+        for r in runners:
+            r.stop()
+
+

@@ -1,0 +1,89 @@
+"""The live page in a real browser: headless Chromium loads / from a running
+`llm-layer-exporter serve` replaying the recorded H200 PCIe copy, and the DOM
+its JavaScript rendered names the active cause."""
+
+from __future__ import annotations
+
+import csv
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import requests
+
+from exporter.gpu.replay import bundled_trace
+from tests.helpers import free_port, wait_for
+
+pytestmark = pytest.mark.integration
+
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--virtual-time-budget=5000",
+    "--dump-dom",
+]
+
+
+def chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        if path := shutil.which(name):
+            return path
+    pytest.skip("headless Chromium not installed (Debian: apt-get install -y chromium)")
+
+
+def h2d_trace(tmp_path: Path) -> Path:
+    """The settled rows of the recorded host-to-device PCIe copy."""
+    with bundled_trace("kernels").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    phase = [r for r in rows if r["phase"] == "h2d_copy_pcie"][2:]
+    out = tmp_path / "h2d.csv"
+    with out.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(phase)
+    return out
+
+
+@pytest.fixture
+def served(tmp_path):
+    port = free_port()
+    cmd = [sys.executable, "-m", "exporter", "serve", "--gpu-source", f"replay:{h2d_trace(tmp_path)}",
+           "--listen-address", f"127.0.0.1:{port}", "--gpu-interval", "0.5"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=Path(__file__).resolve().parents[2])
+    base = f"http://127.0.0.1:{port}"
+    try:
+        ok = wait_for(lambda: requests.get(base + "/diagnosis", timeout=2).json()["bottlenecks"], timeout=30)
+        assert ok, proc.stderr.read().decode() if proc.poll() is not None else "no verdict within 30 s"
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_page_dom_shows_the_active_cause(served, tmp_path):
+    browser = chromium()
+    result = subprocess.run(
+        [browser, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", served + "/"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    dom = result.stdout
+    assert result.returncode == 0, result.stderr[-2000:]
+    # elements the page's JavaScript built from /diagnosis (absent from the served HTML)
+    assert re.search(r'<article class="cause bottleneck" data-layer="hardware" data-cause="pcie_transfer_bound"', dom), dom[-3000:]
+    assert re.search(r'data-layer="hardware" data-status="bottleneck"', dom)
+    assert re.search(r'data-layer="memory" data-status="unknown"', dom)
+    assert "verdict of" in dom
+    served_html = requests.get(served + "/", timeout=5).text
+    assert 'data-cause="pcie_transfer_bound"' not in served_html

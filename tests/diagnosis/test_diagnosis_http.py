@@ -1,0 +1,91 @@
+"""/diagnosis and / served by a real uvicorn on 127.0.0.1, fed by the real runner loop,
+and the `diagnose` command against it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+
+import requests
+from fastapi import FastAPI
+
+from exporter.diagnosis import cli as diagnose_cli
+from exporter.schema import LAYERS
+from tests.helpers import UvicornThread, free_port
+
+
+def test_diagnosis_json_names_the_cause(live_exporter):
+    base, _ = live_exporter
+    r = requests.get(base + "/diagnosis", timeout=5)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
+    body = r.json()
+    assert set(body) == {"timestamp", "layers", "bottlenecks"}
+    assert body["layers"]["hardware"] == {"score": body["bottlenecks"][0]["score"], "status": "bottleneck"}
+    assert body["layers"]["memory"] == {"score": None, "status": "unknown"}
+    assert body["bottlenecks"][0]["cause"] == "pcie_transfer_bound"
+
+
+def test_diagnosis_metrics_reach_the_store(live_exporter):
+    _, store = live_exporter
+    snap = store.snapshot()
+    active = {(p.labels["layer"], p.labels["cause"]): p.value for p in snap.samples("llm_bottleneck_active")}
+    assert active[("hardware", "pcie_transfer_bound")] == 1.0
+    assert active[("memory", "kv_cache_pressure")] == 0.0
+    assert {p.labels["layer"] for p in snap.samples("llm_bottleneck_score")} == set(LAYERS)
+    assert snap.values("llm_parallel_group_gpus") == [1.0]
+
+
+def test_page_is_self_contained(live_exporter):
+    base, _ = live_exporter
+    r = requests.get(base + "/", timeout=5)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    html = r.text
+    assert "fetch(\"diagnosis\"" in html and "setTimeout(refresh" in html
+    # no external assets: no src/href to another host, no @import
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
+    assert "@import" not in html
+    for layer in LAYERS:
+        assert layer in html
+
+
+def _args(url: str, fmt: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    diagnose_cli.add_arguments(parser)
+    return parser.parse_args(["--exporter", url, "--format", fmt])
+
+
+def test_diagnose_json(live_exporter, capsys):
+    base, _ = live_exporter
+    assert diagnose_cli.run(_args(base, "json")) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert body["bottlenecks"][0]["cause"] == "pcie_transfer_bound"
+
+
+def test_diagnose_text_report(live_exporter, capsys):
+    base, _ = live_exporter
+    assert diagnose_cli.run(_args(base + "/", "text")) == 0
+    out = capsys.readouterr().out
+    assert "hardware / pcie_transfer_bound" in out
+    assert "bottleneck" in out and "unknown" in out
+    assert 'llm_gpu_utilization_ratio{gpu="0"}' in out
+    assert "PCIe" in out  # the advice
+
+
+def test_diagnose_unreachable_exporter_is_one_line_and_status_1(capsys):
+    url = f"http://127.0.0.1:{free_port()}"
+    assert diagnose_cli.run(_args(url, "text")) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "cannot reach the exporter" in err and url in err
+
+
+def test_diagnose_rejects_a_server_that_is_not_an_exporter(capsys):
+    app = FastAPI()
+
+    @app.get("/diagnosis")
+    def nope() -> dict:
+        return {"hello": "world"}
+
+    with UvicornThread(app) as server:
+        assert diagnose_cli.run(_args(f"http://127.0.0.1:{server.port}", "json")) == 1
+    assert "without layers/bottlenecks" in capsys.readouterr().err

@@ -1,0 +1,108 @@
+"""The diagnosis on the real H200 recordings (exporter/data/traces), row by row.
+
+Each row is one diagnosis cycle, exactly as ``--gpu-source replay:`` plays it.
+The first rows of a phase mix the previous phase (the GPM windows straddle the
+switch), so each phase is judged on its rows after the first two.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+
+from exporter.diagnosis.engine import DiagnosisEngine, Verdict
+from exporter.diagnosis.thresholds import Thresholds
+from tests.diagnosis.diag_traces import snapshot, trace_rows
+
+SETTLE_ROWS = 2
+#: a cause stays reported for clear_cycles - 1 cycles after its condition fails (hysteresis)
+CLEAR_ROWS = SETTLE_ROWS + Thresholds().clear_cycles - 1
+
+
+def verdicts_by_phase(name: str, with_process: bool = True) -> dict[str, list[Verdict]]:
+    eng = DiagnosisEngine()
+    out: dict[str, list[Verdict]] = defaultdict(list)
+    for i, row in enumerate(trace_rows(name, with_process)):
+        out[row.phase].append(eng.observe(snapshot(row.points, float(i))))
+    return out
+
+
+@pytest.fixture(scope="module")
+def kernels() -> dict[str, list[Verdict]]:
+    return verdicts_by_phase("kernels")
+
+
+@pytest.fixture(scope="module")
+def serving() -> dict[str, list[Verdict]]:
+    return verdicts_by_phase("serving")
+
+
+def share(verdicts: list[Verdict], layer: str, cause: str) -> float:
+    settled = verdicts[SETTLE_ROWS:]
+    return sum((layer, cause) in v.active() for v in settled) / len(settled)
+
+
+@pytest.mark.parametrize(
+    "phase, layer, cause",
+    [
+        ("h2d_copy_pcie", "hardware", "pcie_transfer_bound"),
+        ("tiny_kernels_host_bound", "operator", "launch_bound_small_kernels"),
+        ("prefill_gemm_bf16", "hardware", "power_or_thermal_throttling"),
+        ("prefill_gemm_bf16", "hardware", "compute_bound"),
+        ("decode_gemv_bf16", "hardware", "memory_bandwidth_bound"),
+    ],
+)
+def test_kernel_phase_is_named(kernels, phase, layer, cause):
+    assert share(kernels[phase], layer, cause) == 1.0
+    assert all(v.layers[layer].status in ("warning", "bottleneck") for v in kernels[phase][SETTLE_ROWS:])
+
+
+def test_pcie_copy_is_not_mistaken_for_busy_compute(kernels):
+    """NVML says 99 % busy; the SMs are idle: neither compute- nor launch-bound."""
+    for v in kernels["h2d_copy_pcie"][CLEAR_ROWS:]:
+        assert {c.cause for c in v.bottlenecks} == {"pcie_transfer_bound"}
+
+
+def test_decode_gemv_is_memory_not_compute_bound(kernels):
+    settled = kernels["decode_gemv_bf16"][CLEAR_ROWS:]
+    assert not any(("hardware", "compute_bound") in v.active() for v in settled)
+
+
+def test_idle_phases_raise_no_cause(kernels, serving):
+    """Idle phases raise nothing once the previous phase's causes have cleared."""
+    for phases, names in ((kernels, ("init", "idle", "cooldown")), (serving, ("load", "idle_loaded", "cooldown"))):
+        for name in names:
+            for v in phases[name][CLEAR_ROWS:]:
+                assert v.bottlenecks == [], (name, v.bottlenecks)
+                assert v.layers["hardware"].status == "ok"
+
+
+def test_without_engine_or_process_the_other_layers_are_unknown_not_ok(kernels):
+    v = kernels["idle"][-1]
+    assert v.layers["memory"].status == "unknown"
+    assert v.layers["scheduler"].status == "unknown"
+    assert v.layers["application"].status == "unknown"
+    assert v.layers["memory"].score is None
+
+
+def test_batch1_decode_hits_the_serial_host_ceiling(serving):
+    """HF generate, batch 1: one thread at 99.7 % of a core, SMs 2 % busy."""
+    assert share(serving["decode_b1_hf_generate"], "scheduler", "serial_host_ceiling") == 1.0
+    for v in serving["decode_b1_hf_generate"][SETTLE_ROWS:]:
+        assert v.layers["scheduler"].status == "bottleneck"
+        assert v.layers["hardware"].status == "ok"  # the GPU has headroom: no hardware cause
+
+
+def test_larger_decode_batches_stay_host_bound(serving):
+    assert share(serving["decode_b64_hf_generate"], "scheduler", "serial_host_ceiling") == 1.0
+    assert share(serving["decode_b256_hf_generate"], "scheduler", "serial_host_ceiling") >= 0.75
+
+
+def test_gpu_metrics_alone_miss_the_host_ceiling():
+    """The same decode without the per-thread CPU column: scheduler unknown, no false verdict."""
+    phases = verdicts_by_phase("serving", with_process=False)
+    for v in phases["decode_b1_hf_generate"][CLEAR_ROWS:]:
+        assert ("scheduler", "serial_host_ceiling") not in v.active()
+        assert v.layers["scheduler"].status == "unknown"
+        assert v.layers["hardware"].status == "ok"

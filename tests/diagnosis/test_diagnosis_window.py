@@ -1,0 +1,127 @@
+"""Counter rates and histogram quantiles over the diagnosis window."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from exporter.diagnosis.window import Window, bucket_quantile
+from exporter.samples import HistogramSample, Sample
+from exporter.store import Snapshot
+
+INF = math.inf
+
+
+def snap(ts: float, *points) -> Snapshot:
+    return Snapshot(ts, list(points), {})
+
+
+def counter(value: float, **labels: str) -> Sample:
+    return Sample("llm_kv_cache_preemptions_total", {"server": "a", **labels}, value)
+
+
+def test_rate_sums_series_and_handles_a_reset():
+    w = Window(60)
+    w.add(snap(0, counter(10, rank="0"), counter(100, rank="1")))
+    w.add(snap(10, counter(30, rank="0"), counter(5, rank="1")))  # rank 1 restarted
+    assert w.counter_delta("llm_kv_cache_preemptions_total") == 20 + 5
+    assert w.rate("llm_kv_cache_preemptions_total") == 2.5
+
+
+def test_rate_unknown_with_one_snapshot_or_no_common_series():
+    w = Window(60)
+    w.add(snap(0, counter(1, rank="0")))
+    assert w.rate("llm_kv_cache_preemptions_total") is None
+    w.add(snap(1, counter(9, rank="1")))
+    assert w.rate("llm_kv_cache_preemptions_total") is None
+
+
+def test_window_drops_old_snapshots_but_keeps_the_span():
+    w = Window(5)
+    for t in range(20):
+        w.add(snap(float(t), counter(float(t))))
+    assert w.span >= 5 and w.span <= 6
+    assert w.rate("llm_kv_cache_preemptions_total") == 1.0
+
+
+def hist(ts: float, buckets, labels=None) -> Snapshot:
+    return snap(ts, HistogramSample("llm_request_ttft_seconds", labels or {"server": "a"}, tuple(buckets), 0.0, buckets[-1][1]))
+
+
+def test_quantile_of_the_window_delta_not_the_lifetime():
+    w = Window(60)
+    # lifetime: 1000 fast requests; during the window: 100 slow ones
+    w.add(hist(0, [(0.1, 1000), (1.0, 1000), (10.0, 1000), (INF, 1000)]))
+    w.add(hist(10, [(0.1, 1000), (1.0, 1000), (10.0, 1100), (INF, 1100)]))
+    q = w.quantile("llm_request_ttft_seconds", 0.95)
+    assert 1.0 < q <= 10.0
+
+
+def test_quantile_none_when_nothing_observed_in_the_window():
+    w = Window(60)
+    w.add(hist(0, [(0.1, 5), (INF, 5)]))
+    w.add(hist(1, [(0.1, 5), (INF, 5)]))
+    assert w.quantile("llm_request_ttft_seconds", 0.95) is None
+
+
+def test_quantile_merges_ranks_with_the_same_buckets():
+    w = Window(60)
+    w.add(snap(0, *(HistogramSample("llm_request_ttft_seconds", {"rank": r}, ((1.0, 0), (2.0, 0), (INF, 0)), 0, 0) for r in "01")))
+    w.add(snap(1,
+               HistogramSample("llm_request_ttft_seconds", {"rank": "0"}, ((1.0, 90), (2.0, 90), (INF, 90)), 0, 90),
+               HistogramSample("llm_request_ttft_seconds", {"rank": "1"}, ((1.0, 0), (2.0, 10), (INF, 10)), 0, 10)))
+    # 100 observations: 90 at <=1, 10 in (1,2]; p95 lies halfway into the second bucket
+    assert w.quantile("llm_request_ttft_seconds", 0.95) == 1.5
+
+
+def test_bucket_quantile_matches_prometheus_interpolation():
+    buckets = [(0.1, 10), (0.5, 60), (1.0, 100), (INF, 100)]
+    assert bucket_quantile(0.5, buckets) == 0.1 + 0.4 * (50 - 10) / 50
+    assert bucket_quantile(0.05, buckets) == 0.05
+    assert bucket_quantile(0.99, [(1.0, 1), (INF, 100)]) == 1.0  # in +Inf: highest finite bound
+    assert bucket_quantile(0.5, [(1.0, 0), (INF, 0)]) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(min_value=0.0, max_value=20.0), min_size=1, max_size=200), st.floats(min_value=0.01, max_value=0.99))
+def test_bucket_quantile_lies_in_the_bucket_holding_the_true_quantile(obs, q):
+    assume(abs(q * len(obs) - round(q * len(obs))) > 1e-6)  # a rank on a count boundary is ambiguous
+    bounds = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, INF]
+    buckets = [(le, sum(1 for o in obs if o <= le)) for le in bounds]
+    got = bucket_quantile(q, buckets)
+    true = sorted(obs)[max(0, math.ceil(q * len(obs)) - 1)]
+    assert got is not None
+    # the estimate and the truth share a bucket (or the truth is beyond the last finite bound)
+    upper = next(le for le in bounds if true <= le)
+    lower = max([0.0] + [le for le in bounds if le < upper])
+    if math.isinf(upper):
+        assert got == 10
+    else:
+        assert lower <= got <= upper
+
+
+def test_a_series_missing_from_the_oldest_snapshot_still_has_a_rate():
+    """The engine source had not sampled yet (or was stale) when the window began."""
+    w = Window(60)
+    w.add(snap(0))
+    w.add(snap(2, counter(10)))
+    w.add(snap(4, counter(20)))
+    assert w.rate("llm_kv_cache_preemptions_total") == 5.0
+    w2 = Window(60)
+    w2.add(snap(0))
+    w2.add(hist(1, [(1.0, 10), (INF, 10)]))
+    w2.add(hist(2, [(1.0, 10), (INF, 30)]))
+    assert w2.quantile("llm_request_ttft_seconds", 0.5) == 1.0  # all 20 new observations above 1 s
+
+
+def test_gauge_history_of_the_recent_seconds_only():
+    w = Window(60)
+    for t in range(10):
+        w.add(snap(float(t), Sample("llm_scheduler_requests_waiting", {}, float(t))))
+    def reduce(s: Snapshot) -> float | None:
+        return s.total("llm_scheduler_requests_waiting")
+
+    assert w.gauge_history(reduce) == [float(t) for t in range(10)]
+    assert w.gauge_history(reduce, seconds=3) == [6.0, 7.0, 8.0, 9.0]
