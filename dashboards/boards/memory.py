@@ -8,7 +8,7 @@ requests with usage far from full is fragmentation or a misjudged capacity.
 from __future__ import annotations
 
 from alerts.settings import Settings
-from dashboards.grafana import ENGINE, GPU, Dashboard, Panel, Row, Target
+from dashboards.grafana import ENGINE, GPU, SERVER, Dashboard, Panel, Row, Target
 
 UID = "llm-memory"
 LEGEND = "{{server}} {{model}}"
@@ -42,6 +42,17 @@ def build(s: Settings) -> Dashboard:
                 Target(f"max by (server, model) (llm_kv_cache_usage_ratio{{{ENGINE}}})", "kv usage " + LEGEND),
             ],
             min=0, right_axis=("^kv usage.*", "percentunit"),
+        ),
+        Panel(
+            "Predicted vs real concurrency",
+            "Predicted: KV capacity over the mean tokens a finished request held (prompt + output, over the last minute). "
+            "Real: requests running. Preemptions or waiting requests while running stays far below the prediction mean "
+            "the capacity is misjudged or fragmented: check block size, max-num-seqs and the token budget.",
+            [
+                Target(f"max by (server) (llm_kv_cache_predicted_max_concurrency{{{SERVER}}})", "predicted {{server}}"),
+                Target(f"sum by (server) (llm_scheduler_requests_running{{{ENGINE}}})", "running {{server}}"),
+            ],
+            min=0,
         ),
         Panel(
             "Prefix cache hit ratio",

@@ -1,7 +1,7 @@
 """The seven-layer diagnosis: which layer limits the service now, why, and what to do.
 
-``build_diagnosis(config, store)`` returns the two derived sources (``parallel``
-and ``diagnosis``) and the router serving ``GET /diagnosis`` (JSON) and ``GET /``
+``build_diagnosis(config, store)`` returns the derived sources (``parallel``,
+``diagnosis`` and ``capacity``) and the router serving ``GET /diagnosis`` (JSON) and ``GET /``
 (the live page). See docs/diagnosis.md for every cause, its evidence,
 thresholds and advice.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from exporter.diagnosis.capacity import CapacitySource
 from exporter.diagnosis.engine import DiagnosisEngine
 from exporter.diagnosis.parallel import ParallelSource
 from exporter.diagnosis.source import DiagnosisSource
@@ -43,6 +44,7 @@ def build_diagnosis(config: Config, store: SnapshotStore) -> DiagnosisBundle:
     sources: list[Source] = [
         ParallelSource(store, config.groups, config.gpu_interval, timeout=max(1.0, config.gpu_interval)),
         DiagnosisSource(store, engine, interval, timeout=max(1.0, interval)),
+        CapacitySource(store, config.engine_interval, timeout=max(1.0, config.engine_interval)),
     ]
     return DiagnosisBundle(sources=sources, router=build_router(engine), engine=engine)
 
