@@ -1,0 +1,229 @@
+"""`llm-layer-exporter ramp`: baseline, ramp concurrency, find the knee and the layer that saturates first.
+
+Exit status: 0 when every step ran (knee or not), 1 when the ramp could not
+start or stopped early (unreachable target or exporter, a model the server
+rejects, a step with only errors) - the report of the steps done so far is
+still written -, 2 for bad flags, 130 when interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from exporter.cli import UsageError
+
+EXIT_FAILED = 1
+EXIT_INTERRUPTED = 130
+
+
+def _concurrency_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError("expected positive integers")
+    if any(b <= a for a, b in zip(values, values[1:])):
+        raise argparse.ArgumentTypeError("expected strictly increasing values, e.g. 1,2,4,8")
+    return values
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    p = parser
+    p.add_argument("--target", required=True, help="OpenAI-compatible server root, e.g. http://127.0.0.1:8000")
+    p.add_argument("--exporter", required=True, help="the exporter watching that server, e.g. http://127.0.0.1:9750")
+    p.add_argument("--model", help="model name (default: the first one /v1/models lists)")
+    p.add_argument("--concurrency", type=_concurrency_list, default=[1, 2, 4, 8, 16, 32],
+                   help="concurrency of each step, strictly increasing (default 1,2,4,8,16,32)")
+    p.add_argument("--step-seconds", type=float, default=30.0, help="length of each step (default 30)")
+    p.add_argument("--prompt-tokens", type=int, default=512, help="prompt length in tokens (default 512)")
+    p.add_argument("--output-tokens", type=int, default=128, help="max_tokens of each request (default 128)")
+    p.add_argument("--shared-prefix-ratio", type=float, default=0.0,
+                   help="share of requests whose prompt starts with a shared prefix (default 0.0)")
+    p.add_argument("--shared-prefix-tokens", type=int, default=None,
+                   help="length of that shared prefix (default: half the prompt)")
+    p.add_argument("--report", type=Path, default=Path("ramp-report"),
+                   help="directory for report.json, report.md, report.png (default ./ramp-report)")
+    p.add_argument("--request-timeout", type=float, default=60.0, help="per-request timeout in seconds (default 60)")
+    p.add_argument("--max-requests-per-step", type=int, default=100_000,
+                   help="upper bound on the requests of one step (default 100000)")
+    p.add_argument("--sample-interval", type=float, default=1.0,
+                   help="seconds between two reads of the exporter during a step (default 1)")
+    p.add_argument("--warmup-fraction", type=float, default=0.25,
+                   help="share of each step whose exporter samples count only for counters (default 0.25)")
+    p.add_argument("--knee-scaling", type=float, default=0.5,
+                   help="knee when relative throughput gain / relative concurrency gain falls below this (default 0.5)")
+    p.add_argument("--ttft-jump", type=float, default=2.0,
+                   help="knee when TTFT p95 grows by at least this factor over the previous step (default 2)")
+    p.add_argument("--ttft-jump-min-ms", type=float, default=50.0,
+                   help="... and by at least this many milliseconds (default 50)")
+    p.add_argument("--max-error-share", type=float, default=0.05,
+                   help="knee when more than this share of a step's requests fail (default 0.05)")
+    p.add_argument("--seed", type=int, default=0, help="prompt generator seed (default 0)")
+    p.add_argument("--no-progress", action="store_true", help="print one line per step instead of live bars")
+
+
+def _validate(args: argparse.Namespace) -> None:
+    checks = [
+        (args.step_seconds > 0, "--step-seconds: expected a positive number"),
+        (args.prompt_tokens >= 1, "--prompt-tokens: expected at least 1"),
+        (args.output_tokens >= 1, "--output-tokens: expected at least 1"),
+        (0.0 <= args.shared_prefix_ratio <= 1.0, "--shared-prefix-ratio: expected a value from 0 to 1"),
+        (args.shared_prefix_tokens is None or 0 <= args.shared_prefix_tokens <= args.prompt_tokens,
+         "--shared-prefix-tokens: expected 0 to --prompt-tokens"),
+        (args.request_timeout > 0, "--request-timeout: expected a positive number"),
+        (args.max_requests_per_step >= 1, "--max-requests-per-step: expected at least 1"),
+        (args.sample_interval > 0, "--sample-interval: expected a positive number"),
+        (0.0 <= args.warmup_fraction < 1.0, "--warmup-fraction: expected a value from 0 up to (not including) 1"),
+        (args.knee_scaling > 0, "--knee-scaling: expected a positive number"),
+        (args.ttft_jump > 1, "--ttft-jump: expected a factor above 1"),
+        (args.ttft_jump_min_ms >= 0, "--ttft-jump-min-ms: expected 0 or more"),
+        (0.0 <= args.max_error_share < 1.0, "--max-error-share: expected a value from 0 up to (not including) 1"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise UsageError(message)
+
+
+def _config(args: argparse.Namespace, target: str, exporter: str, model: str | None) -> dict[str, Any]:
+    return {
+        "target": target,
+        "exporter": exporter,
+        "model": model,
+        "concurrency": list(args.concurrency),
+        "step_seconds": args.step_seconds,
+        "prompt_tokens": args.prompt_tokens,
+        "output_tokens": args.output_tokens,
+        "shared_prefix_ratio": args.shared_prefix_ratio,
+        "shared_prefix_tokens": _prefix_tokens(args),
+        "request_timeout_s": args.request_timeout,
+        "max_requests_per_step": args.max_requests_per_step,
+        "sample_interval_s": args.sample_interval,
+        "warmup_fraction": args.warmup_fraction,
+        "knee": {
+            "min_scaling": args.knee_scaling,
+            "ttft_jump_ratio": args.ttft_jump,
+            "ttft_jump_min_s": args.ttft_jump_min_ms / 1000.0,
+            "max_error_share": args.max_error_share,
+        },
+    }
+
+
+def _prefix_tokens(args: argparse.Namespace) -> int:
+    return args.prompt_tokens // 2 if args.shared_prefix_tokens is None else args.shared_prefix_tokens
+
+
+def run(args: argparse.Namespace) -> int:
+    _validate(args)
+    from rich.console import Console
+
+    from exporter.ramp.driver import RampOutcome, RampSettings, run_ramp
+    from exporter.ramp.knee import KneeCriteria
+    from exporter.ramp.load import LoadSettings, make_step_loader
+    from exporter.ramp.model import RampError
+    from exporter.ramp.preflight import check_target, target_base
+    from exporter.ramp.probe import ExporterProbe
+    from exporter.ramp.progress import RichObserver, step_line
+    from exporter.ramp.report import build_report, write_all, write_json
+
+    console = Console(stderr=True)
+    target = target_base(args.target)
+    probe = ExporterProbe(args.exporter)
+    config = _config(args, target, probe.url, args.model)
+    report_dir: Path = args.report
+
+    def save(outcome: RampOutcome, final: bool) -> None:
+        report = build_report(outcome.steps, outcome.knee, outcome.saturation, config, outcome.error, complete=final)
+        if final:
+            write_all(report_dir, report, outcome.steps, outcome.knee, outcome.saturation)
+        else:
+            write_json(report_dir, report)
+
+    outcome = RampOutcome()
+    try:
+        try:
+            model = check_target(target, args.model, timeout=args.request_timeout)
+            config["model"] = model
+            for warning in probe.check():
+                console.print(f"[yellow]warning:[/] {warning}")
+        except RampError as err:
+            outcome.error = str(err)
+            save(outcome, final=True)
+            console.print(f"[bold red]ramp: error:[/] {err}\nreport (no steps) written to {report_dir}/")
+            return EXIT_FAILED
+        loader = make_step_loader(
+            LoadSettings(
+                base_url=target,
+                model=model,
+                step_seconds=args.step_seconds,
+                prompt_tokens=args.prompt_tokens,
+                output_tokens=args.output_tokens,
+                shared_prefix_ratio=args.shared_prefix_ratio,
+                shared_prefix_tokens=_prefix_tokens(args),
+                request_timeout_s=args.request_timeout,
+                max_requests_per_step=args.max_requests_per_step,
+                seed=args.seed,
+            )
+        )
+        settings = RampSettings(
+            concurrency=args.concurrency,
+            step_seconds=args.step_seconds,
+            sample_interval=args.sample_interval,
+            settle_fraction=args.warmup_fraction,
+            criteria=KneeCriteria(args.knee_scaling, args.ttft_jump, args.ttft_jump_min_ms / 1000.0, args.max_error_share),
+        )
+        console.print(
+            f"ramp: {target} model {model!r}, exporter {probe.url}, concurrency {','.join(map(str, args.concurrency))}, "
+            f"{args.step_seconds:g} s per step"
+        )
+        if args.no_progress:
+            outcome = run_ramp(settings, loader, probe, _LineObserver(console, step_line),
+                               on_step=lambda o: save(o, final=False))
+        else:
+            with RichObserver(len(args.concurrency), console) as observer:
+                outcome = run_ramp(settings, loader, probe, observer, on_step=lambda o: save(o, final=False))
+    finally:
+        probe.close()
+    save(outcome, final=True)
+    _print_verdict(console, outcome, report_dir)
+    if outcome.interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_FAILED if outcome.error else 0
+
+
+class _LineObserver:
+    """--no-progress: one plain line per finished step."""
+
+    def __init__(self, console: Any, render: Any) -> None:
+        self.console, self.render = console, render
+
+    def step_started(self, index: int, concurrency: int, seconds: float) -> None:
+        self.console.print(f"step {index + 1}: concurrency {concurrency} for {seconds:g} s")
+
+    def sample(self, scrape: Any, diagnosis: Any) -> None:
+        pass
+
+    def step_finished(self, step: Any, knee: Any) -> None:
+        self.console.print(self.render(step, knee))
+
+
+def _print_verdict(console: Any, outcome: Any, report_dir: Path) -> None:
+    if outcome.error:
+        console.print(f"[bold red]ramp: error:[/] {outcome.error}")
+    if outcome.knee is None:
+        console.print("[green]no knee[/] within the tested concurrencies")
+    else:
+        console.print(f"[bold]knee at concurrency {outcome.knee.concurrency}[/] ({', '.join(outcome.knee.flags)})")
+    sat = outcome.saturation
+    if sat is not None:
+        console.print(
+            f"first saturated layer: [bold]{sat.layer}[/] ({sat.status}) at concurrency {sat.concurrency}, "
+            f"cause {sat.cause or 'unnamed'}"
+        )
+        for name, value in list(sat.evidence.items())[:6]:
+            console.print(f"  {name} = {value}")
+    console.print(f"report written to {report_dir}/ (report.json, report.md, report.png)", highlight=False)
+    sys.stderr.flush()

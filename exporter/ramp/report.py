@@ -1,0 +1,173 @@
+"""report.json and report.md: what the ramp measured and what it concluded.
+
+Why the JSON is written first and after every step: a ramp that dies half-way
+(server gone, a step with only errors) must still leave the steps it finished
+on disk; the Markdown and the PNG are derived views written after it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Sequence
+
+from exporter.ramp.knee import Saturation, baseline_saturated
+from exporter.ramp.model import Step
+from exporter.schema import LAYERS
+
+REPORT_VERSION = 1
+
+
+def build_report(
+    steps: Sequence[Step],
+    knee: Step | None,
+    saturation: Saturation | None,
+    config: dict[str, Any],
+    error: str | None = None,
+    complete: bool = True,
+) -> dict[str, Any]:
+    """The report.json document (keys ``steps``, ``knee``, ``first_saturated_layer``, ``cause`` and context)."""
+    return {
+        "version": REPORT_VERSION,
+        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "complete": complete and error is None,
+        "error": error,
+        "config": config,
+        "steps": [s.to_dict() for s in steps],
+        "knee": knee.to_dict() if knee is not None else None,
+        "first_saturated_layer": saturation.layer if saturation else None,
+        "cause": saturation.cause if saturation else None,
+        "saturation": asdict(saturation) if saturation else None,
+        "baseline_saturated": baseline_saturated(steps),
+        "totals": {
+            "requests": sum(s.client.requests for s in steps),
+            "errors": sum(s.client.errors for s in steps),
+            "timeouts": sum(s.client.timeouts for s in steps),
+            "output_tokens": sum(s.client.output_tokens for s in steps),
+        },
+    }
+
+
+def write_json(directory: Path, report: dict[str, Any]) -> Path:
+    """Write report.json atomically (a reader never sees half a file)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "report.json"
+    tmp = directory / ".report.json.tmp"
+    tmp.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v * 1000:.0f}"
+
+
+def _num(v: float | None, fmt: str = "{:.2f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def _gauge(step: Step, name: str, which: str = "max", fmt: str = "{:.2f}") -> str:
+    stat = step.exporter.gauges.get(name)
+    return "-" if stat is None else fmt.format(getattr(stat, which))
+
+
+def _flags(step: Step) -> str:
+    """Confirmed flags, then transient ones in parentheses."""
+    parts = list(step.flags) + [f"({f}, transient)" for f in step.transient_flags]
+    return ", ".join(parts) or "-"
+
+
+def _layer_cell(step: Step, layer: str) -> str:
+    lf = step.diagnosis.layers.get(layer)
+    if lf is None:
+        return "-"
+    score = "" if lf.score_mean is None else f" {lf.score_mean:.2f}"
+    mark = {"bottleneck": "**B**", "warning": "W", "ok": "ok"}.get(lf.status, "?")
+    return mark + score
+
+
+def render_markdown(report: dict[str, Any], steps: Sequence[Step], knee: Step | None, saturation: Saturation | None) -> str:
+    """A readable summary: verdict first, then the step table, the layer map and the evidence."""
+    cfg = report["config"]
+    out = ["# Ramp report", ""]
+    out.append(
+        f"Target `{cfg.get('target')}` (model `{cfg.get('model') or '?'}`), exporter `{cfg.get('exporter')}`; "
+        f"{cfg.get('step_seconds')} s per step, {cfg.get('prompt_tokens')} prompt / {cfg.get('output_tokens')} output tokens, "
+        f"shared prefix ratio {cfg.get('shared_prefix_ratio')}."
+    )
+    out.append("")
+    if report.get("error"):
+        out += [f"**Stopped early:** {report['error']}", ""]
+    if knee is None:
+        tested = ", ".join(str(s.concurrency) for s in steps) or "none"
+        out.append(f"**No knee** within the tested concurrencies ({tested}): throughput kept scaling and TTFT p95 did not jump.")
+    else:
+        out.append(f"**Knee at concurrency {knee.concurrency}** (step {knee.index + 1}): {', '.join(knee.flags)}.")
+    out.append("")
+    if saturation is not None:
+        where = "at the knee" if knee is not None and saturation.step_index == knee.index else f"at concurrency {saturation.concurrency}"
+        out.append(
+            f"**First saturated layer: `{saturation.layer}`** ({saturation.status}, score "
+            f"{_num(saturation.score)}) {where}; cause `{saturation.cause or 'unnamed'}`."
+        )
+        if not saturation.crossed:
+            out.append("No layer crossed from `ok` during the ramp; this layer was already saturated at the baseline.")
+        if saturation.evidence:
+            out += ["", "Evidence:", ""] + [f"- `{k}` = {v}" for k, v in saturation.evidence.items()]
+        if saturation.advice:
+            out += ["", f"Advice: {saturation.advice}"]
+    elif knee is not None:
+        out.append("No layer of the diagnosis reached `warning` at or before the knee.")
+    if report.get("baseline_saturated"):
+        names = ", ".join(f"`{n}`" for n in report["baseline_saturated"])
+        out += ["", f"Already in warning/bottleneck at the baseline (concurrency {steps[0].concurrency}): {names}."]
+    out += ["", "![throughput, TTFT p95 and layer scores against concurrency](report.png)", ""]
+    out += ["## Steps", ""]
+    out.append(
+        "| conc | req/s | out tok/s | scaling | TTFT p50/p95/p99 ms | ITL p50/p95/p99 ms | ok / err / timeout "
+        "| KV max | waiting mean | preempt | busiest thread max | SM active mean | flags |"
+    )
+    out.append("|" + "---|" * 13)
+    for s in steps:
+        c = s.client
+        out.append(
+            f"| {s.concurrency} | {c.requests_per_s:.2f} | {c.output_tokens_per_s:.1f} | {_num(s.scaling)} "
+            f"| {_ms(c.ttft_s.p50)}/{_ms(c.ttft_s.p95)}/{_ms(c.ttft_s.p99)} "
+            f"| {_ms(c.itl_s.p50)}/{_ms(c.itl_s.p95)}/{_ms(c.itl_s.p99)} "
+            f"| {c.requests} / {c.errors} / {c.timeouts} | {_gauge(s, 'kv_cache_usage_ratio')} "
+            f"| {_gauge(s, 'requests_waiting', 'mean', '{:.1f}')} | {_num(s.exporter.counters.get('preemptions'), '{:.0f}')} "
+            f"| {_gauge(s, 'busiest_thread_cpu_ratio')} | {_gauge(s, 'sm_active_ratio', 'mean')} | {_flags(s)} |"
+        )
+    out += ["", "## Layers per step", "", "Status over the step (upper median of the samples) and mean score; **B** bottleneck, W warning, ? unknown.", ""]
+    out.append("| conc | " + " | ".join(LAYERS) + " |")
+    out.append("|" + "---|" * (len(LAYERS) + 1))
+    for s in steps:
+        out.append(f"| {s.concurrency} | " + " | ".join(_layer_cell(s, layer) for layer in LAYERS) + " |")
+    causes = [(s, cf) for s in steps for cf in s.diagnosis.causes]
+    if causes:
+        out += ["", "## Causes reported", "", "| conc | layer | cause | max score | share of step |", "|---|---|---|---|---|"]
+        for s, cf in causes:
+            out.append(f"| {s.concurrency} | {cf.layer} | `{cf.cause}` | {cf.score_max:.2f} | {cf.share:.0%} |")
+    errors = [(s, m) for s in steps for m in s.client.error_messages]
+    if errors:
+        out += ["", "## Client errors (first of each step)", ""] + [f"- concurrency {s.concurrency}: {m}" for s, m in errors]
+    t = report["totals"]
+    out += ["", f"Totals: {t['requests']} requests completed, {t['errors']} errors ({t['timeouts']} timeouts), {t['output_tokens']} output tokens.", ""]
+    return "\n".join(out)
+
+
+def write_all(
+    directory: Path, report: dict[str, Any], steps: Sequence[Step], knee: Step | None, saturation: Saturation | None
+) -> list[Path]:
+    """report.json, then report.md, then report.png; a plotting failure leaves the first two."""
+    written = [write_json(directory, report)]
+    md = directory / "report.md"
+    md.write_text(render_markdown(report, steps, knee, saturation))
+    written.append(md)
+    from exporter.ramp.plot import write_png  # matplotlib: only when a report is written
+
+    written.append(write_png(directory / "report.png", steps, knee, saturation))
+    return written
