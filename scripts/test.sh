@@ -4,7 +4,7 @@
 #   - Debian: prometheus (promtool 2.42), prometheus-alertmanager (amtool 0.25),
 #     chromium (page test), docker-compose 1.29 (compose file check)
 #   - .venv with the exporter and its test extras
-#   - the CPU build of vLLM and a tiny local model, cached under
+#   - the CPU build of vLLM, a llama.cpp server build and tiny local models, cached under
 #     ${LLM_EXPORTER_CACHE:-/var/cache/llm-layer-exporter} (created when missing)
 # Extra arguments go to pytest, e.g. `bash scripts/test.sh -m "not integration"`.
 set -euo pipefail
@@ -24,8 +24,13 @@ fi
 
 bash scripts/bootstrap.sh --test
 
+# Real engines for the integration tests, cached between runs (created when missing:
+# about 2-4 min for vLLM, 8-28 min for the llama.cpp server build on 2 cores).
 if [ "${LLM_EXPORTER_SKIP_VLLM:-0}" != "1" ]; then
   bash scripts/integration/setup_vllm.sh
+fi
+if [ "${LLM_EXPORTER_SKIP_LLAMACPP:-0}" != "1" ]; then
+  bash scripts/integration/setup_llamacpp.sh
 fi
 
 set +e

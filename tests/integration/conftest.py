@@ -1,0 +1,8 @@
+"""Real-engine integration tests: make ``integration_helpers`` importable in any import mode."""
+
+import sys
+from pathlib import Path
+
+HERE = str(Path(__file__).resolve().parent)
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)

