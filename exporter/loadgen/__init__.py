@@ -8,10 +8,17 @@ API::
 
 ``run_load(spec, stop=event, on_record=callback)`` ends at ``spec.duration_s``,
 after ``spec.max_requests``, or when ``stop`` is set; requests in flight then
-are cancelled and recorded as ``cancelled``. Streaming requests measure TTFT
-and inter-chunk latency on the client; a request that exceeds
-``spec.timeout_s`` closes its connection and may be retried
-(``spec.retries``), as are 429, 5xx and connection errors.
+are cancelled and recorded as ``cancelled``. With ``spec.drain=True`` the
+duration only stops new requests: those in flight finish (each bounded by
+``spec.timeout_s``, no retry after the deadline) and nothing is cancelled
+unless ``stop`` is set. Streaming requests measure TTFT and inter-chunk
+latency on the client; a request that exceeds ``spec.timeout_s`` closes its
+connection and may be retried (``spec.retries``), as are 429, 5xx and
+connection errors.
+
+Prompts never repeat from one run to the next: each run salts the unique part
+of its prompts (``spec.prompt_salt``, random unless set); only the shared
+prefixes (``spec.shared_prefix_ratio``) are meant to be reused, across runs too.
 """
 
 from exporter.loadgen.runner import run_load

@@ -12,6 +12,7 @@ import asyncio
 import json
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -139,11 +140,13 @@ async def _plain(client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> 
 
 
 async def issue(client: httpx.AsyncClient, spec: LoadSpec, model: str, index: int, prompt: str, prompt_tokens: int,
-                max_tokens: int, run_start: float, rng: random.Random | None = None) -> RequestRecord:
+                max_tokens: int, run_start: float, rng: random.Random | None = None,
+                may_retry: Callable[[], bool] = lambda: True) -> RequestRecord:
     """Send request ``index`` with retries; never raises except on cancellation.
 
     Backoff waits are jittered (x0.5-1.5) so that clients which failed together
-    do not retry in lock-step.
+    do not retry in lock-step. A retry starts only while ``may_retry()`` holds
+    (a draining run starts none: the final attempt's outcome is kept).
     """
     rng = rng or random.Random(index)
     path, body = request_body(spec, model, prompt, max_tokens)
@@ -159,9 +162,11 @@ async def issue(client: httpx.AsyncClient, spec: LoadSpec, model: str, index: in
             attempt = _Attempt("timeout", error=f"no complete answer within {spec.timeout_s:g} s")
         except httpx.HTTPError as err:
             attempt = _Attempt("connection_error", error=f"{type(err).__name__}: {err}")
-        if not attempt.retryable or n == spec.retries:
+        if not attempt.retryable or n == spec.retries or not may_retry():
             break
         await asyncio.sleep(spec.retry_backoff_s * (2 ** n) * (0.5 + rng.random()))
+        if not may_retry():
+            break
     end = time.perf_counter()
     return RequestRecord(
         index=index,

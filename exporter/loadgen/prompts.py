@@ -3,13 +3,18 @@
 Why words: one whitespace-separated word is one token to the simulator and
 roughly one to a real tokenizer, so "a 512-token prompt" means the same thing
 to both. Shared prefixes are deterministic per group and seed; the unique
-remainder carries the request index so that two requests never share more
-than their intended prefix.
+remainder carries the request index so that two requests of a run never share
+more than their intended prefix, and its first word carries the run's salt
+(``LoadSpec.prompt_salt``, random per run by default) so that two runs do not
+share it either. Salting that one word is enough: a prefix cache keys each
+block on everything before it, and it keeps the word count (the token count)
+of a prompt unchanged.
 """
 
 from __future__ import annotations
 
 import random
+import secrets
 
 from exporter.loadgen.spec import LoadSpec
 
@@ -30,6 +35,8 @@ class PromptFactory:
     def __init__(self, spec: LoadSpec, rng: random.Random) -> None:
         self.spec = spec
         self.rng = rng
+        #: never drawn from ``rng``: the salt must not shift the seeded lengths and prefix choices
+        self.salt = secrets.token_hex(4) if spec.prompt_salt is None else spec.prompt_salt
         self._prefixes: dict[int, list[str]] = {}
 
     def prefix(self, group: int) -> list[str]:
@@ -48,5 +55,8 @@ class PromptFactory:
         if self.spec.shared_prefix_tokens and self.rng.random() < self.spec.shared_prefix_ratio:
             group = self.rng.randrange(self.spec.prefix_groups)
             words = self.prefix(group)[: max(0, length - 1)]
-        words = words + [f"r{index}w{j}" for j in range(length - len(words))]
+        unique = [f"r{index}w{j}" for j in range(length - len(words))]  # the prefix leaves at least one
+        if self.salt:
+            unique[0] = f"{self.salt}.{unique[0]}"
+        words = words + unique
         return " ".join(words), length, max_tokens

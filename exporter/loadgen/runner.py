@@ -5,7 +5,10 @@ concurrency gets; an open loop (Poisson arrivals) keeps arriving whatever the
 server does, which is what builds queues and backlogs. Both cap in-flight
 requests at ``concurrency`` so the generator itself stays bounded. When the run
 ends, requests still in flight are cancelled (their connections close) and
-recorded as ``cancelled``.
+recorded as ``cancelled`` - unless the spec asks to ``drain``: then, at
+``duration_s``, issuing stops and the requests in flight finish on their own,
+within ``timeout_s`` (plus ``DRAIN_GRACE_S``, after which any left are
+cancelled all the same).
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ from exporter.loadgen.client import discover_model, issue
 from exporter.loadgen.prompts import PromptFactory
 from exporter.loadgen.spec import LoadResult, LoadSpec, RequestRecord
 from exporter.loadgen.summary import summarize
+
+#: slack after a drain's ``timeout_s`` before what is still in flight is cancelled anyway
+DRAIN_GRACE_S = 1.0
 
 
 class _Tally:
@@ -52,6 +58,10 @@ async def run_load(
 ) -> LoadResult:
     """Run ``spec`` to its end (duration, request count or ``stop``) and return records + summary.
 
+    With ``spec.drain`` the duration ends issuing, not the run: requests in
+    flight then finish (bounded by ``spec.timeout_s``); ``stop`` still ends the
+    run at once.
+
     Raises ValueError for a bad spec or an unbounded run (no duration, no
     request limit, no stop event), and httpx errors if the model cannot be
     discovered (``spec.model`` unset and ``GET /v1/models`` fails).
@@ -70,6 +80,8 @@ async def run_load(
         loop = asyncio.get_running_loop()
         run_start = time.perf_counter()
         deadline = None if spec.duration_s is None else loop.time() + spec.duration_s
+        # when the run ends: at the deadline, or once a drain has had its chance
+        end = None if deadline is None else deadline + (spec.timeout_s + DRAIN_GRACE_S if spec.drain else 0.0)
         indexes = itertools.count()
         in_flight: dict[asyncio.Task[RequestRecord], tuple[int, int, int, float]] = {}
         slots = asyncio.Semaphore(spec.concurrency)
@@ -77,6 +89,10 @@ async def run_load(
 
         def done_issuing() -> bool:
             return (stop is not None and stop.is_set()) or (deadline is not None and loop.time() >= deadline)
+
+        def may_retry() -> bool:
+            # a draining run starts no retry after issuing stopped; any other run cancels what is in flight at its end
+            return not (spec.drain and done_issuing())
 
         def record(rec: RequestRecord) -> None:
             tally.add(rec)
@@ -89,7 +105,7 @@ async def run_load(
             assert task is not None
             in_flight[task] = (index, n_prompt, n_max, time.perf_counter())  # type: ignore[index]
             try:
-                record(await issue(client, spec, model, index, prompt, n_prompt, n_max, run_start, rng))
+                record(await issue(client, spec, model, index, prompt, n_prompt, n_max, run_start, rng, may_retry))
             finally:
                 in_flight.pop(task, None)  # type: ignore[arg-type]
 
@@ -113,11 +129,13 @@ async def run_load(
             children: set[asyncio.Task[None]] = set()
             try:
                 while not done_issuing():
-                    await asyncio.sleep(rng.expovariate(spec.rate))
+                    gap = rng.expovariate(spec.rate)
+                    # no arrival after the deadline: wake there (a draining run waits for this task)
+                    await asyncio.sleep(gap if deadline is None else min(gap, max(0.0, deadline - loop.time())))
                     if done_issuing():
                         break
-                    await slots.acquire()
-                    index = next_index()
+                    await slots.acquire()  # may wait past the deadline for a request to end
+                    index = None if done_issuing() else next_index()
                     if index is None:
                         slots.release()
                         break
@@ -142,9 +160,9 @@ async def run_load(
             while not finished.is_set():
                 if stop is not None and stop.is_set():
                     break
-                wait = 0.1 if deadline is None else max(0.0, min(0.1, deadline - loop.time()))
-                if deadline is not None and loop.time() >= deadline:
+                if end is not None and loop.time() >= end:
                     break
+                wait = 0.1 if end is None else max(0.0, min(0.1, end - loop.time()))
                 try:
                     await asyncio.wait_for(finished.wait(), wait)
                 except asyncio.TimeoutError:

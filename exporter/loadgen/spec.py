@@ -24,6 +24,18 @@ class LoadSpec:
     a real tokenizer gives a similar count for these synthetic words).
     A run ends at ``duration_s``, after ``max_requests`` requests, or when the
     caller's stop event is set — at least one of them must bound it.
+
+    ``drain``: at ``duration_s`` no new request (nor retry) starts, and the
+    requests in flight run to completion, each bounded by ``timeout_s``,
+    instead of being cancelled (a cancelled stream is an abort on the server).
+    The run's duration then includes that drain tail. The stop event always
+    ends a run at once, cancelling what is in flight, drain or not.
+
+    ``prompt_salt``: the unique part of every prompt starts with it. Left
+    None, each run draws a fresh random salt, so a run never repeats an
+    earlier run's prompts (a server's prefix cache cannot serve one run from
+    another); only the shared prefixes (``shared_prefix_ratio``), deterministic
+    per ``seed``, repeat across runs. Set it to repeat a run's prompts exactly.
     """
 
     base_url: str
@@ -36,12 +48,16 @@ class LoadSpec:
     rate: float | None = None
     duration_s: float | None = 10.0
     max_requests: int | None = None
+    #: at ``duration_s`` let the requests in flight finish (bounded by ``timeout_s``) instead of cancelling them
+    drain: bool = False
     prompt_tokens: tuple[tuple[int, float], ...] = ((128, 0.5), (512, 0.4), (2048, 0.1))
     max_tokens: tuple[tuple[int, float], ...] = ((64, 1.0),)
     #: share of requests whose prompt starts with one of ``prefix_groups`` shared prefixes
     shared_prefix_ratio: float = 0.0
     shared_prefix_tokens: int = 256
     prefix_groups: int = 1
+    #: starts the unique part of every prompt; None: a fresh random salt per run ("": none, prompts repeat)
+    prompt_salt: str | None = None
     #: per attempt, seconds; on expiry the connection is closed (the server sees an abort)
     timeout_s: float = 30.0
     connect_timeout_s: float = 5.0
@@ -82,6 +98,8 @@ class LoadSpec:
             raise ValueError("retries, retry_backoff_s and ramp_up_s: expected 0 or more")
         if self.max_records < 1:
             raise ValueError("max_records: expected at least 1")
+        if self.prompt_salt is not None and any(c.isspace() for c in self.prompt_salt):
+            raise ValueError("prompt_salt: expected a string without whitespace (it is part of one word)")
 
 
 @dataclass

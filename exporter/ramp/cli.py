@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from exporter.cli import UsageError
+from exporter.ramp.knee import KneeCriteria
 
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
@@ -31,6 +34,67 @@ def _concurrency_list(text: str) -> list[int]:
     return values
 
 
+class _Rule(NamedTuple):
+    #: (value, all args) -> valid?
+    valid: Callable[[Any, argparse.Namespace], bool]
+    expected: str
+
+
+class _Option(NamedTuple):
+    """One flag of the command: how it parses and what a valid value is."""
+
+    flag: str
+    type: Callable[[str], Any]
+    default: Any
+    help: str
+    rule: _Rule | None = None  # None: anything that parses
+
+    @property
+    def dest(self) -> str:
+        return self.flag[2:].replace("-", "_")
+
+
+_POSITIVE = _Rule(lambda v, _: v > 0, "expected a positive number")
+_AT_LEAST_1 = _Rule(lambda v, _: v >= 1, "expected at least 1")
+_SHARE = _Rule(lambda v, _: 0.0 <= v <= 1.0, "expected a value from 0 to 1")
+_SHARE_BELOW_1 = _Rule(lambda v, _: 0.0 <= v < 1.0, "expected a value from 0 up to (not including) 1")
+
+#: the flags after --concurrency, in --help order; ``_validate`` checks them in this order too
+_OPTIONS = (
+    _Option("--step-seconds", float, 30.0, "length of each step (default 30)", _POSITIVE),
+    _Option("--prompt-tokens", int, 512, "prompt length in tokens (default 512)", _AT_LEAST_1),
+    _Option("--output-tokens", int, 128, "max_tokens of each request (default 128)", _AT_LEAST_1),
+    _Option("--shared-prefix-ratio", float, 0.0,
+            "share of requests whose prompt starts with a shared prefix (default 0.0)", _SHARE),
+    _Option("--shared-prefix-tokens", int, None, "length of that shared prefix (default: half the prompt)",
+            _Rule(lambda v, args: v is None or 0 <= v <= args.prompt_tokens, "expected 0 to --prompt-tokens")),
+    _Option("--report", Path, Path("ramp-report"),
+            "directory for report.json, report.md, report.png (default ./ramp-report)"),
+    _Option("--request-timeout", float, 60.0, "per-request timeout in seconds (default 60)", _POSITIVE),
+    _Option("--max-requests-per-step", int, 100_000, "upper bound on the requests of one step (default 100000)",
+            _AT_LEAST_1),
+    _Option("--sample-interval", float, 1.0,
+            "seconds between two reads of the exporter during a step (default 1)", _POSITIVE),
+    _Option("--warmup-fraction", float, 0.25,
+            "share of each step whose exporter samples count only for counters (default 0.25)", _SHARE_BELOW_1),
+    _Option("--knee-scaling", float, 0.5,
+            "knee when relative throughput gain / relative concurrency gain falls below this (default 0.5)",
+            _POSITIVE),
+    _Option("--ttft-jump", float, 2.0,
+            "knee when TTFT p95 grows by at least this factor over the previous step (default 2)",
+            _Rule(lambda v, _: v > 1, "expected a factor above 1")),
+    _Option("--ttft-jump-min-ms", float, 50.0, "... and by at least this many milliseconds (default 50)",
+            _Rule(lambda v, _: v >= 0, "expected 0 or more")),
+    _Option("--max-error-share", float, 0.05,
+            "knee when more than this share of a step's requests fail (default 0.05)", _SHARE_BELOW_1),
+    _Option("--seed", int, 0, "prompt generator seed (default 0)"),
+)
+
+#: report config keys that are LoadSettings fields of the same name
+_LOAD_KEYS = ("step_seconds", "prompt_tokens", "output_tokens", "shared_prefix_ratio", "shared_prefix_tokens",
+              "request_timeout_s", "max_requests_per_step")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     p = parser
     p.add_argument("--target", required=True, help="OpenAI-compatible server root, e.g. http://127.0.0.1:8000")
@@ -38,54 +102,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="model name (default: the first one /v1/models lists)")
     p.add_argument("--concurrency", type=_concurrency_list, default=[1, 2, 4, 8, 16, 32],
                    help="concurrency of each step, strictly increasing (default 1,2,4,8,16,32)")
-    p.add_argument("--step-seconds", type=float, default=30.0, help="length of each step (default 30)")
-    p.add_argument("--prompt-tokens", type=int, default=512, help="prompt length in tokens (default 512)")
-    p.add_argument("--output-tokens", type=int, default=128, help="max_tokens of each request (default 128)")
-    p.add_argument("--shared-prefix-ratio", type=float, default=0.0,
-                   help="share of requests whose prompt starts with a shared prefix (default 0.0)")
-    p.add_argument("--shared-prefix-tokens", type=int, default=None,
-                   help="length of that shared prefix (default: half the prompt)")
-    p.add_argument("--report", type=Path, default=Path("ramp-report"),
-                   help="directory for report.json, report.md, report.png (default ./ramp-report)")
-    p.add_argument("--request-timeout", type=float, default=60.0, help="per-request timeout in seconds (default 60)")
-    p.add_argument("--max-requests-per-step", type=int, default=100_000,
-                   help="upper bound on the requests of one step (default 100000)")
-    p.add_argument("--sample-interval", type=float, default=1.0,
-                   help="seconds between two reads of the exporter during a step (default 1)")
-    p.add_argument("--warmup-fraction", type=float, default=0.25,
-                   help="share of each step whose exporter samples count only for counters (default 0.25)")
-    p.add_argument("--knee-scaling", type=float, default=0.5,
-                   help="knee when relative throughput gain / relative concurrency gain falls below this (default 0.5)")
-    p.add_argument("--ttft-jump", type=float, default=2.0,
-                   help="knee when TTFT p95 grows by at least this factor over the previous step (default 2)")
-    p.add_argument("--ttft-jump-min-ms", type=float, default=50.0,
-                   help="... and by at least this many milliseconds (default 50)")
-    p.add_argument("--max-error-share", type=float, default=0.05,
-                   help="knee when more than this share of a step's requests fail (default 0.05)")
-    p.add_argument("--seed", type=int, default=0, help="prompt generator seed (default 0)")
+    for opt in _OPTIONS:
+        p.add_argument(opt.flag, type=opt.type, default=opt.default, help=opt.help)
     p.add_argument("--no-progress", action="store_true", help="print one line per step instead of live bars")
 
 
 def _validate(args: argparse.Namespace) -> None:
-    checks = [
-        (args.step_seconds > 0, "--step-seconds: expected a positive number"),
-        (args.prompt_tokens >= 1, "--prompt-tokens: expected at least 1"),
-        (args.output_tokens >= 1, "--output-tokens: expected at least 1"),
-        (0.0 <= args.shared_prefix_ratio <= 1.0, "--shared-prefix-ratio: expected a value from 0 to 1"),
-        (args.shared_prefix_tokens is None or 0 <= args.shared_prefix_tokens <= args.prompt_tokens,
-         "--shared-prefix-tokens: expected 0 to --prompt-tokens"),
-        (args.request_timeout > 0, "--request-timeout: expected a positive number"),
-        (args.max_requests_per_step >= 1, "--max-requests-per-step: expected at least 1"),
-        (args.sample_interval > 0, "--sample-interval: expected a positive number"),
-        (0.0 <= args.warmup_fraction < 1.0, "--warmup-fraction: expected a value from 0 up to (not including) 1"),
-        (args.knee_scaling > 0, "--knee-scaling: expected a positive number"),
-        (args.ttft_jump > 1, "--ttft-jump: expected a factor above 1"),
-        (args.ttft_jump_min_ms >= 0, "--ttft-jump-min-ms: expected 0 or more"),
-        (0.0 <= args.max_error_share < 1.0, "--max-error-share: expected a value from 0 up to (not including) 1"),
-    ]
-    for ok, message in checks:
-        if not ok:
-            raise UsageError(message)
+    for opt in _OPTIONS:
+        if opt.rule is not None and not opt.rule.valid(getattr(args, opt.dest), args):
+            raise UsageError(f"{opt.flag}: {opt.rule.expected}")
+
+
+def _criteria(args: argparse.Namespace) -> KneeCriteria:
+    return KneeCriteria(args.knee_scaling, args.ttft_jump, args.ttft_jump_min_ms / 1000.0, args.max_error_share)
 
 
 def _config(args: argparse.Namespace, target: str, exporter: str, model: str | None) -> dict[str, Any]:
@@ -103,12 +132,7 @@ def _config(args: argparse.Namespace, target: str, exporter: str, model: str | N
         "max_requests_per_step": args.max_requests_per_step,
         "sample_interval_s": args.sample_interval,
         "warmup_fraction": args.warmup_fraction,
-        "knee": {
-            "min_scaling": args.knee_scaling,
-            "ttft_jump_ratio": args.ttft_jump,
-            "ttft_jump_min_s": args.ttft_jump_min_ms / 1000.0,
-            "max_error_share": args.max_error_share,
-        },
+        "knee": asdict(_criteria(args)),
     }
 
 
@@ -121,7 +145,6 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from exporter.ramp.driver import RampOutcome, RampSettings, run_ramp
-    from exporter.ramp.knee import KneeCriteria
     from exporter.ramp.load import LoadSettings, make_step_loader
     from exporter.ramp.model import RampError
     from exporter.ramp.preflight import check_target, target_base
@@ -155,25 +178,13 @@ def run(args: argparse.Namespace) -> int:
             console.print(f"[bold red]ramp: error:[/] {err}\nreport (no steps) written to {report_dir}/")
             return EXIT_FAILED
         loader = make_step_loader(
-            LoadSettings(
-                base_url=target,
-                model=model,
-                step_seconds=args.step_seconds,
-                prompt_tokens=args.prompt_tokens,
-                output_tokens=args.output_tokens,
-                shared_prefix_ratio=args.shared_prefix_ratio,
-                shared_prefix_tokens=_prefix_tokens(args),
-                request_timeout_s=args.request_timeout,
-                max_requests_per_step=args.max_requests_per_step,
-                seed=args.seed,
-            )
-        )
+            LoadSettings(base_url=target, model=model, seed=args.seed, **{k: config[k] for k in _LOAD_KEYS}))
         settings = RampSettings(
             concurrency=args.concurrency,
             step_seconds=args.step_seconds,
             sample_interval=args.sample_interval,
             settle_fraction=args.warmup_fraction,
-            criteria=KneeCriteria(args.knee_scaling, args.ttft_jump, args.ttft_jump_min_ms / 1000.0, args.max_error_share),
+            criteria=_criteria(args),
         )
         console.print(
             f"ramp: {target} model {model!r}, exporter {probe.url}, concurrency {','.join(map(str, args.concurrency))}, "

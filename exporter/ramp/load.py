@@ -9,11 +9,13 @@ N requests at every step boundary makes the application layer report
 ``retries_and_timeouts`` for its own doing, and makes the engine's finished
 counters disagree with the client's. The step's duration therefore includes the
 drain tail, and throughput is output tokens of completed requests over it.
+The load generator does the draining (``LoadSpec.drain``); tests/ramp checks
+that no request of a step is ever cancelled.
 
-The load generator has no drain option (yet): issuing stops by lowering the
-spec's ``max_requests`` to 0 at the step deadline, which its closed-loop
-clients read before each request. tests/ramp checks that no request is
-cancelled, so a change there shows up as a failing test, not as skewed figures.
+Why a fresh prompt salt per step (``LoadSpec.prompt_salt`` left None): request
+*n* of every step would otherwise send the same text, and an engine with
+prefix caching would serve later steps partly from what earlier ones cached.
+Only the shared prefix (``--shared-prefix-ratio``) is meant to be reused.
 
 A step that sees only failures stops early instead of spinning for its full
 length against a dead server.
@@ -24,7 +26,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from exporter.loadgen import LoadResult, LoadSpec, RequestRecord, run_load
+from exporter.loadgen import LoadResult, LoadSpec, LoadSummary, RequestRecord, run_load
 from exporter.ramp.driver import StepLoader
 from exporter.ramp.model import ClientFigures, Percentiles
 
@@ -47,9 +49,17 @@ class LoadSettings:
     seed: int = 0
 
 
-def client_figures(result: LoadResult) -> ClientFigures:
-    """The step's client-side row from a loadgen result."""
-    s = result.summary
+#: ClientFigures fields that LoadSummary holds under the same name
+_SAME_FIGURES = ("duration_s", "errors", "timeouts", "cancelled", "output_tokens", "requests_per_s",
+                 "output_tokens_per_s")
+
+
+def _percentiles(summary: LoadSummary, name: str) -> Percentiles:
+    return Percentiles(*(getattr(summary, f"{name}_p{q}_s") for q in (50, 95, 99)))
+
+
+def _error_messages(result: LoadResult) -> list[str]:
+    """The first few distinct error messages of a step."""
     messages: list[str] = []
     for rec in result.records:
         if rec.status in ("ok", "cancelled") or not rec.error:
@@ -59,18 +69,18 @@ def client_figures(result: LoadResult) -> ClientFigures:
             messages.append(msg[:300])
         if len(messages) >= MAX_ERROR_MESSAGES:
             break
+    return messages
+
+
+def client_figures(result: LoadResult) -> ClientFigures:
+    """The step's client-side row from a loadgen result."""
+    s = result.summary
     return ClientFigures(
-        duration_s=s.duration_s,
         requests=s.ok,
-        errors=s.errors,
-        timeouts=s.timeouts,
-        cancelled=s.cancelled,
-        output_tokens=s.output_tokens,
-        requests_per_s=s.requests_per_s,
-        output_tokens_per_s=s.output_tokens_per_s,
-        ttft_s=Percentiles(s.ttft_p50_s, s.ttft_p95_s, s.ttft_p99_s),
-        itl_s=Percentiles(s.itl_p50_s, s.itl_p95_s, s.itl_p99_s),
-        error_messages=messages,
+        ttft_s=_percentiles(s, "ttft"),
+        itl_s=_percentiles(s, "itl"),
+        error_messages=_error_messages(result),
+        **{name: getattr(s, name) for name in _SAME_FIGURES},
     )
 
 
@@ -81,8 +91,9 @@ def build_spec(settings: LoadSettings, concurrency: int, step_index: int) -> Loa
         endpoint="completions",
         stream=True,
         concurrency=concurrency,
-        # hard bound: issuing stops at step_seconds (see _run_step), the drain ends within one timeout
-        duration_s=settings.step_seconds + settings.request_timeout_s + 1.0,
+        # issuing stops at step_seconds; the requests in flight then finish, each within the timeout
+        duration_s=settings.step_seconds,
+        drain=True,
         max_requests=settings.max_requests_per_step,
         prompt_tokens=((settings.prompt_tokens, 1.0),),
         max_tokens=((settings.output_tokens, 1.0),),
@@ -91,11 +102,12 @@ def build_spec(settings: LoadSettings, concurrency: int, step_index: int) -> Loa
         timeout_s=settings.request_timeout_s,
         retries=0,
         seed=settings.seed + step_index,
+        prompt_salt=None,  # a fresh salt per step: no step replays another's prompts
     )
 
 
-async def _run_step(spec: LoadSpec, issue_s: float) -> LoadResult:
-    """Issue for ``issue_s`` seconds, then let the requests in flight finish."""
+async def _run_step(spec: LoadSpec) -> LoadResult:
+    """Run one draining step; a step that sees only failures stops at once."""
     stop = asyncio.Event()
     limit = max(FAIL_FAST_AFTER, 2 * spec.concurrency)
     state = {"ok": 0, "failed_in_a_row": 0}
@@ -109,14 +121,7 @@ async def _run_step(spec: LoadSpec, issue_s: float) -> LoadResult:
             if state["ok"] == 0 and state["failed_in_a_row"] >= limit:
                 stop.set()
 
-    def stop_issuing() -> None:
-        spec.max_requests = 0  # closed-loop clients issue no further request; in-flight ones finish
-
-    handle = asyncio.get_running_loop().call_later(issue_s, stop_issuing)
-    try:
-        return await run_load(spec, stop=stop, on_record=on_record)
-    finally:
-        handle.cancel()
+    return await run_load(spec, stop=stop, on_record=on_record)
 
 
 def make_step_loader(settings: LoadSettings) -> StepLoader:
@@ -126,6 +131,6 @@ def make_step_loader(settings: LoadSettings) -> StepLoader:
     def load_step(concurrency: int) -> ClientFigures:
         spec = build_spec(settings, concurrency, calls["n"])
         calls["n"] += 1
-        return client_figures(asyncio.run(_run_step(spec, settings.step_seconds)))
+        return client_figures(asyncio.run(_run_step(spec)))
 
     return load_step

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 
 import httpx
 import pytest
 
-from exporter.loadgen import LoadSpec, percentile, run_load, summarize
+from exporter.loadgen import LoadResult, LoadSpec, percentile, run_load, summarize
 from exporter.loadgen.prompts import PromptFactory
 from exporter.loadgen.spec import RequestRecord
-from tests.simulator.sim_helpers import sim_server
+from tests.simulator.sim_helpers import sim_server, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +48,56 @@ def test_duration_bounds_the_run_and_cancels_what_is_in_flight(url: str) -> None
     s = result.summary
     assert s.cancelled == 3 and s.errors == 0
     assert 1.0 <= s.duration_s < 15.0
+
+
+def _aborted(url: str) -> int:
+    return int(httpx.get(url + "/sim/state").json()["requests"]["finished"].get("abort", 0))
+
+
+@pytest.mark.parametrize("rate", [None, 20.0], ids=["closed_loop", "open_loop"])
+def test_drain_lets_requests_in_flight_finish_after_the_deadline(url: str, rate: float | None) -> None:
+    aborted_before = _aborted(url)
+    # ~1 s per request here: the ones started before the deadline are still running at it
+    result = asyncio.run(run_load(spec(url, duration_s=0.5, drain=True, rate=rate, concurrency=3,
+                                       max_tokens=((1500, 1.0),), timeout_s=30.0)))
+    s = result.summary
+    assert s.cancelled == 0 and s.errors == 0 and s.ok == s.requests >= 1
+    assert all(r.status == "ok" and r.output_tokens == 1500 for r in result.records)
+    assert all(r.start_s < 0.5 + 0.2 for r in result.records)  # nothing starts after the deadline
+    assert max(r.start_s + (r.total_s or 0.0) for r in result.records) > 0.5  # something ran past it
+    assert 0.5 < s.duration_s < 30.0  # the drain tail counts in the run's duration
+    assert _aborted(url) == aborted_before  # the server saw no request closed early
+
+
+def test_drain_is_bounded_by_the_request_timeout_and_retries_nothing() -> None:
+    # the batching window holds every request for 30 s: each attempt can only time out
+    with sim_server("healthy", "vllm", time_scale=1.0, batch_wait_s=30.0) as srv:
+        base = {"concurrency": 2, "duration_s": 0.3, "drain": True, "timeout_s": 1.0, "retries": 3,
+                "retry_backoff_s": 0.01, "prompt_tokens": ((10, 1.0),), "max_tokens": ((4, 1.0),)}
+        result = asyncio.run(run_load(LoadSpec(srv.base_url, **base)))  # type: ignore[arg-type]
+        s = result.summary
+        # the requests in flight at the deadline end by their own timeout, and no retry starts after it
+        assert s.timeouts == 2 and s.cancelled == 0 and all(r.attempts == 1 for r in result.records)
+        assert 1.0 <= s.duration_s < 0.3 + 1.0 + 5.0
+
+        async def stopped_while_draining() -> LoadResult:
+            stop = asyncio.Event()
+            asyncio.get_running_loop().call_later(0.6, stop.set)
+            return await run_load(LoadSpec(srv.base_url, **{**base, "timeout_s": 20.0}), stop=stop)  # type: ignore[arg-type]
+
+        stopped = asyncio.run(stopped_while_draining()).summary
+        assert stopped.cancelled == 2 and stopped.duration_s < 10.0  # the stop event still ends the run at once
+
+
+def test_runs_do_not_share_prompts_unless_salted_alike(url: str) -> None:
+    def hits_of_a_second_identical_run(**kw: object) -> int:
+        asyncio.run(run_load(spec(url, max_requests=3, concurrency=1, prompt_tokens=((64, 1.0),), **kw)))
+        before = httpx.get(url + "/sim/state").json()["prefix_cache"]["hit_tokens"]
+        asyncio.run(run_load(spec(url, max_requests=3, concurrency=1, prompt_tokens=((64, 1.0),), **kw)))
+        return int(httpx.get(url + "/sim/state").json()["prefix_cache"]["hit_tokens"] - before)
+
+    assert hits_of_a_second_identical_run() == 0  # a fresh salt per run: nothing to reuse
+    assert hits_of_a_second_identical_run(prompt_salt="fixed") > 0  # same salt: the same prompts again
 
 
 def test_non_streaming_and_chat(url: str) -> None:
@@ -87,10 +138,7 @@ def test_timeouts_are_retried_and_abort_on_the_server() -> None:
                                                prompt_tokens=((10, 1.0),), max_tokens=((4, 1.0),))))
         s = result.summary
         assert s.timeouts == 2 and s.retries == 4 and all(r.attempts == 3 for r in result.records)
-        aborted = lambda: httpx.get(srv.base_url + "/sim/state").json()["requests"]["finished"].get("abort", 0)
-        from tests.simulator.sim_helpers import wait_until
-
-        assert wait_until(lambda: aborted() == 6, 10)
+        assert wait_until(lambda: _aborted(srv.base_url) == 6, 10)
 
 
 def test_429_is_recorded_as_rejected_after_retries() -> None:
@@ -107,7 +155,7 @@ def test_unbounded_or_bad_specs_are_refused() -> None:
     with pytest.raises(ValueError, match="unbounded"):
         asyncio.run(run_load(LoadSpec("http://127.0.0.1:9", duration_s=None)))
     for bad in ({"concurrency": 0}, {"endpoint": "embeddings"}, {"prompt_tokens": ((0, 1.0),)}, {"shared_prefix_ratio": 2},
-                {"rate": -1.0}, {"retries": -1}):
+                {"rate": -1.0}, {"retries": -1}, {"prompt_salt": "a b"}):
         with pytest.raises(ValueError):
             LoadSpec("http://127.0.0.1:9", **bad).validate()  # type: ignore[arg-type]
     with pytest.raises(ValueError):
@@ -148,3 +196,19 @@ def test_prompt_factory_lengths_and_prefixes() -> None:
     assert len(heads) == 2  # two prefix groups
     tails = [text.split()[30:] for text, _, _ in made]
     assert len({tuple(t[:1]) for t in tails}) == 40  # the rest is unique per request
+
+
+def test_prompt_salt_makes_runs_unique_and_keeps_lengths_and_prefixes() -> None:
+    spec_ = LoadSpec("http://x", prompt_tokens=((20, 1.0),), shared_prefix_ratio=0.5, shared_prefix_tokens=8, seed=3)
+
+    def prompts(**kw: object) -> list[str]:
+        f = PromptFactory(dataclasses.replace(spec_, **kw), random.Random(3))  # type: ignore[arg-type]
+        return [f.make(i)[0] for i in range(20)]
+
+    first, second = prompts(), prompts()
+    assert all(len(a.split()) == len(b.split()) == 20 for a, b in zip(first, second))
+    assert not set(first) & set(second)  # each run draws its own salt
+    # the shared prefixes (seeded) still repeat across runs: a cache may reuse them, as asked
+    assert {" ".join(p.split()[:8]) for p in first} & {" ".join(p.split()[:8]) for p in second}
+    assert prompts(prompt_salt="s1") == prompts(prompt_salt="s1") != prompts(prompt_salt="s2")
+    assert all("." in p for p in first) and not any("." in p for p in prompts(prompt_salt=""))  # "": no salt
