@@ -84,17 +84,27 @@ def replay_copies(gpus: int) -> Iterator[str]:
 
 @contextlib.contextmanager
 def exporter(args: list[str], ready_sources: int = 1, timeout: float = 60.0) -> Iterator[tuple[subprocess.Popen, str]]:
-    """`llm-layer-exporter serve ARGS` as a subprocess; yields (process, base URL)."""
+    """`llm-layer-exporter serve ARGS` as a subprocess; yields (process, base URL).
+
+    Its output goes to a temporary file, never to a pipe nobody reads: a full
+    pipe would block the exporter's logging and with it the thread that logs.
+    """
     port = free_port()
     cmd = [sys.executable, "-m", "exporter", "serve", "--listen-address", f"127.0.0.1:{port}", *args]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    log = tempfile.TemporaryFile()
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
+
+    def log_tail() -> str:
+        log.seek(0)
+        return log.read().decode(errors="replace")[-2000:]
+
     try:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                raise RuntimeError(f"exporter exited: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}")
+                raise RuntimeError(f"exporter exited with {proc.returncode}: {log_tail()}")
             try:
                 text = requests.get(base + "/metrics", timeout=2).text
                 if text.count("llm_exporter_source_up{") >= ready_sources and ' 0.0\n' not in _up_lines(text):
@@ -103,7 +113,7 @@ def exporter(args: list[str], ready_sources: int = 1, timeout: float = 60.0) -> 
                 pass
             time.sleep(0.2)
         else:
-            raise RuntimeError("exporter did not become ready in time")
+            raise RuntimeError(f"exporter did not become ready in time: {log_tail()}")
         yield proc, base
     finally:
         proc.terminate()
@@ -112,6 +122,7 @@ def exporter(args: list[str], ready_sources: int = 1, timeout: float = 60.0) -> 
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+        log.close()
 
 
 def _up_lines(text: str) -> str:

@@ -38,11 +38,12 @@ def run(duration: float = 300.0, warmup: float = 20.0, report_every: float | Non
             proc = psutil.Process(popen.pid)
             session = requests.Session()
             time.sleep(warmup)
+            session.get(base + "/metrics", timeout=5)  # open the keep-alive connection before the baseline
             cpu0, t0 = _tree_cpu_seconds(proc), time.monotonic()
             rss0 = proc.memory_info().rss
             fds0 = proc.num_fds()
             rss_max = rss0
-            next_scrape = next_report = t0
+            next_scrape, next_report = t0 + SCRAPE_EVERY, t0
             while time.monotonic() - t0 < duration:
                 now = time.monotonic()
                 if now >= next_scrape:

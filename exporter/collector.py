@@ -102,6 +102,84 @@ def meta_points(states: Iterable[SourceState]) -> list[Point]:
     return points
 
 
+# --------------------------------------------------------------------------- direct text renderer
+# The 0.0.4 text format written straight from the points. prometheus_client's
+# generate_latest validates and escapes every label *name* of every sample
+# (~70 % of a cold render); schema names and labels are valid by construction,
+# so only label values need escaping. tests/core/test_collector.py checks the
+# bytes equal generate_latest's on the same points; OpenMetrics still goes
+# through prometheus_client.
+
+_ORDER = {name: i for i, name in enumerate(SPECS)}
+
+
+def _esc(v: str) -> str:
+    if "\\" in v or "\n" in v or '"' in v:
+        return v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+    return v
+
+
+def _header(spec: MetricSpec) -> str:
+    if spec.type == "counter":
+        mname = (spec.name[: -len("_total")] if spec.name.endswith("_total") else spec.name) + "_total"
+    else:
+        mname = spec.name
+    mtype = spec.type if spec.type in ("counter", "histogram") else "gauge"
+    help_text = spec.help.replace("\\", r"\\").replace("\n", r"\n")
+    return f"# HELP {mname} {help_text}\n# TYPE {mname} {mtype}\n"
+
+
+_HEADERS = {name: _header(spec) for name, spec in SPECS.items()}
+#: per spec: label names sorted (as generate_latest sorts them), with their index in spec.labels
+_SORTED = {name: sorted(range(len(s.labels)), key=s.labels.__getitem__) for name, s in SPECS.items()}
+
+
+def render_text(points: Iterable[Point], unknown: Callable[[str], None] | None = None) -> bytes:
+    lines: dict[str, list[str]] = {}
+    seen: dict[str, set[tuple[str, ...]]] = {}
+    for point in points:
+        spec = SPECS.get(point.name)
+        if spec is None:
+            if unknown:
+                unknown(point.name)
+            continue
+        name = spec.name
+        labels = point.labels
+        values = tuple([_esc(str(labels.get(label, ""))) for label in spec.labels])
+        fam_seen = seen.get(name)
+        if fam_seen is None:
+            fam_seen = seen[name] = set()
+            lines[name] = []
+        if values in fam_seen:
+            continue
+        fam_seen.add(values)
+        out = lines[name]
+        order = _SORTED[name]
+        if isinstance(point, HistogramSample):
+            if spec.type != "histogram":
+                continue
+            pairs = [(spec.labels[i], values[i]) for i in order]
+            base = ",".join(f'{k}="{v}"' for k, v in pairs)
+            # le sorts among the label names
+            before = ",".join(f'{k}="{v}"' for k, v in pairs if k < "le")
+            after = ",".join(f'{k}="{v}"' for k, v in pairs if k > "le")
+            pre = f"{name}_bucket{{" + (before + "," if before else "")
+            post = ("," + after if after else "") + "}"
+            for le, count in point.buckets:
+                out.append(f'{pre}le="{floatToGoString(le)}"{post} {floatToGoString(count)}\n')
+            lab = "{" + base + "}" if base else ""
+            out.append(f"{name}_count{lab} {floatToGoString(point.buckets[-1][1])}\n")
+            out.append(f"{name}_sum{lab} {floatToGoString(point.sum)}\n")
+        elif isinstance(point, Sample) and spec.type != "histogram":
+            lab = ",".join(f'{spec.labels[i]}="{values[i]}"' for i in order)
+            out.append(f"{name}{{{lab}}} {floatToGoString(point.value)}\n" if lab else f"{name} {floatToGoString(point.value)}\n")
+    parts: list[str] = []
+    for name in sorted(lines, key=_ORDER.__getitem__):
+        parts.append(_HEADERS[name])
+        parts.extend(lines[name])
+    return "".join(parts).encode()
+
+
 class _FamiliesCollector:
     """A throw-away prometheus_client collector over prepared families."""
 
@@ -137,9 +215,11 @@ class ExpositionCache:
                 return cached[1]
             snapshot = self.store.snapshot()
             points = meta_points(snapshot.sources.values()) + snapshot.points
-            families = families_from_points(points, self._note_unknown)
-            collector = _FamiliesCollector(families)
-            body = generate_latest_openmetrics(collector) if openmetrics else generate_latest(collector)  # type: ignore[arg-type]
+            if openmetrics:
+                collector = _FamiliesCollector(families_from_points(points, self._note_unknown))
+                body = generate_latest_openmetrics(collector)  # type: ignore[arg-type]
+            else:
+                body = render_text(points, self._note_unknown)
             self._cached[openmetrics] = (version, body)
             return body
 

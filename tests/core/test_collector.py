@@ -47,3 +47,27 @@ def test_openmetrics_negotiation() -> None:
     assert wants_openmetrics("text/plain;q=0.5, application/openmetrics-text;q=1")
     assert not wants_openmetrics("text/plain")
     assert not wants_openmetrics(None)
+
+
+def test_direct_renderer_writes_exactly_what_prometheus_client_writes() -> None:
+    from prometheus_client.exposition import generate_latest
+
+    from exporter.collector import _FamiliesCollector, render_text
+
+    eng = {"server": 'we"ird\\srv\nx', "engine": "vllm", "model": "", "rank": "0"}
+    points = [
+        Sample("llm_gpu_info", {"gpu": "0", "uuid": "GPU-1", "name": "H200", "source": "nvml"}, 1),
+        Sample("llm_gpu_power_watts", {"gpu": "0", "uuid": "GPU-1"}, float("nan")),
+        Sample("llm_gpu_sm_clock_hertz", {"gpu": "0", "uuid": "GPU-1"}, 1.98e9),
+        Sample("llm_gpu_energy_joules_total", {"gpu": "0", "uuid": "GPU-1"}, float("inf")),
+        Sample("llm_exporter_build_info", {"version": "1", "python_version": "3"}, 1),
+        Sample("llm_requests_finished_total", {**eng, "reason": "stop"}, 12),
+        Sample("llm_requests_finished_total", {**eng, "reason": "stop"}, 99),  # duplicate: first wins
+        Sample("llm_bottleneck_score", {"layer": "memory"}, float("nan")),
+        HistogramSample("llm_request_ttft_seconds", eng, ((0.005, 1), (2.5, 3), (float("inf"), 4)), 1e-7, 4),
+        HistogramSample("llm_gpu_power_watts", {"gpu": "1"}, ((1.0, 1), (float("inf"), 1)), 1, 1),  # wrong type: dropped
+        Sample("llm_request_ttft_seconds", eng, 3),  # a plain sample of a histogram: dropped
+        Sample("not_in_schema", {}, 1),
+    ]
+    expected = generate_latest(_FamiliesCollector(families_from_points(points)))  # type: ignore[arg-type]
+    assert render_text(points) == expected
