@@ -111,15 +111,22 @@ def gpu_idle(v: View, t: Thresholds) -> bool:
     return v[s.SM_MAX] < t.sm_idle and v.get(s.UTIL_MAX, 0.0) < t.busy_utilization
 
 
+def recent_p95(v: View, recent: str, window: str) -> float:
+    """A quantile over the recent seconds; the window's when nothing was observed recently."""
+    return v[recent] if recent in v else v[window]
+
+
 def _requests_really_wait(v: View, t: Thresholds) -> bool:
-    """Waiting is sustained: admitted requests waited long (queue-time p95), and some wait in the window.
+    """Waiting is sustained: admitted requests waited long (queue-time p95 over the recent
+    seconds), and some wait in those seconds.
 
     The waiting gauge alone flickers (0 on one scrape, 10 on the next) and a healthy
     server shows a waiting request now and then; the queue-time quantile does not.
     Engines without a queue-time histogram fall back to "waiting now".
     """
     if s.QUEUE_P95 in v:
-        return v.get(s.WAITING_MAX, v[s.WAITING]) >= 1 and v[s.QUEUE_P95] >= t.kv_queue_p95_seconds
+        return (v.get(s.WAITING_MAX, v[s.WAITING]) >= 1
+                and recent_p95(v, s.QUEUE_P95_RECENT, s.QUEUE_P95) >= t.kv_queue_p95_seconds)
     return v[s.WAITING] >= 1
 
 
@@ -165,13 +172,14 @@ def _low_acceptance(v: View, t: Thresholds) -> bool:
 
 
 def _batching_window(v: View, t: Thresholds) -> bool:
-    """TTFT high while the GPU idled throughout the recent seconds (a bursty GPU that
-    idles now and then, with requests queued behind long prefills, is not a batching window)."""
+    """TTFT high while the GPU idled throughout the time those requests waited (a bursty GPU
+    that idles now and then, with requests queued behind long prefills, is not a batching
+    window; nor is the tail of a burst or a backlog that has just drained)."""
     return (
-        v[s.TTFT_P95] >= t.batching_ttft_p95_seconds
+        recent_p95(v, s.TTFT_P95_RECENT, s.TTFT_P95) >= t.batching_ttft_p95_seconds
         and gpu_idle(v, t)
-        and v.get(s.UTIL_MAX_RECENT, 0.0) < t.busy_utilization
-        and v.get(s.WAITING, 0.0) < t.queue_backlog_requests
+        and v.get(s.UTIL_MAX_TTFT, v.get(s.UTIL_MAX_RECENT, 0.0)) < t.busy_utilization
+        and v.get(s.WAITING_MAX_TTFT, v.get(s.WAITING, 0.0)) < t.queue_backlog_requests
         and v.get(s.KV_USAGE_MAX, 0.0) < t.kv_usage_full
         and v.get(s.PREEMPTION_RATE, 0.0) <= t.preemption_rate_per_second
         and not host_saturated(v, t)
@@ -292,7 +300,7 @@ RULES: tuple[Rule, ...] = (
         condition=_kv_fragmentation,
         severity=lambda v, t: (ramp(v.get(s.WAITING_MAX, v[s.WAITING]), 0.0, t.queue_backlog_requests)
                                + ramp(t.kv_usage_low - v[s.KV_USAGE_MAX], 0.0, t.kv_usage_low)) / 2,
-        evidence=(s.WAITING, s.WAITING_MAX, s.QUEUE_P95, s.KV_USAGE_MAX, s.KV_USAGE, s.RUNNING, s.UTIL_MAX),
+        evidence=(s.WAITING, s.WAITING_MAX, s.QUEUE_P95_RECENT, s.QUEUE_P95, s.KV_USAGE_MAX, s.KV_USAGE, s.RUNNING, s.UTIL_MAX),
         advice="Requests queue although most of the KV cache is free: the scheduler believes it has no room. "
         "Check the block size and fragmentation, max_num_seqs (batch slots full while memory is free), a KV "
         "budget reserved for max_model_len instead of real lengths, or an admission watermark set too high.",
@@ -348,8 +356,10 @@ RULES: tuple[Rule, ...] = (
         "application", "batching_window_too_large", "service",
         requires=(s.TTFT_P95, s.SM_MAX),
         condition=_batching_window,
-        severity=lambda v, t: ramp(v[s.TTFT_P95], t.batching_ttft_p95_seconds, 4 * t.batching_ttft_p95_seconds),
-        evidence=(s.TTFT_P95, s.QUEUE_P95, s.SM_MAX, s.UTIL_MAX, s.UTIL_MAX_RECENT, s.WAITING, s.KV_USAGE_MAX),
+        severity=lambda v, t: ramp(recent_p95(v, s.TTFT_P95_RECENT, s.TTFT_P95), t.batching_ttft_p95_seconds,
+                                   4 * t.batching_ttft_p95_seconds),
+        evidence=(s.TTFT_P95_RECENT, s.TTFT_P95, s.QUEUE_P95_RECENT, s.SM_MAX, s.UTIL_MAX, s.UTIL_MAX_RECENT, s.UTIL_MAX_TTFT,
+                  s.WAITING, s.WAITING_MAX_TTFT, s.KV_USAGE_MAX),
         advice="Time to first token is high while the GPU idles and nothing piles up: requests are held back "
         "waiting for a batch to fill. Shorten the batching delay (Triton max_queue_delay_microseconds, TGI "
         "waiting_served_ratio / max_waiting_tokens, a gateway batch window) and let continuous batching "

@@ -69,6 +69,18 @@ PREEMPTION_RATE = "rate(llm_kv_cache_preemptions_total)"
 TTFT_P95 = "p95(llm_request_ttft_seconds)"
 ITL_P95 = "p95(llm_request_inter_token_seconds)"
 QUEUE_P95 = "p95(llm_scheduler_queue_seconds)"
+#: the same quantiles over the recent seconds: what requests see *now*, not diluted by the rest
+#: of the window (after a change, the old regime's requests outnumber the new ones). A p95 of a
+#: handful of requests is their maximum, so the look-back extends (one snapshot at a time, up to
+#: the window) until it holds at least MIN_QUANTILE_OBSERVATIONS requests.
+TTFT_P95_RECENT = "p95_over_recent(llm_request_ttft_seconds)"
+QUEUE_P95_RECENT = "p95_over_recent(llm_scheduler_queue_seconds)"
+MIN_QUANTILE_OBSERVATIONS = 20
+#: over the look-back of the recent TTFT p95 *and* that p95 before it: the requests whose first
+#: token was observed there arrived up to that long before, so this is what the GPU and the queue
+#: did while they waited
+UTIL_MAX_TTFT = "max_over_ttft_span(max(llm_gpu_utilization_ratio))"
+WAITING_MAX_TTFT = "max_over_ttft_span(sum(llm_scheduler_requests_waiting))"
 SPEC_DRAFT = "increase(llm_spec_decode_draft_tokens_total)"
 SPEC_ACCEPTANCE = "increase(llm_spec_decode_accepted_tokens_total) / increase(llm_spec_decode_draft_tokens_total)"
 #: finish reasons that mean the request did not complete normally
@@ -217,6 +229,17 @@ def service_signals(window: Window, gpus: Mapping[str, Mapping[str, float]], rec
     _put(v, TTFT_P95, window.quantile("llm_request_ttft_seconds", 0.95))
     _put(v, ITL_P95, window.quantile("llm_request_inter_token_seconds", 0.95))
     _put(v, QUEUE_P95, window.quantile("llm_scheduler_queue_seconds", 0.95))
+    _put(v, QUEUE_P95_RECENT, _first(window.recent_quantile("llm_scheduler_queue_seconds", 0.95, MIN_QUANTILE_OBSERVATIONS,
+                                                            recent_seconds)))
+    ttft = window.recent_quantile("llm_request_ttft_seconds", 0.95, MIN_QUANTILE_OBSERVATIONS, recent_seconds)
+    if ttft is not None:
+        v[TTFT_P95_RECENT] = ttft[0]
+        span = min(window.seconds, ttft[1] + ttft[0])
+        if util_hist:
+            _put(v, UTIL_MAX_TTFT, max(window.gauge_history(lambda s: s.maximum(UTIL), span), default=None))
+        if waiting_hist:
+            _put(v, WAITING_MAX_TTFT, max(window.gauge_history(lambda s: s.total("llm_scheduler_requests_waiting"), span),
+                                          default=None))
     drafted = window.counter_delta("llm_spec_decode_draft_tokens_total")
     accepted = window.counter_delta("llm_spec_decode_accepted_tokens_total")
     if drafted is not None:
@@ -225,6 +248,10 @@ def service_signals(window: Window, gpus: Mapping[str, Mapping[str, float]], rec
             v[SPEC_ACCEPTANCE] = accepted / drafted
     _failures(window, v)
     return v
+
+
+def _first(pair: tuple[float, float] | None) -> float | None:
+    return None if pair is None else pair[0]
 
 
 def _failures(window: Window, v: dict[str, float]) -> None:

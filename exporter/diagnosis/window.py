@@ -108,21 +108,21 @@ class Window:
 
     # ------------------------------------------------------------------ histograms
 
-    def histogram_delta_count(self, name: str) -> float | None:
-        """Observations added to the histogram over the window (None if unknown)."""
-        deltas = self._histogram_deltas(name)
+    def histogram_delta_count(self, name: str, seconds: float | None = None) -> float | None:
+        """Observations added to the histogram over the window, or its last ``seconds`` (None if unknown)."""
+        deltas = self._histogram_deltas(name, seconds)
         if deltas is None:
             return None
         return sum(buckets[-1][1] for buckets in deltas)
 
-    def quantile(self, name: str, q: float) -> float | None:
-        """The q-quantile of observations made during the window.
+    def quantile(self, name: str, q: float, seconds: float | None = None) -> float | None:
+        """The q-quantile of observations made during the window (or its last ``seconds``).
 
         Series with the same bucket bounds are merged (several ranks or servers);
         series with different bounds are judged apart and the worst is returned.
-        None when nothing was observed in the window.
+        None when nothing was observed in that time.
         """
-        deltas = self._histogram_deltas(name)
+        deltas = self._histogram_deltas(name, seconds)
         if not deltas:
             return None
         merged: dict[tuple[float, ...], list[float]] = {}
@@ -138,13 +138,47 @@ class Window:
         ]
         return max(found) if found else None
 
-    def _histogram_deltas(self, name: str) -> list[tuple[tuple[float, float], ...]] | None:
-        """Per series, bucket increases since its first sighting in the window."""
+    def recent_quantile(self, name: str, q: float, min_count: float, seconds: float = 0.0) -> tuple[float, float] | None:
+        """The q-quantile of the most recent observations: over the shortest look-back (at least
+        ``seconds``, then one snapshot further at a time, up to the whole window) that holds at least
+        ``min_count`` of them. Returns (quantile, seconds looked back); None when nothing was observed.
+
+        What requests see now, without a quantile of a handful of requests: a busy server answers
+        from its last second or two, a quiet one from as far back as it takes.
+        """
+        if len(self._snaps) < 2:
+            return None
+        latest = self._snaps[-1].timestamp
+        ages = sorted(latest - s.timestamp + 1e-6 for s in list(self._snaps)[:-1])
+        looks = ([seconds] if seconds > 0 else []) + [a for a in ages if a > seconds]
+        for look in looks:
+            n = self.histogram_delta_count(name, look)
+            if n is not None and n >= min_count:
+                value = self.quantile(name, q, look)
+                return None if value is None else (value, look)
+        value = self.quantile(name, q)
+        return None if value is None else (value, self.span)
+
+    def _since(self, seconds: float | None) -> list[Snapshot]:
+        """Snapshots before the latest that a delta over the last ``seconds`` starts from, oldest
+        first: those inside that time plus the last one at or before its start (so the delta spans it)."""
+        snaps = list(self._snaps)[:-1]
+        if seconds is None or not snaps:
+            return snaps
+        cutoff = self._snaps[-1].timestamp - seconds
+        first = 0
+        for i, snap in enumerate(snaps):
+            if snap.timestamp <= cutoff:
+                first = i
+        return snaps[first:]
+
+    def _histogram_deltas(self, name: str, seconds: float | None = None) -> list[tuple[tuple[float, float], ...]] | None:
+        """Per series, bucket increases since its first sighting in the window (or its last ``seconds``)."""
         if len(self._snaps) < 2:
             return None
         new = {_key(h.labels): h for h in self._snaps[-1].histograms(name)}
         old: dict[tuple, HistogramSample] = {}
-        for snap in list(self._snaps)[:-1]:
+        for snap in self._since(seconds):
             if len(old) == len(new):
                 break
             for h in snap.histograms(name):

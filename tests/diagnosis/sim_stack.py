@@ -161,18 +161,21 @@ class Stack:
             self.load.retire()
         self.scenario = scenario
 
-    def back_to_healthy(self, quiet_cycles: int = 3, timeout: float = 90.0) -> bool:
-        """Switch to healthy, retire the other loads, wait until ``quiet_cycles`` verdicts in a row hold no cause."""
+    def back_to_healthy(self, quiet_cycles: int = 3, timeout: float = 90.0, settle_s: float = 0.0) -> bool:
+        """Switch to healthy, retire the other loads, wait until ``quiet_cycles`` verdicts in a row hold
+        no cause and, with ``settle_s``, until healthy has run that long (so the diagnosis window holds
+        healthy data only, and the next switch starts from the same state whatever ran before)."""
         self.switch("healthy", retire=True)
+        settled = time.monotonic() + settle_s
         quiet = 0
         last = None
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + timeout + settle_s
         while time.monotonic() < deadline:
             v = self.verdict()
             if v["timestamp"] != last:
                 last = v["timestamp"]
                 quiet = quiet + 1 if not v["bottlenecks"] else 0
-                if quiet >= quiet_cycles:
+                if quiet >= quiet_cycles and time.monotonic() >= settled:
                     return True
             time.sleep(0.2)
         return False

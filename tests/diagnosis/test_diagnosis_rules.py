@@ -244,6 +244,38 @@ def test_batching_window_when_ttft_high_while_gpu_idles():
     assert "batching_window_too_large" not in causes(last(was_busy))
 
 
+def _after_a_fast_hour(name: str, slow: float, gpu_points, waiting=(0,) * 12, kv: float = 0.2) -> list:
+    """12 cycles: 1000 fast requests long ago (cycle 1), then 6 slow ones per cycle from cycle 7."""
+    out = []
+    for i in range(12):
+        obs = ([0.01] * 1000 if i >= 1 else []) + [slow] * (6 * max(0, i - 6))
+        out.append(gpu_points + engine(waiting=waiting[i], running=14, kv=kv) + [histogram(name, obs)])
+    return out
+
+
+def test_batching_window_judged_on_the_recent_requests_not_the_diluted_window():
+    idle = gpu(util=0.2, sm=0.1, tensor=0.05, dram=0.1)
+    v = last(_after_a_fast_hour("llm_request_ttft_seconds", 1.0, idle, waiting=(2,) * 12))
+    named = next(c for c in v.bottlenecks if c.cause == "batching_window_too_large")
+    assert named.evidence["p95(llm_request_ttft_seconds)"] < 0.5  # 30 slow of 1030: not the window's p95
+    assert named.evidence["p95_over_recent(llm_request_ttft_seconds)"] >= 0.5
+
+
+def test_batching_window_not_on_the_tail_of_a_drained_backlog():
+    """Slow first tokens that waited behind a queue that has just drained are no batching window."""
+    idle = gpu(util=0.2, sm=0.1, tensor=0.05, dram=0.1)
+    drained = (0, 0, 0, 0, 0, 0, 30, 30, 0, 0, 0, 0)
+    assert "batching_window_too_large" not in causes(last(_after_a_fast_hour("llm_request_ttft_seconds", 1.0, idle, drained)))
+
+
+def test_kv_fragmentation_judged_on_the_recent_queue_times():
+    busy = gpu(util=0.85, sm=0.68, tensor=0.3, dram=0.55)
+    v = last(_after_a_fast_hour("llm_scheduler_queue_seconds", 0.8, busy, waiting=(0,) * 7 + (10,) * 5))
+    assert "kv_fragmentation_or_capacity_misjudged" in causes(v)
+    quiet = last(_after_a_fast_hour("llm_scheduler_queue_seconds", 0.01, busy, waiting=(0,) * 7 + (10,) * 5))
+    assert "kv_fragmentation_or_capacity_misjudged" not in causes(quiet)
+
+
 def test_retries_and_timeouts_share_of_failed_requests():
     failing = run([healthy_gpu() + engine(finished={"stop": 4.0 * i, "abort": 1.0 * i}) for i in range(3)])
     c = next(c for c in failing[-1].bottlenecks if c.cause == "retries_and_timeouts")

@@ -125,3 +125,30 @@ def test_gauge_history_of_the_recent_seconds_only():
 
     assert w.gauge_history(reduce) == [float(t) for t in range(10)]
     assert w.gauge_history(reduce, seconds=3) == [6.0, 7.0, 8.0, 9.0]
+
+
+def test_quantile_over_the_last_seconds_only():
+    w = Window(20)
+    # 100 fast requests in the first 12 s, then 4 slow ones in the last 5 s
+    w.add(hist(0, [(0.1, 0), (1.0, 0), (10.0, 0), (INF, 0)]))
+    w.add(hist(12, [(0.1, 100), (1.0, 100), (10.0, 100), (INF, 100)]))
+    w.add(hist(17, [(0.1, 100), (1.0, 100), (10.0, 104), (INF, 104)]))
+    assert w.quantile("llm_request_ttft_seconds", 0.95) < 1.0  # diluted by the window
+    assert w.histogram_delta_count("llm_request_ttft_seconds", 5) == 4
+    assert w.quantile("llm_request_ttft_seconds", 0.95, 5) > 1.0  # what requests see now
+
+
+def test_recent_quantile_looks_back_until_it_has_enough_requests():
+    w = Window(20)
+    w.add(hist(0, [(0.1, 0), (1.0, 0), (10.0, 0), (INF, 0)]))
+    w.add(hist(10, [(0.1, 0), (1.0, 0), (10.0, 30), (INF, 30)]))  # 30 slow, 10 s ago
+    w.add(hist(18, [(0.1, 1), (1.0, 1), (10.0, 30), (INF, 31)]))
+    w.add(hist(19, [(0.1, 3), (1.0, 3), (10.0, 30), (INF, 33)]))  # then only 3 fast ones
+    value, look = w.recent_quantile("llm_request_ttft_seconds", 0.95, 20)
+    assert value > 1.0 and 9 < look < 10.1  # 3 requests are not a p95: it reached back to the slow ones
+    value, look = w.recent_quantile("llm_request_ttft_seconds", 0.95, 2)
+    assert value <= 0.1 and look < 1.1  # enough in the last cycle alone
+    value, look = w.recent_quantile("llm_request_ttft_seconds", 0.95, 2, seconds=5)
+    assert value <= 0.1 and look == 5
+    assert w.recent_quantile("llm_request_ttft_seconds", 0.95, 100)[1] == w.span  # never enough: the window
+    assert Window(20).recent_quantile("llm_request_ttft_seconds", 0.95, 20) is None

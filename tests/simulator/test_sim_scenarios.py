@@ -123,8 +123,11 @@ def test_host_bound_one_thread_saturated_while_sms_idle() -> None:
             got = samples(sim.base_url, 2, 0.5)
             load.stop()
     load_avg = psutil.getloadavg()[0] / (psutil.cpu_count() or 1)
-    # one full core, measured as CPU time; if the machine is oversubscribed, as CPU time + time waiting for a core
-    assert cpu >= 0.9 or (load_avg > 1.0 and wanted >= 0.9), (cpu, wanted, load_avg)
+    # one full core, measured as CPU time, or as CPU time + time waiting for a core: the thread wants
+    # the core all the time even when it does not get it. On a 2-CPU machine the load generator in this
+    # process and the simulator's HTTP thread compete with it for the cores (it then reads 0.85-0.9 CPU,
+    # 0.95-0.98 wanted), and a one-minute load average does not show a few seconds of that.
+    assert cpu >= 0.9 or wanted >= 0.9, (cpu, wanted, load_avg)
     assert others  # the HTTP thread exists beside the scheduler thread
     for s in got:
         assert s["gpus"][0]["sm_util"] < 30, s["gpus"][0]
