@@ -280,7 +280,9 @@ async def _view_loop(args: argparse.Namespace, sim_url: str, exporter_url: str |
     before: Reading | None = None
     last = start
     live = None
-    if not args.no_tui:
+    # a pipe or a log file gets plain lines: a live view only draws on a terminal
+    plain = args.no_tui or not sys.stdout.isatty()
+    if not plain:
         from rich.console import Console
         from rich.live import Live
 
@@ -298,7 +300,7 @@ async def _view_loop(args: argparse.Namespace, sim_url: str, exporter_url: str |
                 last = now_t
                 now, diagnosis, note = await _read(client, exporter_url, sim_url)
                 elapsed = now_t - start
-                if args.no_tui:
+                if plain:
                     line = plain_line(elapsed, args.scenario, now, before, verdict_text(diagnosis), load_text)
                     print(line + (f" [{note}]" if note else ""), flush=True)
                 elif live is not None:
