@@ -93,6 +93,9 @@ def llama() -> Llama:
             paths["LLAMA_SERVER"], "-m", paths["LLAMA_MODEL"],
             "--host", "127.0.0.1", "--port", str(port),
             "--metrics", "-np", str(SLOTS), "-c", "4096", "-t", "1",  # one compute thread leaves a core for HTTP and the client
+            # the default HTTP pool is max(slots + 2, cores - 1) = 6 threads: fewer than our
+            # concurrent requests, so the surplus waited at accept() and was never deferred
+            "--threads-http", str(CONCURRENCY + 4),
             # self-speculative n-gram drafts (no draft model); short n-grams so the
             # tiny model's repetitive greedy output produces drafts
             "--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2", "--spec-ngram-simple-size-m", "4",
