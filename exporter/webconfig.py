@@ -20,7 +20,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import hmac
 import ssl
 import threading
 from dataclasses import dataclass, field
@@ -139,6 +138,3 @@ def load_web_config(path: str) -> WebConfig:
         cfg.basic_auth_users[str(user)] = hashed.encode()
     return cfg
 
-
-def constant_time_equal(a: str, b: str) -> bool:
-    return hmac.compare_digest(a.encode(), b.encode())

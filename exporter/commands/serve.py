@@ -32,11 +32,10 @@ def setup_logging(level: str) -> None:
 def build_sources(config: Config, store):  # type: ignore[no-untyped-def]
     """Every source this config asks for, plus the derived ones; and contributed routers."""
     from exporter.diagnosis import build_diagnosis
-    from exporter.diagnosis.thresholds import Thresholds
     from exporter.gpu import build_gpu_source
 
-    try:
-        Thresholds.from_mapping(config.diagnosis)
+    try:  # first: a bad `diagnosis:` section must stop start-up before any GPU probe
+        bundle = build_diagnosis(config, store)
     except ValueError as err:
         raise UsageError(str(err)) from None
     sources = []
@@ -51,7 +50,6 @@ def build_sources(config: Config, store):  # type: ignore[no-untyped-def]
         from exporter.process import build_process_sources
 
         sources.extend(build_process_sources(config))
-    bundle = build_diagnosis(config, store)
     sources.extend(bundle.sources)
     return sources, [bundle.router]
 

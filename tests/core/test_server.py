@@ -1,7 +1,5 @@
 """The HTTP face on a real uvicorn server: exposition, negotiation, health, auth, TLS."""
 
-import datetime
-import ipaddress
 import shutil
 import ssl
 import subprocess
@@ -10,16 +8,13 @@ from pathlib import Path
 import bcrypt
 import pytest
 import requests
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from exporter.samples import HistogramSample, Sample
 from exporter.server import create_app
 from exporter.store import SnapshotStore
 from exporter.webconfig import load_web_config
 from tests.helpers import UvicornThread
+from tests.tls import self_signed_cert
 
 
 def _store() -> SnapshotStore:
@@ -91,31 +86,8 @@ def test_health_and_readiness() -> None:
         assert requests.get(base + "/readyz", timeout=5).status_code == 200
 
 
-def _self_signed(tmp: Path) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = tmp / "tls.crt", tmp / "tls.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return cert_path, key_path
-
-
 def test_tls_and_basic_auth_from_web_config(tmp_path: Path) -> None:
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed_cert(tmp_path)
     hashed = bcrypt.hashpw(b"hunter2", bcrypt.gensalt(rounds=4)).decode().replace("$2b$", "$2y$", 1)
     web = tmp_path / "web.yml"
     web.write_text(f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\nbasic_auth_users:\n  prom: '{hashed}'\n")

@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import logging
 import ssl
 from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from exporter.config import EngineConfig
 from exporter.engines.source import EngineSource, safe_url
@@ -20,6 +14,7 @@ from exporter.runner import SourceRunner
 from exporter.samples import SourceError
 from exporter.store import SnapshotStore
 from tests.engines.engine_helpers import fixture
+from tests.tls import self_signed_cert
 from tests.engines.engine_http import Behaviour, ClosingServer, EngineHTTPServer, closed_port_url
 
 VLLM = fixture("vllm-0.33-v1-2dp.prom").encode()
@@ -203,33 +198,9 @@ def test_userinfo_never_reaches_messages() -> None:
 # --------------------------------------------------------------------------- TLS
 
 
-def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return cert_path, key_path
-
-
 @pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
 def test_tls_ca_bundle_and_verify_switch(tmp_path: Path) -> None:
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed_cert(tmp_path)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(cert, key)
     with EngineHTTPServer(Behaviour(body=VLLM), tls=ctx) as srv:
