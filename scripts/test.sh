@@ -33,6 +33,10 @@ if [ "${LLM_EXPORTER_SKIP_LLAMACPP:-0}" != "1" ]; then
   bash scripts/integration/setup_llamacpp.sh
 fi
 
+# The test extras' console scripts (hadolint, check-jsonschema, kubernetes-validate) live in
+# .venv/bin: put it first on PATH so a bare environment finds them as the tests do.
+export PATH="$PWD/.venv/bin:$PATH"
+
 set +e
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
 rc=$?

