@@ -1,8 +1,9 @@
 """Render the store as Prometheus text or OpenMetrics, driven by the schema.
 
 Why cached: a scrape must cost next to nothing and never wait on a source. The
-rendered bytes are kept per (store version, format); concurrent scrapers and
-scrapes between two source updates reuse them.
+rendered bytes are kept per (store version, format) until the earliest moment
+the store's view changes by itself (a source going stale, an attempt timing
+out); concurrent scrapers and scrapes between two source updates reuse them.
 """
 
 from __future__ import annotations
@@ -191,12 +192,19 @@ class _FamiliesCollector:
 
 
 class ExpositionCache:
-    """Renders the store at most once per store version and format."""
+    """Renders the store at most once per store version and format, and never past its expiry.
+
+    A rendering is reused while the store has had no write *and* no source's
+    values have gone stale nor any attempt timed out since (the snapshot's
+    ``valid_until``): with no new writes a dead source's series still vanish
+    from /metrics on time.
+    """
 
     def __init__(self, store: SnapshotStore) -> None:
         self.store = store
         self._lock = threading.Lock()
-        self._cached: dict[bool, tuple[int, bytes]] = {}
+        #: openmetrics? -> (store version, monotonic expiry, body)
+        self._cached: dict[bool, tuple[int, float, bytes]] = {}
         self._unknown_logged: set[str] = set()
 
     def _note_unknown(self, name: str) -> None:
@@ -204,15 +212,20 @@ class ExpositionCache:
             self._unknown_logged.add(name)
             log.error("dropping metric %s: not declared in exporter.schema", name)
 
-    def render(self, openmetrics: bool = False) -> bytes:
-        version = self.store.version
+    def _reusable(self, openmetrics: bool) -> bytes | None:
         cached = self._cached.get(openmetrics)
-        if cached and cached[0] == version:
-            return cached[1]
+        if cached and cached[0] == self.store.version and self.store.monotonic() < cached[1]:
+            return cached[2]
+        return None
+
+    def render(self, openmetrics: bool = False) -> bytes:
+        body = self._reusable(openmetrics)
+        if body is not None:
+            return body
         with self._lock:
-            cached = self._cached.get(openmetrics)
-            if cached and cached[0] == version:
-                return cached[1]
+            body = self._reusable(openmetrics)
+            if body is not None:
+                return body
             snapshot = self.store.snapshot()
             points = meta_points(snapshot.sources.values()) + snapshot.points
             if openmetrics:
@@ -220,7 +233,7 @@ class ExpositionCache:
                 body = generate_latest_openmetrics(collector)  # type: ignore[arg-type]
             else:
                 body = render_text(points, self._note_unknown)
-            self._cached[openmetrics] = (version, body)
+            self._cached[openmetrics] = (snapshot.version, snapshot.valid_until, body)
             return body
 
 

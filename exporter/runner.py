@@ -3,6 +3,19 @@
 Why threads: NVML, DCGM, psutil and requests are blocking libraries; a thread
 per source keeps one slow source from delaying another, and the scrape path
 only reads the store.
+
+Why the loop is built to be calm on a starved node (a CPU vLLM keeping every
+core busy): a source is marked down only on a real miss, an error or an
+attempt that outlived its timeout, never because its loop woke late; after
+``BACKOFF_AFTER`` consecutive failures the next attempt waits longer, doubling
+up to ``BACKOFF_CAP`` intervals, so a failing source costs less while it fails;
+and up/down transitions are logged at most once per ``LOG_EVERY_S`` per source,
+the others counted and reported on the next line (``TransitionLog``).
+
+Why a watchdog: an attempt that hangs writes nothing. The store fails it as a
+``timeout`` once it outlives its timeout (see ``exporter.store``); the group's
+watchdog notices that within ``WATCH_PERIOD_S`` and logs the transition, so a
+hang is visible in the log as well as in ``llm_exporter_source_up``.
 """
 
 from __future__ import annotations
@@ -10,6 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Callable
 
 from exporter.samples import SourceError
 from exporter.sources import Source
@@ -17,83 +31,186 @@ from exporter.store import SnapshotStore
 
 log = logging.getLogger(__name__)
 
+#: consecutive failures before the next attempt is delayed beyond one interval
+BACKOFF_AFTER = 2
+#: the longest delay between attempts of a failing source, in intervals
+BACKOFF_CAP = 4.0
+#: at most one transition line per source in this many seconds
+LOG_EVERY_S = 60.0
+#: how often the group's watchdog looks for hung attempts and due log lines
+WATCH_PERIOD_S = 0.5
+#: how long stopping waits, in all, for in-flight samples before giving up on closing them
+STOP_WAIT_S = 5.0
+
+
+def backoff_delay(interval: float, failures: int) -> float:
+    """Seconds from one attempt's start to the next after ``failures`` consecutive failures."""
+    if failures <= BACKOFF_AFTER:
+        return interval
+    return interval * min(BACKOFF_CAP, 2.0 ** (failures - BACKOFF_AFTER))
+
+
+class TransitionLog:
+    """Logs one source's up/down transitions, at most one line per ``every`` seconds.
+
+    Transitions inside the quiet period are counted, not logged; the next line
+    (a new transition after the period, or ``flush`` once it is over) says how
+    many were left out and gives the state at that moment, so the log is never
+    left showing a stale state nor loses the count of flaps.
+    """
+
+    def __init__(self, name: str, every: float = LOG_EVERY_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.name = name
+        self.every = every
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._up: bool | None = None
+        self._detail = ""
+        self._logged_at: float | None = None
+        self.suppressed = 0
+        self.suppressed_total = 0
+
+    @property
+    def up(self) -> bool | None:
+        return self._up
+
+    def note(self, up: bool, detail: str = "") -> None:
+        """The source is now ``up`` (``detail``: why it is down); logs if it changed and is due."""
+        with self._lock:
+            if up == self._up:
+                return
+            first = self._up is None
+            self._up, self._detail = up, detail
+            if first and up:
+                return  # starting up fine is not news
+            now = self._clock()
+            if self._logged_at is None or now - self._logged_at >= self.every:
+                self._emit(now)
+            else:
+                self.suppressed += 1
+                self.suppressed_total += 1
+
+    def flush(self) -> None:
+        """Once the quiet period is over, log the current state if transitions were left out."""
+        with self._lock:
+            if self.suppressed and self._logged_at is not None and self._clock() - self._logged_at >= self.every:
+                self._emit(self._clock())
+
+    def _emit(self, now: float) -> None:
+        extra = ""
+        if self.suppressed:
+            extra = f" ({self.suppressed} transition(s) not logged in the last {now - (self._logged_at or now):.0f}s)"
+        if self._up:
+            log.info("source %s recovered%s", self.name, extra)
+        else:
+            log.warning("source %s down: %s%s", self.name, self._detail, extra)
+        self._logged_at = now
+        self.suppressed = 0
+
 
 class SourceRunner:
-    """Samples one source until stopped; logs once per up/down transition."""
+    """Samples one source until stopped; tells the store when each attempt starts."""
 
-    def __init__(self, source: Source, store: SnapshotStore, clock=time.monotonic) -> None:
+    def __init__(
+        self,
+        source: Source,
+        store: SnapshotStore,
+        clock: Callable[[], float] = time.monotonic,
+        log_every: float = LOG_EVERY_S,
+    ) -> None:
         self.source = source
         self.store = store
         self._clock = clock
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"source:{source.name}", daemon=True)
-        self._was_up: bool | None = None
-        store.register(source.name, source.interval)
+        self.transitions = TransitionLog(source.name, log_every)
+        self.failures = 0
+        self._crash_logged = False
+        store.register(source.name, source.interval, source.timeout)
 
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def request_stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout)
+
+    def stop(self, timeout: float = STOP_WAIT_S) -> None:
+        """Stop the loop; close the source only once no sample of it is running."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.warning("source %s: a sample is still running after %.1fs; not closing it", self.source.name, timeout)
+            return
         try:
             self.source.close()
         except Exception:  # closing must never take the exporter down
             log.exception("closing source %s failed", self.source.name)
 
-    def sample_once(self) -> None:
-        """One attempt: record success or failure in the store."""
+    def sample_once(self) -> bool:
+        """One attempt: record success or failure in the store; True on success."""
+        name = self.source.name
+        self.store.begin_attempt(name)
         started = self._clock()
         try:
             result = self.source.sample()
         except SourceError as err:
-            duration = self._clock() - started
-            self.store.record_failure(self.source.name, err, duration)
-            self._transition(False, str(err))
-            return
+            self._fail(err, self._clock() - started)
+            return False
         except Exception as exc:  # a bug in a source must not kill its loop
-            duration = self._clock() - started
             err = SourceError("internal", f"{type(exc).__name__}: {exc}")
-            self.store.record_failure(self.source.name, err, duration)
-            if self._was_up is not False:
-                log.exception("source %s raised unexpectedly", self.source.name)
-            self._transition(False, str(err))
-            return
+            if not self._crash_logged:
+                log.exception("source %s raised unexpectedly", name)
+                self._crash_logged = True
+            self._fail(err, self._clock() - started)
+            return False
         duration = self._clock() - started
         if duration > self.source.timeout:
-            err = SourceError("timeout", f"sample took {duration:.2f}s, over the {self.source.timeout:.2f}s timeout")
-            self.store.record_failure(self.source.name, err, duration)
-            self._transition(False, str(err))
-            return
-        self.store.record_success(self.source.name, result.points, duration, result.partial_errors)
+            msg = f"sample took {duration:.2f}s, over the {self.source.timeout:.2f}s timeout"
+            self._fail(SourceError("timeout", msg), duration)
+            return False
+        self.store.record_success(name, result.points, duration, result.partial_errors)
         for perr in result.partial_errors:
-            log.debug("source %s partial fault: %s", self.source.name, perr)
-        self._transition(True, "")
+            log.debug("source %s partial fault: %s", name, perr)
+        self.failures = 0
+        self._crash_logged = False
+        self.transitions.note(True)
+        return True
 
-    def _transition(self, up: bool, detail: str) -> None:
-        if up == self._was_up:
-            return
-        if up:
-            if self._was_up is False:
-                log.info("source %s recovered", self.source.name)
-        else:
-            log.warning("source %s down: %s", self.source.name, detail)
-        self._was_up = up
+    def _fail(self, err: SourceError, duration: float) -> None:
+        self.store.record_failure(self.source.name, err, duration)
+        self.failures += 1
+        self.transitions.note(False, str(err))
+
+    def check_overdue(self) -> None:
+        """Called by the watchdog: log a hung attempt as down while it hangs."""
+        err = self.store.overdue(self.source.name)
+        if err is not None:
+            self.transitions.note(False, str(err))
+        self.transitions.flush()
+
+    def next_delay(self) -> float:
+        """Seconds from the last attempt's start to the next one."""
+        return backoff_delay(self.source.interval, self.failures)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
             started = self._clock()
             self.sample_once()
+            self.transitions.flush()
             elapsed = self._clock() - started
-            self._stop.wait(max(0.0, self.source.interval - elapsed))
+            self._stop.wait(max(0.0, self.next_delay() - elapsed))
 
 
 class RunnerGroup:
-    """Starts and stops a set of runners together."""
+    """Starts and stops a set of runners together, with one watchdog for all of them."""
 
-    def __init__(self, store: SnapshotStore) -> None:
+    def __init__(self, store: SnapshotStore, watch_period: float = WATCH_PERIOD_S) -> None:
         self.store = store
         self.runners: list[SourceRunner] = []
+        self.watch_period = watch_period
+        self._stop = threading.Event()
+        self._watchdog = threading.Thread(target=self._watch, name="source-watchdog", daemon=True)
 
     def add(self, source: Source) -> SourceRunner:
         runner = SourceRunner(source, self.store)
@@ -103,9 +220,23 @@ class RunnerGroup:
     def start(self) -> None:
         for r in self.runners:
             r.start()
+        self._watchdog.start()
 
-    def stop(self) -> None:
+    def _watch(self) -> None:
+        while not self._stop.wait(self.watch_period):
+            for r in self.runners:
+                try:
+                    r.check_overdue()
+                except Exception:  # the watchdog must outlive any one source
+                    log.exception("watchdog check of %s failed", r.source.name)
+
+    def stop(self, timeout: float = STOP_WAIT_S) -> None:
+        """Stop every loop; wait at most ``timeout`` in all for samples still running."""
+        self._stop.set()
         for r in self.runners:
-            r._stop.set()
+            r.request_stop()
+        deadline = time.monotonic() + timeout
         for r in self.runners:
-            r.stop()
+            r.stop(max(0.0, deadline - time.monotonic()))
+        if self._watchdog.is_alive():
+            self._watchdog.join(timeout)

@@ -13,6 +13,9 @@ from typing import Mapping, Union
 
 from exporter.schema import SOURCE_ERROR_REASONS
 
+#: longest error message the store keeps (longer ones are cut)
+MAX_ERROR_MESSAGE = 300
+
 
 @dataclass(frozen=True, slots=True)
 class Sample:
@@ -57,6 +60,16 @@ class SourceError(Exception):
 
     def __str__(self) -> str:
         return f"{self.reason}: {self.message}"
+
+    def detached(self) -> SourceError:
+        """A copy to keep: reason and a message cut to ``MAX_ERROR_MESSAGE`` characters.
+
+        Why: a raised error carries its traceback, cause and context, and
+        through their frames whatever the failed attempt had parsed; a stored
+        error must hold nothing after the attempt returns.
+        """
+        message = self.message if len(self.message) <= MAX_ERROR_MESSAGE else self.message[: MAX_ERROR_MESSAGE - 3] + "..."
+        return SourceError(self.reason, message)
 
 
 @dataclass

@@ -14,6 +14,10 @@ class Source(Protocol):
     ``process:<server>``, ``parallel``, ``diagnosis``.
     ``sample()`` may block up to about ``timeout`` seconds; it raises
     :class:`exporter.samples.SourceError` on failure. A scrape never calls it.
+    An attempt still running after ``timeout`` is reported down (reason
+    ``timeout``) while it runs, and its late result is discarded, so a
+    source need not police its own deadline to be safe (it should, to free
+    its thread). ``close()`` is never called while a sample is running.
     """
 
     name: str

@@ -1,46 +1,117 @@
-"""Latest sample of every source, with staleness and per-source health.
+"""Latest sample of every source, with staleness, liveness and per-source health.
 
 Why: each source samples on its own loop and writes here; a scrape and the
 diagnosis only read. A slow or dead source therefore never slows /metrics, and
 a source's values vanish once they are older than two of its intervals rather
 than being served stale forever.
+
+Why two clocks: freshness, staleness and the deadline of an attempt in flight
+are measured on the monotonic clock, so a wall-clock step (NTP, a VM resumed,
+an operator's ``date -s``) neither expires every value nor keeps dead ones
+alive. Wall time is kept only for what is exported as a Unix time
+(``llm_exporter_source_last_success_timestamp_seconds``, a verdict's time).
+
+Why attempts are tracked here: a source whose ``sample()`` hangs writes
+nothing, so the store learns of each attempt's start (``begin_attempt``) and
+turns one older than its timeout into a ``timeout`` failure on its own, while
+it hangs: the source reads down, its values are dropped, and the error is
+counted once for that attempt.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterable, Iterator, Mapping
 
 from exporter.samples import HistogramSample, Point, Sample, SourceError
 
 STALE_AFTER_INTERVALS = 2.0
 
+Clock = Callable[[], float]
+
+
+def wall_now() -> float:
+    """Unix time, looked up on every call (so a test can step the wall clock)."""
+    return time.time()
+
 
 @dataclass
 class SourceState:
-    """Health and the latest points of one source."""
+    """Health and the latest points of one source.
+
+    ``last_success`` is wall time (exported); every ``*_mono`` field and
+    ``in_flight_since`` are monotonic (freshness and deadlines).
+    """
 
     name: str
     interval: float
+    timeout: float | None = None
     up: bool = False
     attempted: bool = False
     last_duration: float = 0.0
     last_success: float | None = None
+    last_success_mono: float | None = None
     last_error: SourceError | None = None
     errors: dict[str, int] = field(default_factory=dict)
     points: list[Point] = field(default_factory=list)
+    #: monotonic start of the attempt running now (None between attempts)
+    in_flight_since: float | None = None
+    #: the running attempt outlived its timeout (already counted as a ``timeout``)
+    overdue: bool = False
+
+    def overdue_at(self) -> float | None:
+        """When the running attempt becomes a timeout (None: none running, no timeout, or already)."""
+        if self.in_flight_since is None or self.timeout is None or self.overdue:
+            return None
+        return self.in_flight_since + self.timeout
+
+    def stale_at(self) -> float | None:
+        """Monotonic time after which the points are no longer served (None: not served now).
+
+        Two intervals after the last success; an attempt that started before
+        then and is still within its timeout keeps them up to one timeout
+        longer, so a loop that merely woke late does not blank its source.
+        """
+        if self.last_success_mono is None or self.overdue:
+            return None
+        at = self.last_success_mono + STALE_AFTER_INTERVALS * self.interval
+        running = self.overdue_at()
+        if running is not None and self.in_flight_since is not None and self.in_flight_since <= at:
+            at = max(at, min(running, at + (self.timeout or 0.0)))
+        return at
 
     def fresh(self, now: float) -> bool:
-        return self.last_success is not None and now - self.last_success <= STALE_AFTER_INTERVALS * self.interval
+        """Whether the points are served at monotonic time ``now``."""
+        at = self.stale_at()
+        return at is not None and now <= at
 
 
 class Snapshot:
-    """An immutable, timestamped view of every fresh point, with small query helpers."""
+    """An immutable view of every fresh point, with small query helpers.
 
-    def __init__(self, timestamp: float, points: list[Point], sources: Mapping[str, SourceState]):
+    ``timestamp`` is wall time (for what is shown or exported); ``monotonic``
+    is the time to compute spans and rates with; ``valid_until`` is the
+    monotonic time at which this view would change even without a write (a
+    source going stale or an attempt timing out); ``version`` the store
+    version it was taken at.
+    """
+
+    def __init__(
+        self,
+        timestamp: float,
+        points: list[Point],
+        sources: Mapping[str, SourceState],
+        monotonic: float | None = None,
+        valid_until: float = math.inf,
+        version: int = 0,
+    ):
         self.timestamp = timestamp
+        self.monotonic = timestamp if monotonic is None else monotonic
+        self.valid_until = valid_until
+        self.version = version
         self.points = points
         self.sources = sources
         self._by_name: dict[str, list[Point]] = {}
@@ -85,10 +156,15 @@ class Snapshot:
 
 
 class SnapshotStore:
-    """Thread-safe holder of every source's latest result."""
+    """Thread-safe holder of every source's latest result.
 
-    def __init__(self, clock=time.time) -> None:
-        self._clock = clock
+    ``clock`` is the wall clock and ``monotonic`` the clock for freshness and
+    deadlines; a test that passes only ``clock`` drives both with it.
+    """
+
+    def __init__(self, clock: Clock | None = None, monotonic: Clock | None = None) -> None:
+        self._wall: Clock = clock or wall_now
+        self._mono: Clock = monotonic or clock or time.monotonic
         self._lock = threading.Lock()
         self._states: dict[str, SourceState] = {}
         self._version = 0
@@ -98,15 +174,28 @@ class SnapshotStore:
         """Bumps on every write: lets the collector reuse a rendered exposition."""
         return self._version
 
-    def register(self, name: str, interval: float) -> None:
+    def monotonic(self) -> float:
+        """The store's monotonic time (what ``Snapshot.valid_until`` is compared with)."""
+        return self._mono()
+
+    def register(self, name: str, interval: float, timeout: float | None = None) -> None:
+        """Declare a source; with ``timeout``, an attempt running longer is failed while it runs."""
         with self._lock:
-            self._states.setdefault(name, SourceState(name=name, interval=interval))
+            st = self._states.setdefault(name, SourceState(name=name, interval=interval))
+            st.timeout = timeout if timeout is not None else st.timeout
             self._version += 1
 
     def unregister(self, name: str) -> None:
         with self._lock:
             self._states.pop(name, None)
             self._version += 1
+
+    def begin_attempt(self, name: str) -> None:
+        """A sample attempt of ``name`` starts now (its deadline is now + its timeout)."""
+        with self._lock:
+            st = self._states[name]
+            st.in_flight_since = self._mono()
+            st.overdue = False
 
     def record_success(
         self, name: str, points: list[Point], duration: float, partial_errors: Iterable[SourceError] = ()
@@ -116,21 +205,47 @@ class SnapshotStore:
             st.up = True
             st.attempted = True
             st.last_duration = duration
-            st.last_success = self._clock()
+            st.last_success = self._wall()
+            st.last_success_mono = self._mono()
             st.last_error = None
             st.points = points
+            st.in_flight_since, st.overdue = None, False
             for err in partial_errors:
                 st.errors[err.reason] = st.errors.get(err.reason, 0) + 1
             self._version += 1
 
     def record_failure(self, name: str, error: SourceError, duration: float) -> None:
+        """A failed attempt; one that was already failed as overdue is not counted twice."""
         with self._lock:
             st = self._states[name]
             st.up = False
             st.attempted = True
             st.last_duration = duration
-            st.last_error = error
-            st.errors[error.reason] = st.errors.get(error.reason, 0) + 1
+            st.last_error = error.detached()
+            if not st.overdue:
+                st.errors[error.reason] = st.errors.get(error.reason, 0) + 1
+            st.in_flight_since, st.overdue = None, False
+            self._version += 1
+
+    def overdue(self, name: str) -> SourceError | None:
+        """The timeout error of ``name``'s running attempt once it outlived its timeout, else None."""
+        with self._lock:
+            self._settle(self._mono())
+            st = self._states.get(name)
+            return st.last_error if st is not None and st.overdue else None
+
+    def _settle(self, now: float) -> None:
+        """Fail every attempt in flight past its deadline (caller holds the lock)."""
+        for st in self._states.values():
+            at = st.overdue_at()
+            if at is None or now <= at:
+                continue
+            st.overdue = True
+            st.up = False
+            st.attempted = True
+            st.last_duration = now - (st.in_flight_since or now)
+            st.last_error = SourceError("timeout", f"attempt still running after its {st.timeout:g}s timeout")
+            st.errors["timeout"] = st.errors.get("timeout", 0) + 1
             self._version += 1
 
     def ready(self) -> bool:
@@ -141,29 +256,30 @@ class SnapshotStore:
     def states(self) -> dict[str, SourceState]:
         """A copy of every source's state (points lists are shared, never mutated)."""
         with self._lock:
-            return {
-                n: SourceState(
-                    name=st.name,
-                    interval=st.interval,
-                    up=st.up,
-                    attempted=st.attempted,
-                    last_duration=st.last_duration,
-                    last_success=st.last_success,
-                    last_error=st.last_error,
-                    errors=dict(st.errors),
-                    points=st.points,
-                )
-                for n, st in self._states.items()
-            }
+            self._settle(self._mono())
+            return self._copy_states()
+
+    def _copy_states(self) -> dict[str, SourceState]:
+        return {n: replace(st, errors=dict(st.errors)) for n, st in self._states.items()}
 
     def snapshot(self) -> Snapshot:
-        now = self._clock()
-        states = self.states()
+        with self._lock:
+            now = self._mono()
+            self._settle(now)
+            wall = self._wall()
+            version = self._version
+            states = self._copy_states()
         points: list[Point] = []
+        valid_until = math.inf
         for st in states.values():
-            if st.fresh(now):
+            stale_at = st.stale_at()
+            if stale_at is not None and now <= stale_at:
                 points.extend(st.points)
-        return Snapshot(now, points, states)
+                valid_until = min(valid_until, stale_at)
+            overdue_at = st.overdue_at()
+            if overdue_at is not None:
+                valid_until = min(valid_until, overdue_at)
+        return Snapshot(wall, points, states, monotonic=now, valid_until=valid_until, version=version)
 
     def __iter__(self) -> Iterator[SourceState]:
         return iter(self.states().values())

@@ -42,7 +42,7 @@ class DiagnosisSource:
 
     def __init__(self, store: SnapshotStore, engine: DiagnosisEngine, interval: float, timeout: float,
                  derived: Iterable[str] = DERIVED_SOURCES, align_share: float = ALIGN_SHARE,
-                 clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep) -> None:
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
         self.store = store
         self.engine = engine
         self.interval = interval
@@ -58,21 +58,21 @@ class DiagnosisSource:
         return SampleResult(verdict.points(self.engine.rules))
 
     def due_inputs(self, now: float) -> dict[str, tuple[float | None, float]]:
-        """Inputs worth waiting for: name -> (their last success, latest time the next one may land).
+        """Inputs worth waiting for: name -> (their last success, latest time the next one may land), monotonic seconds.
 
         An input is due when it is up and its next sample (last success plus its
         interval) is expected within ``align_share`` of its interval and of ours.
         """
         out: dict[str, tuple[float | None, float]] = {}
         for st in self.store.states().values():
-            if st.name in self.derived or not st.up or st.last_success is None or st.interval <= 0:
+            if st.name in self.derived or not st.up or st.last_success_mono is None or st.interval <= 0:
                 continue
-            expected = st.last_success + st.interval
+            expected = st.last_success_mono + st.interval
             horizon = self.align_share * min(st.interval, self.interval)
             slack = max(ALIGN_MIN_SLACK_S, ALIGN_SLACK_SHARE * st.interval)
             if now < expected - horizon or now > expected + slack:
                 continue  # not due soon (fresh enough), or overdue (maybe stuck: do not wait)
-            out[st.name] = (st.last_success, expected + slack)
+            out[st.name] = (st.last_success_mono, expected + slack)
         return out
 
     def await_inputs(self) -> float:
@@ -89,7 +89,7 @@ class DiagnosisSource:
             if self.store.version != version:
                 version = self.store.version
                 states = self.store.states()
-                due = {n: d for n, d in due.items() if n in states and states[n].last_success == d[0]}
+                due = {n: d for n, d in due.items() if n in states and states[n].last_success_mono == d[0]}
             due = {n: d for n, d in due.items() if now <= d[1]}
             if not due or now >= cap:
                 return now - start

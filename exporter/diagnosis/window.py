@@ -5,6 +5,9 @@ verdict must work with no Prometheus at all (``diagnose`` against a bare
 exporter). A counter says nothing in one snapshot; "preemptions rising" is its
 delta over the window, and "TTFT p95 now" is the quantile of the histogram's
 bucket deltas over the window, not of its lifetime totals.
+
+Spans and rates use each snapshot's ``monotonic`` time, never its wall
+``timestamp``: a wall-clock step must not stretch, shrink or invert a rate.
 """
 
 from __future__ import annotations
@@ -36,9 +39,9 @@ class Window:
     def add(self, snap: Snapshot) -> None:
         """Append, then drop snapshots older than needed to span ``seconds``."""
         self._snaps.append(snap)
-        cutoff = snap.timestamp - self.seconds
+        cutoff = snap.monotonic - self.seconds
         # keep one snapshot at or before the cutoff so the span covers the window
-        while len(self._snaps) > 2 and self._snaps[1].timestamp <= cutoff:
+        while len(self._snaps) > 2 and self._snaps[1].monotonic <= cutoff:
             self._snaps.popleft()
 
     def __len__(self) -> int:
@@ -60,7 +63,7 @@ class Window:
     def span(self) -> float:
         if len(self._snaps) < 2:
             return 0.0
-        return self._snaps[-1].timestamp - self._snaps[0].timestamp
+        return self._snaps[-1].monotonic - self._snaps[0].monotonic
 
     # ------------------------------------------------------------------ counters
 
@@ -96,10 +99,10 @@ class Window:
                 break
             for k, v in _counter_values(snap, name, where).items():
                 if k in new and k not in first:
-                    first[k] = (snap.timestamp, v)
+                    first[k] = (snap.monotonic, v)
         out = []
         for k, (ts, old) in first.items():
-            span = latest.timestamp - ts
+            span = latest.monotonic - ts
             if span <= 0:
                 continue
             d = new[k] - old
@@ -114,6 +117,25 @@ class Window:
         if deltas is None:
             return None
         return sum(buckets[-1][1] for buckets in deltas)
+
+    def histogram_delta_sum(self, name: str, seconds: float | None = None) -> float | None:
+        """Sum of the observations added over the window (None if unknown)."""
+        deltas = self._histogram_sum_deltas(name, seconds)
+        return None if deltas is None else sum(deltas)
+
+    def _histogram_sum_deltas(self, name: str, seconds: float | None) -> list[float] | None:
+        if len(self._snaps) < 2:
+            return None
+        new = {_key(h.labels): h for h in self._snaps[-1].histograms(name)}
+        old: dict[tuple, HistogramSample] = {}
+        for snap in self._since(seconds):
+            for h in snap.histograms(name):
+                k = _key(h.labels)
+                if k in new and k not in old:
+                    old[k] = h
+        if not old:
+            return None
+        return [new[k].sum - o.sum if new[k].count >= o.count else new[k].sum for k, o in old.items()]
 
     def quantile(self, name: str, q: float, seconds: float | None = None) -> float | None:
         """The q-quantile of observations made during the window (or its last ``seconds``).
@@ -148,8 +170,8 @@ class Window:
         """
         if len(self._snaps) < 2:
             return None
-        latest = self._snaps[-1].timestamp
-        ages = sorted(latest - s.timestamp + 1e-6 for s in list(self._snaps)[:-1])
+        latest = self._snaps[-1].monotonic
+        ages = sorted(latest - s.monotonic + 1e-6 for s in list(self._snaps)[:-1])
         looks = ([seconds] if seconds > 0 else []) + [a for a in ages if a > seconds]
         for look in looks:
             n = self.histogram_delta_count(name, look)
@@ -165,10 +187,10 @@ class Window:
         snaps = list(self._snaps)[:-1]
         if seconds is None or not snaps:
             return snaps
-        cutoff = self._snaps[-1].timestamp - seconds
+        cutoff = self._snaps[-1].monotonic - seconds
         first = 0
         for i, snap in enumerate(snaps):
-            if snap.timestamp <= cutoff:
+            if snap.monotonic <= cutoff:
                 first = i
         return snaps[first:]
 
@@ -202,9 +224,9 @@ class Window:
         """``reduce`` applied to each snapshot of the window (or of its last ``seconds``),
         absent values skipped, oldest first."""
         out = []
-        since = None if seconds is None or not self._snaps else self._snaps[-1].timestamp - seconds
+        since = None if seconds is None or not self._snaps else self._snaps[-1].monotonic - seconds
         for s in self._snaps:
-            if since is not None and s.timestamp < since:
+            if since is not None and s.monotonic < since:
                 continue
             v = reduce(s)
             if v is not None:

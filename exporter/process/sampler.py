@@ -20,10 +20,29 @@ demand at a load average of 8 on 2 cores).
 The process is found by PID or by a command-line substring. A vanished PID is
 a source fault (``process_gone``), never a crash; with a substring the next
 sample looks for the process again (a restarted server gets a new PID).
+
+Why the cost is bounded, and how (an engine has hundreds of threads, and the
+sampler must stay cheap on a node whose CPUs the engine keeps busy): psutil's
+``Process.threads()`` opens and parses ``/proc/PID/task/TID/stat`` per thread
+and the schedstat read opened a second file per thread, 6.5 ms of CPU per
+sample for one process with 300 threads (0.65 % of a core at the default 1 s).
+Now each thread costs one small read of ``/proc/PID/task/TID/schedstat``, whose
+first two fields give both on-CPU time (nanoseconds, finer than stat's 10 ms
+ticks) and run-queue wait; ``stat`` is read only where schedstat is missing or
+reads zero (kernels without sched_info): about 1 ms for the same process
+(``python3 -m bench.process_sampler_cost``; tests/process/test_sampler_cost.py
+holds it under a bound). Two further bounds: at most
+``MAX_THREADS_PER_PROCESS`` threads are read per process per sample (the
+oldest, lowest TIDs, where an engine's main and scheduler threads live; all are
+counted in ``llm_process_threads``), and the process tree, which psutil finds
+by reading every process on the node, is re-listed every ``TREE_REFRESH_S``
+seconds rather than on every sample (a new worker process is picked up within
+that time). The interval stays the operator's (``--process-interval``).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +52,16 @@ import psutil
 from exporter.samples import Point, Sample, SampleResult, SourceError
 
 _GONE = (psutil.NoSuchProcess, psutil.ZombieProcess)
+
+#: most threads read per process per sample (more are counted, not read)
+MAX_THREADS_PER_PROCESS = 2048
+#: seconds between two listings of the process tree (psutil walks all of /proc for one)
+TREE_REFRESH_S = 10.0
+_CLK_TCK = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
+_HAVE_PROC_TASKS = os.path.isdir(f"/proc/{os.getpid()}/task")
+
+#: tid -> (cumulative on-CPU seconds, on-CPU + run-queue wait seconds or None)
+ThreadTimes = dict[int, tuple[float, float | None]]
 
 
 @dataclass
@@ -54,6 +83,54 @@ def read_schedstat(pid: int, tid: int) -> float | None:
         return (int(fields[0]) + int(fields[1])) / 1e9
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _read_small(path: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, 512)
+    finally:
+        os.close(fd)
+
+
+def read_thread_times(pid: int, limit: int = MAX_THREADS_PER_PROCESS) -> tuple[int, ThreadTimes]:
+    """(number of threads, times of at most ``limit`` of them, lowest TIDs first) from /proc.
+
+    One read per thread: schedstat's on-CPU and wait nanoseconds; the thread's
+    ``stat`` (user + system ticks, no demand) only where schedstat is missing
+    or all zero. Raises psutil.NoSuchProcess when the process is gone.
+    """
+    base = f"/proc/{pid}/task/"
+    try:
+        names = os.listdir(base)
+    except FileNotFoundError:
+        raise psutil.NoSuchProcess(pid) from None
+    tids = [int(n) for n in names if n.isdigit()]
+    if len(tids) > limit:
+        tids = sorted(tids)[:limit]
+    out: ThreadTimes = {}
+    for tid in tids:
+        try:
+            fields = _read_small(f"{base}{tid}/schedstat").split()
+            run_ns = int(fields[0])
+            if run_ns > 0:
+                out[tid] = (run_ns / 1e9, (run_ns + int(fields[1])) / 1e9)
+                continue
+        except (OSError, ValueError, IndexError):
+            pass
+        try:  # no usable schedstat: user + system ticks from stat (after the command name)
+            data = _read_small(f"{base}{tid}/stat")
+            rest = data[data.rfind(b")") + 2 :].split()
+            out[tid] = ((int(rest[11]) + int(rest[12])) / _CLK_TCK, None)
+        except (OSError, ValueError, IndexError):
+            continue  # the thread exited between the listing and the read
+    return len(names), out
+
+
+def _psutil_thread_times(proc: psutil.Process) -> tuple[int, ThreadTimes]:
+    """The same from psutil, where there is no /proc/PID/task (not Linux)."""
+    tlist = proc.threads()
+    return len(tlist), {t.id: (t.user_time + t.system_time, None) for t in tlist}
 
 
 def find_by_substring(needle: str, exclude: set[int]) -> psutil.Process | None:
@@ -124,6 +201,9 @@ class ProcessSource:
         self._proc: psutil.Process | None = None
         self._prev: _Previous | None = None
         self._tried_pid = False
+        self._tree_list: list[psutil.Process] = []
+        self._tree_of: int | None = None
+        self._tree_at: float | None = None
 
     # ------------------------------------------------------------------ resolving
 
@@ -135,7 +215,7 @@ class ProcessSource:
                     return self._proc
             except _GONE:
                 pass
-            self._proc, self._prev = None, None
+            self._forget()
         if self.pid is not None and not self._tried_pid:
             self._tried_pid = True
             try:
@@ -155,12 +235,20 @@ class ProcessSource:
 
     # ------------------------------------------------------------------ sampling
 
+    def _tree(self, root: psutil.Process) -> list[psutil.Process]:
+        """The root and its descendants, re-listed every ``TREE_REFRESH_S`` seconds."""
+        now = self._clock()
+        if self._tree_of != root.pid or self._tree_at is None or now - self._tree_at >= TREE_REFRESH_S:
+            self._tree_list = [root, *root.children(recursive=True)]
+            self._tree_of, self._tree_at = root.pid, now
+        return self._tree_list
+
     def sample(self) -> SampleResult:
         root = self._resolve()
         try:
-            tree = [root, *root.children(recursive=True)]
+            tree = self._tree(root)
         except _GONE:
-            self._proc, self._prev = None, None
+            self._forget()
             raise SourceError("process_gone", f"process {root.pid} exited") from None
         except psutil.AccessDenied as err:
             raise SourceError("not_supported", f"permission denied reading process {root.pid}: {err}") from None
@@ -176,11 +264,12 @@ class ProcessSource:
                     cpu = proc.cpu_times()
                     created = proc.create_time()
                     mem = proc.memory_info().rss
-                    tlist = proc.threads()
+                count, times = read_thread_times(proc.pid) if _HAVE_PROC_TASKS else _psutil_thread_times(proc)
             except _GONE:
                 if proc is root:
-                    self._proc, self._prev = None, None
+                    self._forget()
                     raise SourceError("process_gone", f"process {root.pid} exited") from None
+                self._tree_at = None  # a child exited: list the tree afresh next time
                 continue  # a child that exited mid-sample is simply not counted
             except psutil.AccessDenied as err:
                 if proc is root:
@@ -188,12 +277,11 @@ class ProcessSource:
                 continue
             processes[proc.pid] = (created, cpu.user + cpu.system)
             rss += mem
-            n_threads += len(tlist)
-            for t in tlist:
-                threads[(proc.pid, t.id)] = t.user_time + t.system_time
-                wanted = read_schedstat(proc.pid, t.id)
+            n_threads += count
+            for tid, (used, wanted) in times.items():
+                threads[(proc.pid, tid)] = used
                 if wanted is not None:
-                    demand[(proc.pid, t.id)] = wanted
+                    demand[(proc.pid, tid)] = wanted
         labels = {"server": self.server}
         points: list[Point] = [
             Sample("llm_process_resident_memory_bytes", labels, float(rss)),
@@ -204,11 +292,7 @@ class ProcessSource:
         if prev is not None and wall > prev.wall:
             dt = wall - prev.wall
             busiest = _busiest(threads, prev.threads, dt)
-            total = sum(
-                (cpu - prev.processes[pid][1]) / dt
-                for pid, (created, cpu) in processes.items()
-                if pid in prev.processes and prev.processes[pid][0] == created and cpu >= prev.processes[pid][1]
-            )
+            total = _total_cpu(processes, prev.processes, threads, prev.threads, dt)
             points.append(Sample("llm_process_busiest_thread_cpu_ratio", labels, busiest))
             points.append(Sample("llm_process_cpu_ratio", labels, total))
             if demand and prev.demand:
@@ -217,9 +301,12 @@ class ProcessSource:
                 points.append(Sample("llm_process_busiest_thread_cpu_demand_ratio", labels, wanted))
         return SampleResult(points)
 
+    def _forget(self) -> None:
+        self._proc, self._prev, self._tree_at = None, None, None
+
     def close(self) -> None:
-        """Holds no file descriptors between samples (psutil opens /proc per call)."""
-        self._proc, self._prev = None, None
+        """Holds no file descriptors between samples (every /proc file is closed after its read)."""
+        self._forget()
 
     @property
     def resolved_pid(self) -> int | None:
@@ -227,9 +314,32 @@ class ProcessSource:
         return self._proc.pid if self._proc is not None else None
 
 
+def _total_cpu(
+    processes: dict[int, tuple[float, float]],
+    before: dict[int, tuple[float, float]],
+    threads: dict[tuple[int, int], float],
+    threads_before: dict[tuple[int, int], float],
+    dt: float,
+) -> float:
+    """CPU of the tree over ``dt`` in cores: per process, its ticks (which count threads that
+    exited meanwhile) or the sum of its threads' finer schedstat times, whichever is larger."""
+    by_pid: dict[int, float] = {}
+    for (pid, tid), used in threads.items():
+        was = threads_before.get((pid, tid))
+        if was is not None and used >= was:
+            by_pid[pid] = by_pid.get(pid, 0.0) + used - was
+    total = 0.0
+    for pid, (created, cpu) in processes.items():
+        old = before.get(pid)
+        if old is None or old[0] != created or cpu < old[1]:
+            continue
+        total += max(cpu - old[1], by_pid.get(pid, 0.0)) / dt
+    return total
+
+
 def _busiest(now: dict[tuple[int, int], float], before: dict[tuple[int, int], float], dt: float) -> float:
     """Largest per-thread increase over ``dt`` seconds (threads seen both times)."""
     return max(((v - before[k]) / dt for k, v in now.items() if k in before and v >= before[k]), default=0.0)
 
 
-__all__ = ["ProcessSource", "find_by_substring", "own_family", "read_schedstat"]
+__all__ = ["ProcessSource", "find_by_substring", "own_family", "read_schedstat", "read_thread_times"]

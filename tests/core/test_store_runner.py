@@ -62,7 +62,7 @@ def test_a_crashing_source_is_counted_as_internal_and_logged_once(caplog: pytest
     caplog.set_level(logging.INFO)
     store = SnapshotStore()
     src = ScriptedSource([RuntimeError("boom"), RuntimeError("boom"), _ok(1)])
-    runner = SourceRunner(src, store)
+    runner = SourceRunner(src, store, log_every=0.0)  # no quiet period: every transition is logged
     runner.sample_once()
     runner.sample_once()
     assert store.states()["engine:a"].errors == {"internal": 2}
