@@ -12,21 +12,29 @@ Layout (find a thing by name):
 * ``table.py``       the vocabulary of mapping tables (``Row``, ``Series``, ...)
 * ``mappings/<family>.py``  one declarative table per engine family
 * ``normalize.py``   applies a table to a parsed exposition
+* ``budget.py``      series budget, label-value length limit, input safety limit
+* ``urls.py``        URLs without userinfo (labels, logs), same-origin checks
+* ``fetch.py``       one bounded HTTP GET: one deadline, byte cap, redirects
 * ``source.py``      ``EngineSource``: HTTP scrape with limits, the Source protocol
 
 Stable public API (used by tests/integration and the ``schema`` command):
 
-``normalize_exposition(text, server, engine_type="auto", *, max_series=None) -> NormalizedResult``
+``normalize_exposition(text, server, engine_type="auto", *, max_series=None, max_input_series=None, max_label_length=256) -> NormalizedResult``
     Pure: exposition text in, neutral points out. ``NormalizedResult`` has
     ``points`` (``Sample`` / ``HistogramSample`` with schema names and labels
     ``server``, ``engine`` (= family), ``model``, ``rank``, ...), ``family``,
     ``generation`` (e.g. ``v1``, ``colon-0.5.11+``, ``triton``, ``new``),
     ``problems`` (per-series faults that did not fail the whole exposition, e.g. a
-    histogram without ``+Inf``; the series is left out) and ``series`` (sample
-    lines served). Raises ``ParseError`` on invalid or truncated text, or when no
-    known engine is recognised (or the configured type's names are missing), and
-    ``SeriesLimitError`` past ``max_series``. ``engine_type`` is ``auto`` or one
-    of ``FAMILIES``.
+    histogram without ``+Inf`` or with decreasing counts; the series is left
+    out), ``series`` (sample lines served) and ``dropped`` (published series
+    left out or changed, by reason: ``budget``, ``label_too_long``,
+    ``bad_histogram``). ``max_series`` is the budget of *published* series (see
+    ``budget.py``: the most useful families are kept first); label values longer
+    than ``max_label_length`` are cut. Raises ``ParseError`` on invalid or
+    truncated text, or when no known engine is recognised (or the configured
+    type's names are missing), and ``SeriesLimitError`` past the input safety
+    limit (``max_input_series``, by default ``budget.input_limit(max_series)``).
+    ``engine_type`` is ``auto`` or one of ``FAMILIES``.
 ``coverage() -> dict[str, set[str]]``
     family -> neutral names its table can provide (absent = not exposed).
 ``EngineSource(cfg: exporter.config.EngineConfig)``
@@ -44,6 +52,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from exporter.engines.budget import MAX_LABEL_LENGTH, cut_long_labels, input_limit, within_budget
 from exporter.engines.detect import detect_family, detect_generation, family_counts, served_variant
 from exporter.engines.mappings import FAMILIES, MAPPINGS
 from exporter.engines.normalize import apply, provided, wanted_names
@@ -69,6 +78,7 @@ class NormalizedResult:
     generation: str
     problems: list[str] = field(default_factory=list)
     series: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
 
 
 @lru_cache(maxsize=None)
@@ -85,12 +95,20 @@ def _wanted(family: str) -> frozenset[str]:
 
 
 def normalize_exposition(
-    text: str, server: str, engine_type: str = "auto", *, max_series: int | None = None
+    text: str,
+    server: str,
+    engine_type: str = "auto",
+    *,
+    max_series: int | None = None,
+    max_input_series: int | None = None,
+    max_label_length: int | None = MAX_LABEL_LENGTH,
 ) -> NormalizedResult:
     """Parse one exposition and map it onto the neutral schema (pure, no I/O)."""
     if engine_type != "auto" and engine_type not in MAPPINGS:
         raise ValueError(f"unknown engine type {engine_type!r}; expected auto or one of {', '.join(FAMILIES)}")
-    exp = parse(text, _wanted(engine_type), max_series)
+    if max_input_series is None and max_series is not None:
+        max_input_series = input_limit(max_series)
+    exp = parse(text, _wanted(engine_type), max_input_series)
     if engine_type == "auto":
         family = detect_family(exp.names)
         if family is None:
@@ -105,7 +123,18 @@ def normalize_exposition(
     if style is not None:
         generation = f"{style}-{generation}"
     points, problems = apply(mapping, exp, server, generation)
-    return NormalizedResult(points=points, family=family, generation=generation, problems=problems, series=exp.series)
+    dropped = dict(problems.dropped)
+    if max_label_length is not None:
+        points, cut = cut_long_labels(points, max_label_length)
+        if cut:
+            dropped["label_too_long"] = cut
+    if max_series is not None:
+        points, over = within_budget(points, max_series)
+        if over:
+            dropped["budget"] = over
+    return NormalizedResult(
+        points=points, family=family, generation=generation, problems=list(problems), series=exp.series, dropped=dropped
+    )
 
 
 def coverage() -> dict[str, set[str]]:

@@ -4,8 +4,11 @@ Why one generic interpreter: every engine's table (``mappings/<family>.py``) is
 data; this module is the only place that knows how a preference list, a label
 selector, a unit scale, rank collapsing, ``Sum``/``Product`` and info labels turn
 into :class:`~exporter.samples.Sample` / :class:`~exporter.samples.HistogramSample`.
-Faults limited to one histogram (missing ``+Inf``, no buckets) do not fail the
-scrape: they are returned as ``problems`` and that series is left out.
+Faults limited to one histogram (missing ``+Inf``, no buckets, cumulative
+counts that decrease) do not fail the scrape: they are returned as ``problems``
+and that series is left out. A histogram whose cumulative counts decrease is
+not republished because every quantile computed from it would be wrong; it is
+also counted in ``problems.dropped["bad_histogram"]`` (in published series).
 """
 
 from __future__ import annotations
@@ -35,6 +38,23 @@ class Hist:
 
 
 Value = Union[float, Hist]
+
+
+class Problems(list[str]):
+    """Per-series faults met while applying a table (their text), plus series dropped by reason.
+
+    A list so every caller that reads ``problems`` as a list of strings keeps
+    working; ``dropped`` counts published series left out (a histogram costs its
+    buckets plus ``_sum`` and ``_count``), keyed by a ``SERIES_DROP_REASONS`` value.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dropped: dict[str, int] = {}
+
+    def drop(self, reason: str, series: int, text: str) -> None:
+        self.append(text)
+        self.dropped[reason] = self.dropped.get(reason, 0) + series
 
 
 # --------------------------------------------------------------------------- wanted names
@@ -79,7 +99,7 @@ def _selected(labels: Labels, match: Mapping[str, Match]) -> bool:
     return True
 
 
-def _histograms(exp: Exposition, base: str, scale: float, problems: list[str]) -> list[tuple[Labels, Value]]:
+def _histograms(exp: Exposition, base: str, scale: float, problems: Problems) -> list[tuple[Labels, Value]]:
     """Assemble ``base``'s histogram series from its bucket, sum and count lines."""
     groups: dict[Key, tuple[Labels, list[tuple[str, float]]]] = {}
     for labels, value in exp.samples.get(base + "_bucket", ()):
@@ -113,17 +133,31 @@ def _histograms(exp: Exposition, base: str, scale: float, problems: list[str]) -
         if total is None:
             problems.append(f"{where}: histogram without _sum")
             continue
+        if not _monotone(pairs):
+            problems.drop("bad_histogram", len(pairs) + 2, f"{where}: cumulative bucket counts decrease (or are NaN)")
+            continue
         count = counts.get(key, pairs[-1][1])
         buckets = tuple((b * scale, c) for b, c in pairs) if scale != 1.0 else tuple(pairs)
         out.append((labels, Hist(buckets, total * scale, count)))
     return out
 
 
+def _monotone(pairs: list[tuple[float, float]]) -> bool:
+    """Cumulative counts never decrease from one bound to the next (NaN counts fail)."""
+    last = -math.inf
+    for _, count in pairs:
+        if not count >= last:  # also False for NaN
+            return False
+        last = count
+    return True
+
+
 def _show(key: Key) -> str:
-    return "{" + ",".join(f'{k}="{v}"' for k, v in key) + "}" if key else ""
+    """A label set for a problem's text; long values are cut (a message must stay short)."""
+    return "{" + ",".join(f'{k}="{v if len(v) <= 40 else v[:40] + "..."}"' for k, v in key) + "}" if key else ""
 
 
-def _raw(exp: Exposition, src: Series, kind: str, problems: list[str]) -> list[tuple[Labels, Value]]:
+def _raw(exp: Exposition, src: Series, kind: str, problems: Problems) -> list[tuple[Labels, Value]]:
     if src.requires and src.requires not in exp.names:
         return []
     if kind == "histogram":
@@ -138,7 +172,7 @@ def _raw(exp: Exposition, src: Series, kind: str, problems: list[str]) -> list[t
 # --------------------------------------------------------------------------- label mapping and combining
 
 
-def _combine_values(a: Value, b: Value, how: str, problems: list[str], name: str) -> Value:
+def _combine_values(a: Value, b: Value, how: str, problems: Problems, name: str) -> Value:
     if isinstance(a, Hist) and isinstance(b, Hist):
         if how == "max":
             return a if a.count >= b.count else b
@@ -153,7 +187,7 @@ def _combine_values(a: Value, b: Value, how: str, problems: list[str], name: str
 
 def _neutral(
     mapping: EngineMapping, spec_labels: frozenset[str], rows: list[tuple[Labels, Value]], src: Series | InfoLabel,
-    how: str, problems: list[str], name: str,
+    how: str, problems: Problems, name: str,
 ) -> dict[Key, Value]:
     """Map source labels to neutral ones: replicas by max, then partitions by ``how``."""
     rank_label = next((r for r in mapping.rank_labels if any(r in labels for labels, _ in rows)), None)
@@ -195,7 +229,7 @@ def _number(text: str) -> float | None:
 
 def _evaluate(
     mapping: EngineMapping, spec_labels: frozenset[str], kind: str, src: Source, how: str,
-    exp: Exposition, problems: list[str], name: str,
+    exp: Exposition, problems: Problems, name: str,
 ) -> dict[Key, Value]:
     if isinstance(src, Series):
         return _neutral(mapping, spec_labels, _raw(exp, src, kind, problems), src, how, problems, name)
@@ -218,7 +252,7 @@ def _evaluate(
     return out
 
 
-def _row(mapping: EngineMapping, row: Row, exp: Exposition, problems: list[str]) -> dict[Key, Value]:
+def _row(mapping: EngineMapping, row: Row, exp: Exposition, problems: Problems) -> dict[Key, Value]:
     spec = SPECS[row.neutral]
     spec_labels = frozenset(spec.labels) - set(_FIXED)
     for src in row.sources:
@@ -274,9 +308,9 @@ def _key_of(mapping: EngineMapping, key_labels: frozenset[str], labels: Labels) 
 # --------------------------------------------------------------------------- points
 
 
-def apply(mapping: EngineMapping, exp: Exposition, server: str, generation: str) -> tuple[list[Point], list[str]]:
+def apply(mapping: EngineMapping, exp: Exposition, server: str, generation: str) -> tuple[list[Point], Problems]:
     """All neutral points of one exposition, plus the per-series problems met."""
-    problems: list[str] = []
+    problems = Problems()
     found: list[tuple[str, dict[Key, Value]]] = []
     merged: dict[str, dict[Key, Value]] = {}
     for row in mapping.rows:

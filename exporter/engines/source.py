@@ -1,79 +1,58 @@
 """``EngineSource``: scrape one inference server's own /metrics, publish neutral points.
 
 Why these limits: the engine is someone else's process. It may be down, slow,
-answer an error page, stream a body without end or grow series without bound
-(labels per request, per LoRA adapter). Each case becomes a ``SourceError`` with a
-bounded reason, so the exporter keeps serving, marks the source down, counts the
-reason and recovers on its own at the next interval.
+answer an error page or a redirect, stream a body without end or grow series
+without bound (labels per request, per LoRA adapter). Each case becomes a
+``SourceError`` with a bounded reason, so the exporter keeps serving, marks the
+source down, counts the reason and recovers on its own at the next interval.
+The response as a whole is bounded by one deadline and one byte cap
+(``fetch.py``); what is published is bounded by a series budget and a
+label-value length limit (``budget.py``), and what the budget cuts is counted
+in ``llm_exporter_series_dropped_total`` instead of dropping the engine.
 
-Secrets: the bearer token is re-read from its file on every scrape (rotation
-without restart), sent only in the Authorization header, and never put in a log
-line, an exception message or a label. Error messages are built from our own
-words plus the URL with any userinfo removed, and are scrubbed of the token as a
-second guard. ``trust_env`` is off: no proxy variables, and no ``~/.netrc``
-credentials sneaking into requests the user did not configure.
+Why a failed scrape holds nothing: the error the runner stores is raised
+fresh from a frame that holds no body, with no cause, context or inner
+traceback, so nothing a failed attempt read or parsed outlives it.
+
+Secrets: the bearer token and a basic-auth password file are re-read on every
+scrape (rotation without restart) and sent only in the Authorization header.
+Credentials written into the URL (``http://user:pass@host/``) are taken out
+once: the URL used in names, labels, logs and messages has no userinfo, and
+the pair is kept in memory and sent as basic auth. Error messages are built
+from our own words plus such URLs, and are scrubbed of every secret as a
+second guard.
 """
 
 from __future__ import annotations
 
+import base64
 import logging
-import time
+import os
+import ssl
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit, urlunsplit
-
-import requests
-from urllib3.exceptions import ReadTimeoutError
 
 from exporter import __version__
-from exporter.engines import normalize_exposition
+from exporter.engines import llamacpp_slots, normalize_exposition
+from exporter.engines.budget import input_limit, published_series
+from exporter.engines.fetch import Request, get
 from exporter.engines.textparse import ParseError, SeriesLimitError
-from exporter.samples import SampleResult, SourceError
+from exporter.engines.urls import host_port, safe_url, split_userinfo
+from exporter.samples import Point, Sample, SampleResult, SourceError
+from exporter.schema import SERIES_DROP_REASONS
 
 if TYPE_CHECKING:  # config imports the CLI; keep this module light to import
     from exporter.config import EngineConfig
+
+__all__ = ["ACCEPT", "EngineSource", "safe_url"]
 
 log = logging.getLogger(__name__)
 
 #: Ask for the classic text format (no OpenMetrics ``_created`` lines to skip).
 ACCEPT = "text/plain;version=0.0.4;q=1.0,application/openmetrics-text;q=0.5,*/*;q=0.1"
-CHUNK_BYTES = 64 * 1024
-#: Connection-error texts (from urllib3/socket) -> a short, secret-free description.
-_CONNECTION_REASONS: tuple[tuple[str, str], ...] = (
-    ("CERTIFICATE_VERIFY_FAILED", "certificate verify failed"),
-    ("doesn't match", "certificate does not match the host"),
-    ("WRONG_VERSION_NUMBER", "the server does not speak TLS"),
-    ("Connection refused", "connection refused"),
-    ("RemoteDisconnected", "the server closed the connection without a response"),
-    ("Connection reset", "connection reset by the server"),
-    ("Connection aborted", "connection aborted"),
-    ("Name or service not known", "unknown host"),
-    ("nodename nor servname", "unknown host"),
-    ("No route to host", "no route to host"),
-    ("Network is unreachable", "network unreachable"),
-    ("IncompleteRead", "the body ended early"),
-    ("InvalidChunkLength", "the body ended early"),
-)
-
-
-def safe_url(url: str) -> str:
-    """``url`` without ``user:password@`` (safe for logs and messages)."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"[{host}]" if ":" in host else host
-    if parts.port is not None:
-        netloc += f":{parts.port}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
-
-
-def _describe(exc: BaseException) -> str:
-    text = f"{type(exc).__name__} {exc!s} {exc.__context__!s}"
-    for marker, short in _CONNECTION_REASONS:
-        if marker in text:
-            return short
-    return type(exc).__name__
+#: Longest message a failed scrape leaves behind.
+MAX_MESSAGE = 300
+DROPPED = "llm_exporter_series_dropped_total"
 
 
 class EngineSource:
@@ -81,16 +60,22 @@ class EngineSource:
 
     def __init__(self, cfg: "EngineConfig") -> None:
         self.cfg = cfg
-        self.name = f"engine:{cfg.name}"
+        self._url, self._url_auth = split_userinfo(cfg.url)
+        server = cfg.name
+        if self._url_auth is not None and ("@" in server or (self._url_auth[1] and self._url_auth[1] in server)):
+            server = host_port(cfg.url)  # a name made from the URL's netloc must not carry its userinfo
+        self.server = server
+        self.name = f"engine:{server}"
         self.interval = cfg.interval
         self.timeout = cfg.timeout
         #: family and generation of the last successful scrape (None before one)
         self.family: str | None = None
         self.generation: str | None = None
-        self._url = safe_url(cfg.url)
-        self._session = requests.Session()
-        self._session.trust_env = False
-        self._token: str | None = None
+        #: series not published since start, by reason (published as a counter)
+        self.dropped: dict[str, int] = dict.fromkeys(SERIES_DROP_REASONS, 0)
+        self._dropping: set[str] = set()
+        self._secrets: list[str] = [s for s in (self._url_auth or ()) if len(s) >= 3]
+        self._tls: tuple[tuple[str | None, int], ssl.SSLContext] | None = None
         if not cfg.tls_verify and not cfg.ca_bundle:
             log.warning("%s: TLS certificate verification is off (tls_verify: false)", self.name)
 
@@ -98,73 +83,170 @@ class EngineSource:
 
     def sample(self) -> SampleResult:
         """Scrape and normalise; raises ``SourceError`` with a bounded reason."""
+        outcome = self._attempt()
+        if isinstance(outcome, SampleResult):
+            return outcome
+        reason, message = outcome
+        # raised here, outside any except block: no context, and a traceback whose
+        # only frames are this one (self, reason, message) and the caller's
+        raise SourceError(reason, message)
+
+    def close(self) -> None:
+        """Nothing to release: every scrape opens and closes its own connection."""
+
+    # ------------------------------------------------------------------ one attempt
+
+    def _attempt(self) -> SampleResult | tuple[str, str]:
+        """A result, or ``(reason, message)``: plain strings, nothing of the attempt kept."""
         try:
-            text = self._fetch()
-            try:
-                result = normalize_exposition(text, self.cfg.name, self.cfg.type, max_series=self.cfg.max_series)
-            except SeriesLimitError as err:
-                raise SourceError(
-                    "too_many_series", f"{self._url}: {err}; raise max_series or fix the engine's label cardinality"
-                ) from None
-            except ParseError as err:
-                raise SourceError("parse", f"{self._url}: {err}") from None
+            return self._scrape()
         except SourceError as err:
-            raise self._scrubbed(err) from None
+            return err.reason, self._scrubbed(err.message)
+
+    def _scrape(self) -> SampleResult:
+        cfg = self.cfg
+        text = self._fetch()
+        try:
+            # the budget covers everything this source publishes, its dropped counter included
+            budget = max(1, cfg.max_series - len(self.dropped))
+            result = normalize_exposition(
+                text, self.server, cfg.type, max_series=budget, max_input_series=input_limit(cfg.max_series)
+            )
+        except SeriesLimitError as err:
+            raise SourceError(
+                "too_many_series", f"{self._url}: {err} (the input safety limit for max_series {cfg.max_series}); fix the engine's label cardinality"
+            ) from None
+        except ParseError as err:
+            raise SourceError("parse", f"{self._url}: {str(err)[:200]}") from None
+        del text
         if (result.family, result.generation) != (self.family, self.generation):
             log.info("%s: detected %s, metric generation %s", self.name, result.family, result.generation)
         self.family, self.generation = result.family, result.generation
+        self._count_dropped(result.dropped, published_series(result.points))
         partial: list[SourceError] = []
         if result.problems:
             more = f" (+{len(result.problems) - 1} more)" if len(result.problems) > 1 else ""
-            partial.append(self._scrubbed(SourceError("parse", f"series skipped: {result.problems[0]}{more}")))
-        return SampleResult(points=result.points, partial_errors=partial)
+            partial.append(SourceError("parse", self._scrubbed(f"series skipped: {result.problems[0][:200]}{more}")))
+        points: list[Point] = result.points
+        if result.family == "llamacpp":
+            points.extend(self._llamacpp_slots(points))
+        points.extend(Sample(DROPPED, {"source": self.name, "reason": r}, float(n)) for r, n in self.dropped.items())
+        return SampleResult(points=points, partial_errors=partial)
 
-    def close(self) -> None:
-        self._session.close()
+    def _count_dropped(self, dropped: dict[str, int], published: int) -> None:
+        """Add this scrape's drops to the counter; log once when a reason starts or stops."""
+        for reason in SERIES_DROP_REASONS:
+            n = dropped.get(reason, 0)
+            self.dropped[reason] += n
+            if n and reason not in self._dropping:
+                self._dropping.add(reason)
+                hint = f"max_series is {self.cfg.max_series}" if reason == "budget" else "see llm_exporter_series_dropped_total"
+                log.warning("%s: %d series %s (reason %s; %d series published; %s)", self.name, n, _DROP_WORDS[reason], reason, published, hint)
+            elif not n and reason in self._dropping:
+                self._dropping.discard(reason)
+                log.info("%s: no more series %s (reason %s)", self.name, _DROP_WORDS[reason], reason)
+
+    # ------------------------------------------------------------------ llama.cpp slots
+
+    def _llamacpp_slots(self, points: list[Point]) -> list[Sample]:
+        """Slot count, busy slots and context in use from /props and /slots (see llamacpp_slots.py).
+
+        Best effort within what is left of the scrape's time: a server that hides
+        these endpoints (``--no-slots``, an old build, a proxy) publishes nothing
+        more, and that is not a fault of the source.
+        """
+        info = next((p for p in points if p.name == "llm_engine_info"), None)
+        labels = {"server": self.server, "engine": "llamacpp", "model": info.labels.get("model", "") if info else "", "rank": ""}
+        base = llamacpp_slots.base_of(self._url)
+        out: list[Sample] = []
+        for path, parse in ((llamacpp_slots.PROPS_PATH, llamacpp_slots.props_points),
+                            (llamacpp_slots.SLOTS_PATH, llamacpp_slots.slots_points)):
+            try:
+                response = get(Request(url=base + path, timeout=min(1.0, self.cfg.timeout / 2),
+                                       max_body_bytes=min(self.cfg.max_body_bytes, 4 << 20), headers=self._headers(),
+                                       tls=self._tls_context() if base.startswith("https:") else None))
+            except SourceError as err:
+                log.debug("%s: %s unavailable (%s)", self.name, path, err.reason)
+                continue
+            if 200 <= response.status < 300:
+                out.extend(parse(bytes(response.body), labels))
+        return out
 
     # ------------------------------------------------------------------ HTTP
 
+    def _fetch(self) -> str:
+        cfg = self.cfg
+        request = Request(
+            url=self._url,
+            timeout=cfg.timeout,
+            max_body_bytes=cfg.max_body_bytes,
+            headers=self._headers(),
+            tls=self._tls_context() if self._url.startswith("https:") else None,
+            follow_redirects=cfg.follow_redirects,
+        )
+        response = get(request)
+        self._check_status(response.status)
+        body = response.body
+        del response
+        try:
+            return body.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise SourceError("parse", f"{self._url}: body is not UTF-8 text (byte {err.start})") from None
+
     def _headers(self) -> dict[str, str]:
         headers = {"Accept": ACCEPT, "User-Agent": f"llm-layer-exporter/{__version__}"}
-        self._token = self._read_token()
-        if self._token:
-            headers["Authorization"] = f"Bearer {self._token}"
+        token = self._read_secret(self.cfg.bearer_token_file, "bearer_token_file")
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+            return headers
+        pair: tuple[str, str] | None = None
+        if self.cfg.basic_auth_username is not None:
+            password = self._read_secret(self.cfg.basic_auth_password_file, "basic_auth.password_file") or ""
+            pair = (self.cfg.basic_auth_username, password)
+        elif self._url_auth is not None:
+            pair = self._url_auth
+        if pair is not None:
+            raw = f"{pair[0]}:{pair[1]}".encode("utf-8")
+            headers["Authorization"] = "Basic " + base64.b64encode(raw).decode("ascii")
         return headers
 
-    def _read_token(self) -> str | None:
-        path = self.cfg.bearer_token_file
+    def _read_secret(self, path: str | None, what: str) -> str | None:
+        """A token or password read from ``path`` now (rotation without restart); never logged."""
         if not path:
             return None
         try:
-            token = Path(path).read_text(encoding="utf-8").strip()
+            secret = Path(path).read_text(encoding="utf-8").strip()
         except OSError as err:
-            raise SourceError("file_missing", f"cannot read bearer_token_file {path}: {err.strerror}") from None
+            raise SourceError("file_missing", f"cannot read {what} {path}: {err.strerror}") from None
         except UnicodeDecodeError:
-            raise SourceError("malformed", f"bearer_token_file {path} is not UTF-8 text") from None
-        if not token:
-            raise SourceError("malformed", f"bearer_token_file {path} is empty")
-        if not all(33 <= ord(c) <= 126 for c in token):
-            raise SourceError("malformed", f"bearer_token_file {path} holds characters not allowed in an HTTP header")
-        return token
+            raise SourceError("malformed", f"{what} {path} is not UTF-8 text") from None
+        if not secret:
+            raise SourceError("malformed", f"{what} {path} is empty")
+        if what == "bearer_token_file" and not all(33 <= ord(c) <= 126 for c in secret):
+            raise SourceError("malformed", f"{what} {path} holds characters not allowed in an HTTP header")
+        if len(secret) >= 3 and secret not in self._secrets:
+            self._secrets.append(secret)
+            del self._secrets[:-4]  # the URL's pair and the latest file contents
+        return secret
 
-    def _fetch(self) -> str:
+    def _tls_context(self) -> ssl.SSLContext:
+        """The TLS settings, rebuilt when the ``ca_bundle`` file changes (certificate rotation)."""
         cfg = self.cfg
-        headers = self._headers()
-        verify: bool | str = cfg.ca_bundle if cfg.ca_bundle else cfg.tls_verify
-        deadline = time.monotonic() + cfg.timeout
         try:
-            response = self._session.get(
-                cfg.url, headers=headers, timeout=(cfg.timeout, cfg.timeout), stream=True, verify=verify
-            )
-        except requests.exceptions.Timeout:
-            raise SourceError("timeout", f"{self._url}: no answer within {cfg.timeout:g}s") from None
-        except requests.exceptions.SSLError as err:
-            raise SourceError("connection", f"{self._url}: TLS failed ({_describe(err)}); check ca_bundle / tls_verify") from None
-        except requests.exceptions.RequestException as err:
-            raise SourceError("connection", f"{self._url}: {_describe(err)}") from None
-        with response:
-            self._check_status(response.status_code)
-            return self._read_body(response, deadline)
+            key = (cfg.ca_bundle, os.stat(cfg.ca_bundle).st_mtime_ns if cfg.ca_bundle else 0)
+        except OSError as err:
+            raise SourceError("file_missing", f"cannot read ca_bundle {cfg.ca_bundle}: {err.strerror}") from None
+        if self._tls is not None and self._tls[0] == key:
+            return self._tls[1]
+        try:
+            context = ssl.create_default_context(cafile=cfg.ca_bundle) if cfg.ca_bundle else ssl.create_default_context()
+        except (OSError, ssl.SSLError) as err:
+            raise SourceError("malformed", f"ca_bundle {cfg.ca_bundle}: not a PEM certificate bundle ({type(err).__name__})") from None
+        if not cfg.tls_verify and not cfg.ca_bundle:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        self._tls = (key, context)
+        return context
 
     def _check_status(self, status: int) -> None:
         if 200 <= status < 300:
@@ -173,39 +255,21 @@ class EngineSource:
         if status == 501:
             message += " (llama.cpp answers 501 when metrics are off: start llama-server with --metrics)"
         elif status in (401, 403):
-            message += " (check bearer_token_file)"
+            message += " (check bearer_token_file / basic_auth)"
         elif status == 404 and self.cfg.type in ("trtllm", "auto"):
             message += " (trtllm-serve serves Prometheus text at /prometheus/metrics)"
         raise SourceError("http_status", message)
 
-    def _read_body(self, response: requests.Response, deadline: float) -> str:
-        cap = self.cfg.max_body_bytes
-        declared = response.headers.get("Content-Length", "")
-        if declared.isdigit() and int(declared) > cap:
-            raise SourceError("too_large", f"{self._url}: body of {int(declared)} bytes is over the {cap}-byte cap")
-        chunks: list[bytes] = []
-        total = 0
-        try:
-            for chunk in response.iter_content(CHUNK_BYTES):
-                total += len(chunk)
-                if total > cap:
-                    raise SourceError("too_large", f"{self._url}: body is over the {cap}-byte cap")
-                if time.monotonic() > deadline:
-                    raise SourceError("timeout", f"{self._url}: body not complete within {self.cfg.timeout:g}s")
-                chunks.append(chunk)
-        except requests.exceptions.ContentDecodingError:
-            raise SourceError("parse", f"{self._url}: body could not be decompressed") from None
-        except requests.exceptions.RequestException as err:
-            if isinstance(err, requests.exceptions.Timeout) or isinstance(err.args[0] if err.args else None, ReadTimeoutError):
-                raise SourceError("timeout", f"{self._url}: body not complete within {self.cfg.timeout:g}s") from None
-            raise SourceError("connection", f"{self._url}: {_describe(err)} while reading the body") from None
-        try:
-            return b"".join(chunks).decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise SourceError("parse", f"{self._url}: body is not UTF-8 text (byte {err.start})") from None
+    def _scrubbed(self, message: str) -> str:
+        """``message`` cut short, with any secret (should one ever appear) replaced."""
+        for secret in self._secrets:
+            if secret in message:
+                message = message.replace(secret, "<redacted>")
+        return message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 3] + "..."
 
-    def _scrubbed(self, err: SourceError) -> SourceError:
-        """``err`` with the token (should it ever appear) replaced."""
-        if self._token and self._token in err.message:
-            return SourceError(err.reason, err.message.replace(self._token, "<redacted>"))
-        return err
+
+_DROP_WORDS = {
+    "budget": "dropped over the series budget",
+    "label_too_long": "with a label value cut to the length limit",
+    "bad_histogram": "dropped: histogram buckets not cumulative",
+}

@@ -47,11 +47,11 @@ class ParseError(ValueError):
 
 
 class SeriesLimitError(Exception):
-    """The exposition has more sample lines than the configured cap."""
+    """The exposition has more sample lines than the input safety limit (parsing stops there)."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        super().__init__(f"more than {limit} series in the exposition")
+        super().__init__(f"more than {limit} sample lines in the exposition")
 
 
 @dataclass

@@ -4,7 +4,7 @@ Why generated: no complete real V1 capture exists (see the reference's SOURCES.m
 and 800 KB does not belong in the repository. The families, label sets, bucket
 bounds and number formatting follow vLLM's ``PrometheusStatLogger`` in
 multiprocess mode (no ``_created`` series) as documented in
-../shared/reference/engine-metrics.md section 2.1. Values are deterministic per
+docs/reference/engine-metrics.md section 2.1. Values are deterministic per
 engine so tests can check that every rank keeps its own numbers. With 20 engines
 it has ~8,800 samples and ~800 KB, the size the parser's speed target is set for.
 """

@@ -1,7 +1,7 @@
 """Every engine family and generation, from fixture text to neutral values.
 
 Fixtures named ``real-*`` are upstream captures (fixtures/SOURCES.md); the others
-are written from the documented names in ../shared/reference/engine-metrics.md.
+are written from the documented names in docs/reference/engine-metrics.md.
 Each test checks units, ranks, absent-stays-absent and histogram counts.
 """
 

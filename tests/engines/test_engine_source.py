@@ -45,7 +45,10 @@ def test_scrape_normalises_and_names_the_source() -> None:
     assert (source.family, source.generation) == ("vllm", "v1")
     running = sorted(p.value for p in result.points if p.name == "llm_scheduler_requests_running")
     assert running == [3.0, 5.0]
-    assert all(p.labels["server"] == "eng1" and p.labels["engine"] == "vllm" for p in result.points)
+    engine_points = [p for p in result.points if not p.name.startswith("llm_exporter_")]
+    assert all(p.labels["server"] == "eng1" and p.labels["engine"] == "vllm" for p in engine_points)
+    dropped = {p.labels["reason"]: p.value for p in result.points if p.name == "llm_exporter_series_dropped_total"}
+    assert dropped == {"budget": 0.0, "label_too_long": 0.0, "bad_histogram": 0.0}
     assert result.partial_errors == []
     assert srv.behaviour.seen_headers[0]["Accept"].startswith("text/plain")
     assert "Authorization" not in srv.behaviour.seen_headers[0]
@@ -119,10 +122,17 @@ def test_body_over_the_cap(send_length: bool) -> None:
     assert ok.points
 
 
-def test_too_many_series() -> None:
-    with EngineHTTPServer(Behaviour(body=VLLM)) as srv:
+def test_too_many_series_past_the_input_safety_limit() -> None:
+    # over the published-series budget an engine is trimmed (tests/engines/test_engine_hardening_budget.py);
+    # only past the input safety limit (4 x budget, at least 50 000 lines) is it rejected
+    body = VLLM + b"unwanted_metric 1\n" * 50_001
+    behaviour = Behaviour(body=body)
+    with EngineHTTPServer(behaviour) as srv:
         err = failure(make_source(srv.url, max_series=100))
-    assert err.reason == "too_many_series" and "100" in err.message
+        behaviour.body = VLLM
+        trimmed = make_source(srv.url, max_series=100).sample()
+    assert err.reason == "too_many_series" and "50000" in err.message
+    assert trimmed.points
 
 
 def test_per_series_problem_is_a_partial_error_not_a_failure() -> None:
@@ -141,7 +151,7 @@ def test_bearer_token_sent_reread_and_never_logged(tmp_path: Path, caplog: pytes
     with EngineHTTPServer(behaviour) as srv:
         source = make_source(srv.url, bearer_token_file=str(token_file))
         store = SnapshotStore()
-        runner = SourceRunner(source, store)
+        runner = SourceRunner(source, store, log_every=0.0)  # every transition logged (no quiet minute)
         runner.sample_once()
         assert behaviour.seen_headers[-1]["Authorization"] == f"Bearer {TOKEN}"
         # the engine starts refusing the token: source down, reason counted, no secret anywhere

@@ -1,6 +1,6 @@
 """llama.cpp ``llama-server --metrics`` (hand-rendered, unlabeled, single model).
 
-Source of truth: ../shared/reference/engine-metrics.md section 6. ``old`` builds
+Source of truth: docs/reference/engine-metrics.md section 6. ``old`` builds
 (2024) served ``kv_cache_usage_ratio``; ``new`` builds (2025+) dropped it and added
 ``prompt_tokens_cached_total`` and the speculative-decoding counters.
 

@@ -1,6 +1,6 @@
 """SGLang 0.3 - 0.5.x, served as ``sglang:`` (written here) or ``sglang_``.
 
-Source of truth: ../shared/reference/engine-metrics.md section 3. Labels:
+Source of truth: docs/reference/engine-metrics.md section 3. Labels:
 ``model_name``; since 0.5.6 ``tp_rank``, ``pp_rank`` (+ ``dp_rank`` with DP
 attention, ``moe_ep_rank``, ``engine_type``, ``priority``, ``is_streaming``).
 ``dp_rank`` (else ``tp_rank``) becomes ``rank``; the other parallel ranks report

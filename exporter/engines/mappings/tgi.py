@@ -1,6 +1,6 @@
 """Hugging Face TGI 3.x (Rust ``metrics-exporter-prometheus``: no ``_total`` suffix).
 
-Source of truth: ../shared/reference/engine-metrics.md section 4. No labels except
+Source of truth: docs/reference/engine-metrics.md section 4. No labels except
 ``err`` / ``method`` / ``reason``; no model label.
 
 TGI exposes no KV-cache usage, prefix-cache, preemption or TTFT metric: those

@@ -1,7 +1,7 @@
 """TensorRT-LLM: the Triton backend (``nv_trt_llm_*`` + Triton core ``nv_inference_*``)
 and trtllm-serve (``trtllm_*`` at ``/prometheus/metrics``).
 
-Source of truth: ../shared/reference/engine-metrics.md section 5. The two never
+Source of truth: docs/reference/engine-metrics.md section 5. The two never
 share a name, so one table lists the Triton source first and the trtllm-serve
 source second. Triton labels ``model``, ``version``; the backend keeps one family
 per topic with a category label (``kv_cache_block_type="fraction"``), selected here

@@ -1,6 +1,6 @@
 """vLLM: V0 (<= 0.7), V1 with deprecated names (0.8 - 0.10), V1 (>= 0.11).
 
-Source of truth: ../shared/reference/engine-metrics.md section 2. Wire names carry
+Source of truth: docs/reference/engine-metrics.md section 2. Wire names carry
 ``_total`` on counters (prometheus_client). Labels: ``model_name``, and in V1
 ``engine`` (the data-parallel engine-core index, kept as ``rank``).
 
@@ -29,7 +29,7 @@ MAPPING = EngineMapping(
         Generation("v1", label="engine"),
         Generation("v0"),
     ),
-    label_map={"model_name": "model", "finished_reason": "reason", "reason": "reason"},
+    label_map={"model_name": "model", "finished_reason": "reason", "reason": "reason", "sleep_state": "state"},
     rank_labels=("engine",),
     rows=(
         # --- application
@@ -63,9 +63,21 @@ MAPPING = EngineMapping(
         Row("llm_kv_cache_preemptions_total", (Series("vllm:num_preemptions_total"),)),
         Row("llm_prefix_cache_queried_tokens_total", (Series("vllm:prefix_cache_queries_total"),)),
         Row("llm_prefix_cache_hit_tokens_total", (Series("vllm:prefix_cache_hits_total"),)),
+        Row("llm_prompt_tokens_cached_total", (Series("vllm:prompt_tokens_cached_total"),), note=">= 0.11; local + external"),
+        Row("llm_request_preemptions", (Series("vllm:request_num_preemptions"),), note="per finished request"),
         # --- scheduler
         Row("llm_scheduler_requests_running", (Series("vllm:num_requests_running"),)),
         Row("llm_scheduler_requests_waiting", (Series("vllm:num_requests_waiting"),)),
+        Row(
+            "llm_scheduler_requests_waiting_by_reason",
+            (Series("vllm:num_requests_waiting_by_reason"),),
+            note="capacity: no room in the batch or KV cache; deferred: LoRA budget, KV transfer, blocked",
+        ),
+        Row(
+            "llm_scheduler_iteration_tokens",
+            (Series("vllm:iteration_tokens_total"),),
+            note="a histogram despite _total: tokens per engine step",
+        ),
         Row(
             "llm_scheduler_queue_seconds",
             (Series("vllm:request_queue_time_seconds"), Series("vllm:time_in_queue_requests")),
@@ -73,6 +85,12 @@ MAPPING = EngineMapping(
         # --- operator
         Row("llm_request_prefill_seconds", (Series("vllm:request_prefill_time_seconds"),)),
         Row("llm_request_decode_seconds", (Series("vllm:request_decode_time_seconds"),)),
+        # --- hardware cross-check (only with enable_mfu_metrics)
+        Row("llm_engine_estimated_gpu_flops_total", (Series("vllm:estimated_flops_per_gpu_total"),)),
+        Row("llm_engine_estimated_gpu_read_bytes_total", (Series("vllm:estimated_read_bytes_per_gpu_total"),)),
+        Row("llm_engine_estimated_gpu_write_bytes_total", (Series("vllm:estimated_write_bytes_per_gpu_total"),)),
+        # --- application: sleep mode (an asleep engine serves nothing by design)
+        Row("llm_engine_sleep_state", (Series("vllm:engine_sleep_state"),), combine="max"),
         # --- speculative decoding
         Row("llm_spec_decode_draft_tokens_total", (Series("vllm:spec_decode_num_draft_tokens_total"),)),
         Row("llm_spec_decode_accepted_tokens_total", (Series("vllm:spec_decode_num_accepted_tokens_total"),)),

@@ -1,0 +1,132 @@
+"""What one engine may publish: a series budget and a label-value length limit.
+
+Why after normalisation: the cost that matters is what the exporter publishes
+(what Prometheus stores), not what the engine serves. A mapping can turn one
+input line into several series and a histogram publishes a series per bucket
+plus ``_sum`` and ``_count``, so a cap on input lines says little about the
+output (19 k lines in, 38 k series out). Why a budget rather than rejecting
+the engine: a label that explodes (a request id, a LoRA adapter per user) must
+not blank the core signals the diagnosis reads, so the most useful families
+are kept first and only the rest is dropped, and counted.
+
+Why cut label values: an engine that puts a prompt or a 1 MB model path in a
+label would otherwise be republished verbatim on every scrape. A cut value
+ends in a short hash of the whole value, so two long values that share a
+prefix stay two series.
+
+Why an input limit as well: the budget is applied to parsed points, so
+parsing itself needs a bound; :func:`input_limit` is far above what the budget
+publishes and only stops pathological bodies (``too_many_series``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+from typing import Iterable
+
+from exporter.samples import HistogramSample, Point
+from exporter.schema import SPECS
+
+#: Longest label value republished; longer ones are cut (counted as ``label_too_long``).
+MAX_LABEL_LENGTH = 256
+#: The input-line safety limit is this many times the budget, and at least the floor.
+INPUT_SERIES_FACTOR = 4
+INPUT_SERIES_FLOOR = 50_000
+
+#: Families kept first when over budget: what the diagnosis needs to say anything
+#: (memory, scheduler and latency layers), then throughput, then the engine's
+#: identity (after the core: one point per model, so a model label that rotates
+#: must not crowd the core out); every other family follows in schema order.
+PRIORITY: tuple[str, ...] = (
+    "llm_kv_cache_usage_ratio",
+    "llm_scheduler_requests_running",
+    "llm_scheduler_requests_waiting",
+    "llm_kv_cache_preemptions_total",
+    "llm_request_ttft_seconds",
+    "llm_request_inter_token_seconds",
+    "llm_scheduler_queue_seconds",
+    "llm_requests_finished_total",
+    "llm_prompt_tokens_total",
+    "llm_generation_tokens_total",
+    "llm_engine_info",
+)
+_RANK: dict[str, int] = {name: i for i, name in enumerate(PRIORITY)}
+for _name in SPECS:
+    _RANK.setdefault(_name, len(_RANK))
+_HASH_CHARS = 8
+
+
+def input_limit(max_series: int) -> int:
+    """Input sample lines parsed at most for a budget of ``max_series`` published series."""
+    return max(INPUT_SERIES_FLOOR, INPUT_SERIES_FACTOR * max_series)
+
+
+def series_cost(point: Point) -> int:
+    """Series ``point`` publishes: 1, or a histogram's buckets plus ``_sum`` and ``_count``."""
+    return len(point.buckets) + 2 if isinstance(point, HistogramSample) else 1
+
+
+def cut_value(value: str, limit: int = MAX_LABEL_LENGTH) -> str:
+    """``value`` cut to ``limit`` characters, ending in ``~`` and a hash of the whole value."""
+    if len(value) <= limit:
+        return value
+    digest = hashlib.blake2b(value.encode("utf-8", "surrogatepass"), digest_size=_HASH_CHARS // 2).hexdigest()
+    return value[: max(0, limit - _HASH_CHARS - 1)] + "~" + digest
+
+
+def cut_long_labels(points: list[Point], limit: int) -> tuple[list[Point], int]:
+    """Points with every label value longer than ``limit`` cut, and the series so changed."""
+    cut = 0
+    out: list[Point] | None = None
+    for i, point in enumerate(points):
+        if max(map(len, point.labels.values()), default=0) <= limit:
+            if out is not None:
+                out.append(point)
+            continue
+        if out is None:
+            out = points[:i]
+        labels = {k: cut_value(v, limit) for k, v in point.labels.items()}
+        out.append(replace(point, labels=labels))
+        cut += series_cost(point)
+    return (points if out is None else out), cut
+
+
+def _label_order(point: Point) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(point.labels.items()))
+
+
+def within_budget(points: list[Point], budget: int) -> tuple[list[Point], int]:
+    """The points to publish under ``budget`` series, and the series dropped.
+
+    Families are taken in :data:`PRIORITY` order, whole while they fit; a
+    family that does not fit is filled point by point in label order (the same
+    points every scrape while the labels stay the same), and smaller families
+    after it may still use what is left.
+    """
+    total = sum(series_cost(p) for p in points)
+    if total <= budget:
+        return points, 0
+    families: dict[str, list[Point]] = {}
+    for p in points:
+        families.setdefault(p.name, []).append(p)
+    kept: list[Point] = []
+    left = budget
+    for name in sorted(families, key=lambda n: _RANK.get(n, len(_RANK))):
+        family = families[name]
+        cost = sum(series_cost(p) for p in family)
+        if cost <= left:
+            kept.extend(family)
+            left -= cost
+            continue
+        for p in sorted(family, key=_label_order):
+            c = series_cost(p)
+            if c <= left:
+                kept.append(p)
+                left -= c
+    return kept, total - (budget - left)
+
+
+def published_series(points: Iterable[Point]) -> int:
+    """Series ``points`` publish on the wire."""
+    return sum(series_cost(p) for p in points)

@@ -1,0 +1,151 @@
+"""What an engine may publish: the series budget, cut label values, non-monotone histograms.
+
+The budget counts *published* series (a histogram costs its buckets plus
+``_sum`` and ``_count``) and keeps the families the diagnosis needs first;
+what it leaves out is counted in ``llm_exporter_series_dropped_total``
+instead of the whole engine going dark.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from exporter.config import EngineConfig
+from exporter.engines import normalize_exposition
+from exporter.engines.budget import MAX_LABEL_LENGTH, PRIORITY, cut_value, published_series
+from exporter.engines.source import EngineSource
+from exporter.samples import HistogramSample
+from tests.engines.engine_helpers import fixture
+from tests.engines.engine_http import Behaviour, EngineHTTPServer
+
+VLLM = fixture("vllm-0.33-v1-2dp.prom")
+CORE = PRIORITY[: PRIORITY.index("llm_generation_tokens_total") + 1]
+BOUNDS = ("0.1", "0.5", "1.0", "5.0", "+Inf")
+
+
+def e2e_histograms(models: int, bump: int = 0) -> str:
+    """``models`` e2e-latency histograms of 5 buckets, one per model_name: 7 series each."""
+    lines = []
+    for m in range(models):
+        labels = f'engine="0",model_name="adapter-{m + bump}"'
+        lines += [f'vllm:e2e_request_latency_seconds_bucket{{{labels},le="{le}"}} {i}' for i, le in enumerate(BOUNDS)]
+        lines += [f"vllm:e2e_request_latency_seconds_sum{{{labels}}} 1.5", f"vllm:e2e_request_latency_seconds_count{{{labels}}} 4"]
+    return "\n".join(lines) + "\n"
+
+
+def by_name(points: list) -> dict[str, list]:  # type: ignore[type-arg]
+    out: dict[str, list] = {}  # type: ignore[type-arg]
+    for p in points:
+        out.setdefault(p.name, []).append(p)
+    return out
+
+
+# --------------------------------------------------------------------------- budget
+
+
+def test_over_budget_the_core_families_are_kept_and_the_rest_counted() -> None:
+    text = VLLM + e2e_histograms(3_000)  # 21 000 series of a non-core family
+    free = normalize_exposition(text, "srv")
+    budgeted = normalize_exposition(text, "srv", max_series=5_000)
+    total = published_series(free.points)
+    kept = published_series(budgeted.points)
+    assert total > 21_000 and kept <= 5_000
+    assert budgeted.dropped == {"budget": total - kept}
+    full, cut = by_name(free.points), by_name(budgeted.points)
+    for name in CORE:
+        if name in full:
+            assert cut.get(name) == full[name], f"core family {name} was cut"
+    assert cut["llm_engine_info"]  # the engine is still identified
+    assert 0 < len(cut["llm_request_e2e_seconds"]) < len(full["llm_request_e2e_seconds"])
+
+
+def test_the_budget_keeps_the_same_points_every_scrape() -> None:
+    text = VLLM + e2e_histograms(500)
+    first = normalize_exposition(text, "srv", max_series=2_000)
+    again = normalize_exposition(text, "srv", max_series=2_000)
+    assert first.points == again.points
+
+
+def test_under_budget_nothing_is_dropped() -> None:
+    result = normalize_exposition(VLLM, "srv", max_series=20_000)
+    assert result.dropped == {} and result.points == normalize_exposition(VLLM, "srv").points
+
+
+def test_a_budget_smaller_than_the_core_keeps_core_points_first() -> None:
+    result = normalize_exposition(VLLM + e2e_histograms(100), "srv", max_series=4)
+    names = {p.name for p in result.points}
+    assert names == {"llm_kv_cache_usage_ratio", "llm_scheduler_requests_running"}
+    assert published_series(result.points) == 4
+
+
+def test_the_input_safety_limit_still_bounds_parsing() -> None:
+    from exporter.engines import SeriesLimitError
+
+    with pytest.raises(SeriesLimitError):
+        normalize_exposition(VLLM + "junk 1\n" * 50_001, "srv", max_series=100)
+
+
+def test_engine_source_stays_up_over_budget_and_counts_what_it_dropped(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="exporter.engines.source")
+    behaviour = Behaviour(body=(VLLM + e2e_histograms(300)).encode())
+    with EngineHTTPServer(behaviour) as srv:
+        source = EngineSource(EngineConfig(url=srv.url, name="eng1", timeout=2.0, interval=5.0, max_series=1_000))
+        first = source.sample()
+        second = source.sample()
+        behaviour.body = VLLM.encode()
+        third = source.sample()
+
+    def dropped(result) -> dict[str, float]:  # type: ignore[no-untyped-def]
+        return {p.labels["reason"]: p.value for p in result.points if p.name == "llm_exporter_series_dropped_total"}
+
+    assert published_series(first.points) <= 1_000  # the counter's own series included
+    assert dropped(first)["budget"] > 0 and dropped(second)["budget"] == 2 * dropped(first)["budget"]
+    assert dropped(third)["budget"] == dropped(second)["budget"]  # a counter: it never goes back
+    assert {p.labels["source"] for p in first.points if p.name.startswith("llm_exporter_")} == {"engine:eng1"}
+    assert any(p.name == "llm_kv_cache_usage_ratio" for p in first.points)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING and "over the series budget" in r.getMessage()]
+    assert len(warnings) == 1 and "max_series is 1000" in warnings[0].getMessage()  # once, not every scrape
+    assert any("no more series dropped" in r.getMessage() for r in caplog.records)
+
+
+# --------------------------------------------------------------------------- label values
+
+
+def test_long_label_values_are_cut_and_counted() -> None:
+    huge = "m" * 1_000_000
+    text = VLLM.replace('engine="0",model_name="Qwen/Qwen2.5-1.5B-Instruct"', f'engine="0",model_name="{huge}"', 1)
+    result = normalize_exposition(text, "srv")
+    longest = max(len(v) for p in result.points for v in p.labels.values())
+    assert longest == MAX_LABEL_LENGTH
+    assert result.dropped == {"label_too_long": 2}  # llm_scheduler_requests_running{rank="0"} and its engine_info
+    assert cut_value(huge) in {p.labels.get("model") for p in result.points}
+
+
+def test_two_long_values_with_one_prefix_stay_two_series() -> None:
+    a, b = "p" * 400 + "a", "p" * 400 + "b"
+    assert cut_value(a) != cut_value(b) and len(cut_value(a)) == MAX_LABEL_LENGTH
+    assert cut_value("short") == "short"
+
+
+# --------------------------------------------------------------------------- histograms
+
+
+def test_a_histogram_whose_counts_decrease_is_not_republished() -> None:
+    bad = 'vllm:time_to_first_token_seconds_bucket{engine="0",le="0.25",model_name="Qwen/Qwen2.5-1.5B-Instruct"} 20.0'
+    assert bad in VLLM
+    result = normalize_exposition(VLLM.replace(bad, bad.replace("} 20.0", "} 3.0")), "srv")
+    ttft = [p for p in result.points if p.name == "llm_request_ttft_seconds"]
+    assert [p.labels["rank"] for p in ttft] == ["1"]  # rank 0's histogram is dropped, rank 1's kept
+    assert isinstance(ttft[0], HistogramSample)
+    n_buckets = VLLM.count('vllm:time_to_first_token_seconds_bucket{engine="0"')
+    assert result.dropped == {"bad_histogram": n_buckets + 2}
+    assert any("cumulative bucket counts decrease" in p for p in result.problems)
+
+
+def test_every_published_histogram_is_monotone() -> None:
+    for p in normalize_exposition(VLLM, "srv").points:
+        if isinstance(p, HistogramSample):
+            counts = [c for _, c in p.buckets]
+            assert counts == sorted(counts), p.name
