@@ -8,6 +8,7 @@ so a Helm chart, a compose file and a person at a shell all work.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,15 @@ ENV_PREFIX = "LLM_EXPORTER_"
 ENGINE_TYPES = ("auto", "vllm", "sglang", "tgi", "trtllm", "llamacpp")
 DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024
 DEFAULT_MAX_SERIES = 20_000
+#: sampling loops faster than this burn a core for nothing (`--gpu-interval 1e-9` once did)
+MIN_INTERVAL_S = 0.1
+MAX_INTERVAL_S = 3600.0
+MIN_TIMEOUT_S = 0.01
+#: a timeout nobody set is this share of its interval (at most the documented default)
+DEFAULT_TIMEOUT_SHARE = 0.9
+DEFAULT_GPU_TIMEOUT_S = 2.0
+DEFAULT_ENGINE_TIMEOUT_S = 3.0
+MIN_BODY_BYTES, MAX_BODY_BYTES = 1024, 1024**3
 
 
 @dataclass
@@ -38,6 +48,11 @@ class EngineConfig:
     interval: float = 5.0
     max_series: int = DEFAULT_MAX_SERIES
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    #: follow same-host redirects (at most 3); off: a redirect fails the scrape with reason `redirect`
+    follow_redirects: bool = False
+    #: basic auth (`basic_auth: {username, password_file}`); the password file is re-read every scrape
+    basic_auth_username: str | None = None
+    basic_auth_password_file: str | None = None
     #: process sampler: the serving process, by PID or by a command-line substring
     pid: int | None = None
     process: str | None = None
@@ -48,10 +63,12 @@ class Config:
     listen_address: str = "0.0.0.0:9750"
     gpu_source: str = "auto"
     gpu_interval: float = 1.0
-    gpu_timeout: float = 2.0
+    gpu_timeout: float = 0.9  # DEFAULT_TIMEOUT_SHARE of the default interval
     engine_interval: float = 5.0
     engine_timeout: float = 3.0
     process_interval: float = 1.0
+    #: default budget of published series per engine (an engine's `max_series` overrides it)
+    engine_max_series: int = DEFAULT_MAX_SERIES
     diagnosis_interval: float | None = None
     engines: list[EngineConfig] = field(default_factory=list)
     #: parallel groups: name -> GPU indexes; empty means one group of all GPUs
@@ -60,6 +77,8 @@ class Config:
     diagnosis: dict[str, Any] = field(default_factory=dict)
     web_config_file: str | None = None
     log_level: str = "info"
+    #: settings given by file, environment or flag (the others are defaults), e.g. "gpu_timeout"
+    explicit: set[str] = field(default_factory=set, repr=False, compare=False)
 
     @property
     def host(self) -> str:
@@ -71,37 +90,85 @@ class Config:
 
     @property
     def effective_diagnosis_interval(self) -> float:
-        return self.diagnosis_interval or self.gpu_interval
+        """The diagnosis cycle: as set, else the GPU interval but at least 1 s. Its window
+        already smooths over seconds, and a cycle costs milliseconds: judging four times a
+        second beside a 250 ms GPU loop would triple the exporter's own CPU for nothing."""
+        return self.diagnosis_interval or max(1.0, self.gpu_interval)
 
 
 # --------------------------------------------------------------------------- parsing helpers
 
 
-def split_listen_address(value: str) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not (0 <= int(port) <= 65535):
-        raise ValueError(f"expected HOST:PORT, got {value!r}")
+def string(value: Any) -> str:
+    """YAML may hand us a number, list or null where a string belongs; say so instead of str()-ing it."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"expected a non-empty string, got {value!r}")
+    return value
+
+
+def split_listen_address(value: Any) -> tuple[str, int]:
+    host, sep, port = string(value).rpartition(":")
+    if not sep or not port.isdigit() or not (1 <= int(port) <= 65535):
+        raise ValueError(f"expected HOST:PORT with a port 1-65535, got {value!r}")
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
 def positive_seconds(value: Any) -> float:
     try:
-        f = float(str(value).rstrip("s")) if isinstance(value, str) else float(value)
+        if isinstance(value, bool):
+            raise TypeError
+        f = float(value.strip().removesuffix("s")) if isinstance(value, str) else float(value)
     except (TypeError, ValueError):
         raise ValueError(f"expected a positive number of seconds, got {value!r}") from None
-    if not f > 0 or f != f or f == float("inf"):
+    if not f > 0 or not math.isfinite(f):
         raise ValueError(f"expected a positive number of seconds, got {value!r}")
     return f
 
 
+def interval_seconds(value: Any) -> float:
+    f = positive_seconds(value)
+    if not MIN_INTERVAL_S <= f <= MAX_INTERVAL_S:
+        raise ValueError(f"expected {MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g} seconds, got {value!r}")
+    return f
+
+
+def timeout_seconds(value: Any) -> float:
+    f = positive_seconds(value)
+    if not MIN_TIMEOUT_S <= f <= MAX_INTERVAL_S:
+        raise ValueError(f"expected {MIN_TIMEOUT_S:g} to {MAX_INTERVAL_S:g} seconds, got {value!r}")
+    return f
+
+
 def positive_int(value: Any) -> int:
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise ValueError(f"expected a positive integer, got {value!r}")
     try:
-        i = int(value)
-    except (TypeError, ValueError):
+        i = int(value.strip()) if isinstance(value, str) else int(value)
+    except (TypeError, ValueError, OverflowError):
         raise ValueError(f"expected a positive integer, got {value!r}") from None
     if i <= 0:
         raise ValueError(f"expected a positive integer, got {value!r}")
     return i
+
+
+def body_bytes(value: Any) -> int:
+    i = positive_int(value)
+    if not MIN_BODY_BYTES <= i <= MAX_BODY_BYTES:
+        raise ValueError(f"expected {MIN_BODY_BYTES} to {MAX_BODY_BYTES} bytes, got {value!r}")
+    return i
+
+
+def readable_file(value: Any) -> str:
+    """A file we can open now, not at the first scrape."""
+    path = string(value)
+    try:
+        with open(path, "rb"):
+            pass
+    except IsADirectoryError:
+        raise ValueError(f"{path} is a directory, not a file") from None
+    except OSError as err:
+        raise ValueError(f"cannot read {path}: {err.strerror or err}") from None
+    return path
 
 
 def boolean(value: Any) -> bool:
@@ -115,8 +182,10 @@ def boolean(value: Any) -> bool:
     raise ValueError(f"expected true or false, got {value!r}")
 
 
-def engine_url(value: str) -> str:
+def engine_url(value: Any) -> str:
     """Normalise an engine URL: a URL without a path gets /metrics."""
+    if not isinstance(value, str):
+        raise ValueError(f"expected an http(s) URL string, got {value!r}")
     parts = urlsplit(value.strip())
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ValueError(f"expected an http(s) URL, got {value!r}")
@@ -124,8 +193,8 @@ def engine_url(value: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
 
-def log_level(value: str) -> str:
-    v = str(value).lower()
+def log_level(value: Any) -> str:
+    v = string(value).lower()
     if v not in ("debug", "info", "warning", "error"):
         raise ValueError(f"expected debug, info, warning or error, got {value!r}")
     return v
@@ -136,14 +205,15 @@ def log_level(value: str) -> str:
 #: (flag, dest, parser, help). Every flag can also be set as LLM_EXPORTER_<DEST upper>.
 SERVE_FLAGS: list[tuple[str, str, Callable[[Any], Any], str]] = [
     ("--listen-address", "listen_address", lambda v: (split_listen_address(v), v)[1], "HOST:PORT to serve on (default 0.0.0.0:9750)"),
-    ("--gpu-source", "gpu_source", str, "auto, dcgm, nvml, none, replay:PATH[,PATH...] or sim:BASE_URL (default auto)"),
-    ("--gpu-interval", "gpu_interval", positive_seconds, "GPU sampling interval in seconds (default 1)"),
-    ("--gpu-timeout", "gpu_timeout", positive_seconds, "GPU sample timeout in seconds (default 2)"),
-    ("--engine-interval", "engine_interval", positive_seconds, "default engine scrape interval in seconds (default 5)"),
-    ("--engine-timeout", "engine_timeout", positive_seconds, "default engine scrape timeout in seconds (default 3)"),
-    ("--process-interval", "process_interval", positive_seconds, "process sampler interval in seconds (default 1)"),
-    ("--diagnosis-interval", "diagnosis_interval", positive_seconds, "diagnosis cycle in seconds (default: the GPU interval)"),
-    ("--web-config-file", "web_config_file", str, "TLS / basic-auth config (Prometheus exporter-toolkit format)"),
+    ("--gpu-source", "gpu_source", string, "auto, dcgm, nvml, none, replay:PATH[,PATH...] or sim:BASE_URL (default auto)"),
+    ("--gpu-interval", "gpu_interval", interval_seconds, "GPU sampling interval in seconds, 0.1-3600 (default 1)"),
+    ("--gpu-timeout", "gpu_timeout", timeout_seconds, "GPU sample timeout in seconds, below the interval (default 0.9 x interval, at most 2)"),
+    ("--engine-interval", "engine_interval", interval_seconds, "default engine scrape interval in seconds, 0.1-3600 (default 5)"),
+    ("--engine-timeout", "engine_timeout", timeout_seconds, "default engine scrape timeout in seconds, below the interval (default 0.9 x interval, at most 3)"),
+    ("--engine-max-series", "engine_max_series", positive_int, "default budget of published series per engine; over it the least useful families are dropped and counted (default 20000)"),
+    ("--process-interval", "process_interval", interval_seconds, "process sampler interval in seconds, 0.1-3600 (default 1)"),
+    ("--diagnosis-interval", "diagnosis_interval", interval_seconds, "diagnosis cycle in seconds, 0.1-3600 (default: the GPU interval)"),
+    ("--web-config-file", "web_config_file", string, "TLS / basic-auth config (Prometheus exporter-toolkit format)"),
     ("--log-level", "log_level", log_level, "debug, info, warning or error (default info)"),
 ]
 
@@ -178,10 +248,12 @@ def load_config(args: argparse.Namespace, environ: dict[str, str] | None = None)
     raw: dict[str, Any] = {}
     if config_path:
         raw = _read_yaml(config_path)
+    origin: dict[str, str] = {}  # setting -> where its value came from, for error lines
     # 1. file
     for _, dest, parse, _ in SERVE_FLAGS:
         if dest in raw:
-            setattr(cfg, dest, _parse(parse, raw[dest], f"{config_path}: {dest}"))
+            origin[dest] = f"{config_path}: {dest}"
+            setattr(cfg, dest, _parse(parse, raw[dest], origin[dest]))
     known = {d for _, d, _, _ in SERVE_FLAGS} | {"engines", "groups", "diagnosis"}
     unknown = sorted(set(raw) - known)
     if unknown:
@@ -190,10 +262,15 @@ def load_config(args: argparse.Namespace, environ: dict[str, str] | None = None)
     for _, dest, parse, _ in SERVE_FLAGS:
         env_name = ENV_PREFIX + dest.upper()
         if env.get(env_name):
+            origin[dest] = env_name
             setattr(cfg, dest, _parse(parse, env[env_name], env_name))
         value = getattr(args, dest, None)
         if value is not None:
+            origin[dest] = _flag_of(dest)
             setattr(cfg, dest, _parse(parse, value, _flag_of(dest)))
+    cfg.explicit = set(origin)
+    cfg.gpu_timeout = _timeout_below(cfg.gpu_timeout, cfg.gpu_interval, DEFAULT_GPU_TIMEOUT_S, origin, "gpu")
+    cfg.engine_timeout = _timeout_below(cfg.engine_timeout, cfg.engine_interval, DEFAULT_ENGINE_TIMEOUT_S, origin, "engine")
 
     cfg.engines = _engines(raw.get("engines") or [], cfg, config_path)
     urls = getattr(args, "engine", None) or ([u for u in env.get(ENV_PREFIX + "ENGINE", "").split(",") if u.strip()])
@@ -219,6 +296,20 @@ def load_config(args: argparse.Namespace, environ: dict[str, str] | None = None)
     cfg.diagnosis = diag
     _check_gpu_source(cfg.gpu_source)
     return cfg
+
+
+def _timeout_below(timeout: float, interval: float, default: float, origin: dict[str, str], kind: str) -> float:
+    """A timeout someone set must be below its interval; one nobody set is derived from it."""
+    if f"{kind}_timeout" not in origin:
+        return default_timeout(interval, default)
+    if timeout >= interval:
+        where_iv = origin.get(f"{kind}_interval", f"{_flag_of(kind + '_interval')} (default)")
+        raise UsageError(f"{origin[kind + '_timeout']}: {timeout:g} s must be less than {where_iv} {interval:g} s")
+    return timeout
+
+
+def default_timeout(interval: float, default: float) -> float:
+    return min(default, round(interval * DEFAULT_TIMEOUT_SHARE, 6))
 
 
 def _parse(parse: Callable[[Any], Any], value: Any, where: str) -> Any:
@@ -250,8 +341,31 @@ def _engines(items: Any, cfg: Config, where: str | None) -> list[EngineConfig]:
 
 _ENGINE_KEYS = {
     "url", "name", "type", "bearer_token_file", "ca_bundle", "tls_verify", "timeout", "interval",
-    "max_series", "max_body_bytes", "pid", "process",
+    "max_series", "max_body_bytes", "pid", "process", "follow_redirects", "basic_auth",
 }
+
+
+def _basic_auth(value: Any, where: str) -> tuple[str, str]:
+    """`basic_auth: {username: ..., password_file: ...}` -> (username, readable password file)."""
+    if not isinstance(value, dict) or set(value) != {"username", "password_file"}:
+        # the keys only: a value could be a password written inline by mistake
+        got = f"keys {', '.join(sorted(map(str, value)))}" if isinstance(value, dict) else type(value).__name__
+        raise UsageError(f"{where}: expected a mapping with exactly username and password_file, got {got}"[:200])
+    user = _parse(string, value["username"], f"{where}.username")
+    if ":" in user:
+        raise UsageError(f"{where}.username: a basic-auth user name cannot contain ':'")
+    return user, _parse(readable_file, value["password_file"], f"{where}.password_file")
+
+
+def _host_port(url: str) -> str:
+    """host[:port] of url without its userinfo: a default engine name must not carry a password."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    try:
+        return f"{host}:{parts.port}" if parts.port is not None else host
+    except ValueError:
+        return host
 
 
 def _engine_from_mapping(item: Any, cfg: Config, where: str) -> EngineConfig:
@@ -264,26 +378,48 @@ def _engine_from_mapping(item: Any, cfg: Config, where: str) -> EngineConfig:
     if unknown:
         raise UsageError(f"{where}: unknown setting(s) {', '.join(unknown)}")
     url = _parse(engine_url, item["url"], f"{where}: url")
-    etype = str(item.get("type", "auto"))
+    etype = item.get("type", "auto")
     if etype not in ENGINE_TYPES:
         raise UsageError(f"{where}: type: expected one of {', '.join(ENGINE_TYPES)}, got {etype!r}")
     token_file = item.get("bearer_token_file")
-    if token_file is not None and not Path(str(token_file)).is_file():
-        raise UsageError(f"{where}: bearer_token_file: {token_file} does not exist")
+    if token_file is not None:
+        _parse(readable_file, token_file, f"{where}: bearer_token_file")
     ca = item.get("ca_bundle")
-    if ca is not None and not Path(str(ca)).is_file():
-        raise UsageError(f"{where}: ca_bundle: {ca} does not exist")
+    if ca is not None:
+        _parse(readable_file, ca, f"{where}: ca_bundle")
+    basic = _basic_auth(item["basic_auth"], f"{where}: basic_auth") if item.get("basic_auth") is not None else None
+    url_auth = "@" in urlsplit(url).netloc
+    if basic and (token_file is not None or url_auth):
+        other = "bearer_token_file" if token_file is not None else "user info in the url"
+        raise UsageError(f"{where}: basic_auth: give one kind of credentials, not basic_auth and {other}")
+    if url_auth and token_file is not None:
+        raise UsageError(f"{where}: url: user info in the url and bearer_token_file: give one kind of credentials")
+    for key in ("name", "process"):
+        if item.get(key) is not None:
+            _parse(string, item[key], f"{where}: {key}")
+    interval = _parse(interval_seconds, item.get("interval", cfg.engine_interval), f"{where}: interval")
+    if "timeout" in item:
+        timeout = _parse(timeout_seconds, item["timeout"], f"{where}: timeout")
+    elif "engine_timeout" in cfg.explicit:
+        timeout = cfg.engine_timeout
+    else:
+        timeout = default_timeout(interval, DEFAULT_ENGINE_TIMEOUT_S)
+    if timeout >= interval:
+        raise UsageError(f"{where}: timeout {timeout:g} s must be less than its interval {interval:g} s")
     return EngineConfig(
         url=url,
-        name=str(item.get("name") or urlsplit(url).netloc),
+        name=str(item.get("name") or _host_port(url)),
         type=etype,
         bearer_token_file=str(token_file) if token_file else None,
         ca_bundle=str(ca) if ca else None,
         tls_verify=_parse(boolean, item.get("tls_verify", True), f"{where}: tls_verify"),
-        timeout=_parse(positive_seconds, item.get("timeout", cfg.engine_timeout), f"{where}: timeout"),
-        interval=_parse(positive_seconds, item.get("interval", cfg.engine_interval), f"{where}: interval"),
-        max_series=_parse(positive_int, item.get("max_series", DEFAULT_MAX_SERIES), f"{where}: max_series"),
-        max_body_bytes=_parse(positive_int, item.get("max_body_bytes", DEFAULT_MAX_BODY_BYTES), f"{where}: max_body_bytes"),
+        timeout=timeout,
+        interval=interval,
+        max_series=_parse(positive_int, item.get("max_series", cfg.engine_max_series), f"{where}: max_series"),
+        max_body_bytes=_parse(body_bytes, item.get("max_body_bytes", DEFAULT_MAX_BODY_BYTES), f"{where}: max_body_bytes"),
+        follow_redirects=_parse(boolean, item.get("follow_redirects", False), f"{where}: follow_redirects"),
+        basic_auth_username=basic[0] if basic else None,
+        basic_auth_password_file=basic[1] if basic else None,
         pid=_parse(positive_int, item["pid"], f"{where}: pid") if item.get("pid") is not None else None,
         process=str(item["process"]) if item.get("process") else None,
     )
@@ -294,7 +430,7 @@ def _groups(raw: Any, where: str | None) -> dict[str, list[int]]:
         raise UsageError(f"{where}: groups: expected a mapping of name to GPU indexes")
     groups: dict[str, list[int]] = {}
     for name, gpus in raw.items():
-        if not isinstance(gpus, list) or not gpus or not all(isinstance(g, int) and g >= 0 for g in gpus):
+        if not isinstance(gpus, list) or not gpus or not all(type(g) is int and g >= 0 for g in gpus):
             raise UsageError(f"{where}: groups.{name}: expected a non-empty list of GPU indexes")
         groups[str(name)] = list(gpus)
     return groups

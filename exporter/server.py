@@ -2,6 +2,12 @@
 
 Why FastAPI: the diagnosis contributes JSON and HTML routes next to /metrics,
 and uvicorn serves TLS. /metrics itself is a plain route over cached bytes.
+
+Basic auth, when configured, guards every path except OPEN_PATHS. Those two stay
+open by design: a kubelet or load balancer probes them without credentials, and
+they reveal nothing but "the process answers" and "a source has sampled". The
+check runs in a plain ASGI middleware that awaits exporter.basicauth off the event
+loop, so wrong passwords never delay the open probes or authorised scrapes.
 """
 
 from __future__ import annotations
@@ -10,28 +16,51 @@ from typing import Iterable
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from exporter.basicauth import BasicAuthVerifier, Verdict
 from exporter.collector import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, ExpositionCache, wants_openmetrics
 from exporter.store import SnapshotStore
 from exporter.webconfig import WebConfig
+
+#: reachable without credentials even when basic auth is on: liveness and readiness probes
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+
+
+class BasicAuthMiddleware:
+    """401 for missing or wrong credentials, 503 when the verification pool is full, else the app."""
+
+    def __init__(self, app: ASGIApp, verifier: BasicAuthVerifier) -> None:
+        self.app = app
+        self.verifier = verifier
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket") or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        verdict = await self.verifier.verify(Headers(scope=scope).get("authorization"))
+        if verdict is Verdict.OK:
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        if verdict is Verdict.BUSY:
+            response = PlainTextResponse("Too many password checks in progress; retry\n", status_code=503, headers={"Retry-After": "1"})
+        else:
+            response = PlainTextResponse("Unauthorized\n", status_code=401, headers={"WWW-Authenticate": 'Basic realm="llm-layer-exporter"'})
+        await response(scope, receive, send)
 
 
 def create_app(store: SnapshotStore, routers: Iterable[APIRouter] = (), web_config: WebConfig | None = None) -> FastAPI:
     app = FastAPI(title="llm-layer-exporter", docs_url=None, redoc_url=None, openapi_url=None)
     cache = ExpositionCache(store)
-    auth = web_config or WebConfig()
-
-    if auth.basic_auth_users:
-
-        @app.middleware("http")
-        async def basic_auth(request: Request, call_next):  # type: ignore[no-untyped-def]
-            if request.url.path in ("/healthz", "/readyz"):
-                return await call_next(request)
-            if not auth.check_authorization(request.headers.get("authorization")):
-                return PlainTextResponse(
-                    "Unauthorized\n", status_code=401, headers={"WWW-Authenticate": 'Basic realm="llm-layer-exporter"'}
-                )
-            return await call_next(request)
+    users = (web_config or WebConfig()).basic_auth_users
+    if users:
+        verifier = BasicAuthVerifier(users)
+        app.state.auth = verifier
+        app.add_middleware(BasicAuthMiddleware, verifier=verifier)
 
     @app.get("/metrics")
     async def metrics(request: Request) -> Response:
@@ -39,11 +68,13 @@ def create_app(store: SnapshotStore, routers: Iterable[APIRouter] = (), web_conf
         return Response(cache.render(om), media_type=OPENMETRICS_CONTENT_TYPE if om else TEXT_CONTENT_TYPE)
 
     @app.get("/healthz")
-    def healthz() -> Response:
+    async def healthz() -> Response:
+        """Open without auth (OPEN_PATHS): liveness only."""
         return PlainTextResponse("ok\n")
 
     @app.get("/readyz")
     def readyz() -> Response:
+        """Open without auth (OPEN_PATHS): ready once any source has sampled."""
         if store.ready():
             return PlainTextResponse("ready\n")
         return PlainTextResponse("not ready: no source has sampled successfully yet\n", status_code=503)

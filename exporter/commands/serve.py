@@ -78,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
     for source in sources:
         group.add(source)
     app = create_app(store, routers, web_config)
+    # the context was built (files loaded, versions and ciphers set) when the web config was read
     uv_kwargs = web_config.tls.uvicorn_kwargs() if web_config and web_config.tls else {}
     server = uvicorn.Server(
         uvicorn.Config(
@@ -102,4 +103,7 @@ def run(args: argparse.Namespace) -> int:
         server.run()
     finally:
         group.stop()
+        auth = getattr(app.state, "auth", None)
+        if auth is not None:
+            auth.close()
     return 0 if server.started else 1

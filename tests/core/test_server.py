@@ -114,7 +114,7 @@ def test_tls_and_basic_auth_from_web_config(tmp_path: Path) -> None:
         ("tls_server_config:\n  cert_file: /nope\n  key_file: /nope\n", "cert_file"),
         ("basic_auth_users:\n  a: plaintext\n", "bcrypt hash"),
         ("http_server_config:\n  http2: true\n", "unsupported key"),
-        ("tls_server_config:\n  cipher_suites: [x]\n", "unsupported key"),
+        ("tls_server_config:\n  curve_preferences: [X25519]\n", "unsupported key"),
     ],
 )
 def test_bad_web_config_is_a_clear_error(tmp_path: Path, text: str, needle: str) -> None:
