@@ -171,13 +171,20 @@ def plain_line(elapsed: float, scenario: str, now: Reading, before: Reading | No
 
 
 def verdict_text(diagnosis: dict[str, Any] | None) -> str:
+    """One line: the state, and in trouble the primary with its confidence and chain."""
     if diagnosis is None:
         return "n/a (no /diagnosis)"
-    found = diagnosis.get("bottlenecks") or []
-    if not found:
-        return "no bottleneck"
-    top = max(found, key=lambda b: b.get("score", 0))
-    return f"{top.get('layer')}: {top.get('cause')} ({top.get('score', 0):.2f})"
+    state = str(diagnosis.get("state", "unknown"))
+    primary = diagnosis.get("primary")
+    if primary:
+        return (f"{state}: {primary.get('layer')}/{primary.get('cause')} "
+                f"(confidence {primary.get('confidence', 0):.2f}): {primary.get('chain', '')}")
+    if state == "healthy":
+        warnings = [b for b in diagnosis.get("bottlenecks") or [] if b.get("role") == "warning"]
+        extra = "; warning: " + ", ".join(f"{b.get('layer')}/{b.get('cause')}" for b in warnings) if warnings else ""
+        return "healthy: no symptom" + extra
+    notices = diagnosis.get("notices") or []
+    return "unknown: " + (notices[0] if notices else "nothing measured yet")
 
 
 # --------------------------------------------------------------------------- the children
@@ -357,19 +364,26 @@ def _render(args: argparse.Namespace, elapsed: float, now: Reading, before: Read
         status = info.get("status", "-")
         score = info.get("score")
         status_text = f"{status} {score:.2f}" if isinstance(score, (int, float)) else str(status)
+        room = info.get("headroom")
+        if isinstance(room, (int, float)):
+            status_text += f" · {100 * room:.0f} % headroom"
         cells = "  ".join(f"{name}={value}" for name, value in rows[:10]) or "-"
         table.add_row(layer, status_text, cells)
     if not any(layer_rows(now, before).values()) and now.values:
         table.add_row("engine", "-", "  ".join(f"{k}={fmt(v[0][1], '')}" for k, v in list(now.values.items())[:12]))
     header = f"scenario [bold]{args.scenario}[/] · dialect {args.dialect} · {elapsed:.0f}s · load: {load_text}"
     verdict = verdict_text(diagnosis)
-    parts: list[Any] = [header, table, Panel(verdict, title="verdict")]
+    parts: list[Any] = [header, Panel(verdict, title="verdict")]
+    if diagnosis and diagnosis.get("primary"):
+        advice = str(diagnosis["primary"].get("advice") or "")
+        if advice:
+            parts.append(f"[dim]{advice}[/]")  # rich wraps it: never cut
+    parts.append(table)
     if diagnosis:
-        for b in sorted(diagnosis.get("bottlenecks") or [], key=lambda b: -b.get("score", 0))[:3]:
-            parts.append(f"• {b.get('layer')}/{b.get('cause')}: {_evidence(b.get('evidence'))}")
-            advice = str(b.get("advice") or "")
-            if advice:
-                parts.append(f"  [dim]{advice[:160]}{'…' if len(advice) > 160 else ''}[/]")
+        others = [b for b in diagnosis.get("bottlenecks") or [] if b.get("role") != "primary"]
+        for b in others[:3]:
+            parts.append(f"• {b.get('role', 'warning')} {b.get('layer')}/{b.get('cause')}: "
+                         f"{b.get('summary') or _evidence(b.get('evidence'))}")
     if note:
         parts.append(f"[yellow]{note}[/]")
     return Panel(Group(*parts), title="llm-layer-exporter demo (Ctrl-C to stop)")

@@ -63,8 +63,12 @@ SOURCE_ERROR_REASONS: tuple[str, ...] = (
     "dcgm_unavailable",
     "process_gone",
     "stale_input",
+    "redirect",
     "internal",
 )
+
+#: Bounded set of values for the ``reason`` label of llm_exporter_series_dropped_total.
+SERIES_DROP_REASONS: tuple[str, ...] = ("budget", "label_too_long", "bad_histogram")
 
 
 @dataclass(frozen=True)
@@ -105,8 +109,8 @@ def _c(name: str, unit: str, help: str, layer: str, labels: Iterable[str], origi
     return MetricSpec(name, "counter", unit, help, layer, tuple(labels), origin)
 
 
-def _h(name: str, help: str, layer: str, labels: Iterable[str], origin: str) -> MetricSpec:
-    return MetricSpec(name, "histogram", "seconds", help, layer, tuple(labels), origin)
+def _h(name: str, help: str, layer: str, labels: Iterable[str], origin: str, unit: str = "seconds") -> MetricSpec:
+    return MetricSpec(name, "histogram", unit, help, layer, tuple(labels), origin)
 
 
 _GPU = GPU_LABELS
@@ -119,6 +123,7 @@ _SPECS: list[MetricSpec] = [
     _c("llm_exporter_source_errors_total", "", "Failed or partially failed samples, by source and reason.", "exporter", ["source", "reason"], "exporter"),
     _g("llm_exporter_source_last_success_timestamp_seconds", "seconds", "Unix time of the source's last successful sample.", "exporter", ["source"], "exporter"),
     _g("llm_exporter_source_series", "", "Number of series the source published in its last successful sample.", "exporter", ["source"], "exporter"),
+    _c("llm_exporter_series_dropped_total", "", "Series a source did not publish, by reason: budget (over the per-engine series budget), label_too_long (a label value cut to the length limit; the series is kept), bad_histogram (cumulative bucket counts decrease).", "exporter", ["source", "reason"], "exporter"),
     _g("llm_exporter_build_info", "", "Always 1; labels carry the exporter version and Python version.", "exporter", ["version", "python_version"], "exporter"),
     # --- hardware -------------------------------------------------------------------
     _g("llm_gpu_info", "", "Always 1 per GPU; labels name the GPU and the source that reads it.", "hardware", ["gpu", "uuid", "name", "source"], "gpu"),
@@ -143,6 +148,9 @@ _SPECS: list[MetricSpec] = [
     _g("llm_gpu_nvlink_transmit_bytes_per_second", "bytes_per_second", "NVLink transmit rate over all links.", "parallel", _GPU, "dcgm 1011/gpm"),
     _g("llm_gpu_nvlink_receive_bytes_per_second", "bytes_per_second", "NVLink receive rate over all links.", "parallel", _GPU, "dcgm 1012/gpm"),
     _g("llm_gpu_temperature_celsius", "celsius", "GPU core temperature.", "hardware", _GPU, "nvml/dcgm 150"),
+    _c("llm_engine_estimated_gpu_flops_total", "", "Floating-point operations the engine's cost model estimates it ran, per GPU (vLLM enable_mfu_metrics): a cross-check of measured tensor/SM activity.", "hardware", _ENG, "engine"),
+    _c("llm_engine_estimated_gpu_read_bytes_total", "bytes", "Bytes the engine's cost model estimates it read from GPU memory, per GPU: a cross-check of measured DRAM activity.", "hardware", _ENG, "engine"),
+    _c("llm_engine_estimated_gpu_write_bytes_total", "bytes", "Bytes the engine's cost model estimates it wrote to GPU memory, per GPU.", "hardware", _ENG, "engine"),
     _c("llm_gpu_energy_joules_total", "joules", "Energy used since the driver loaded (read on a slow cadence: the call costs milliseconds).", "hardware", _GPU, "nvml/dcgm 156"),
     # --- operator ------------------------------------------------------------------
     _g(
@@ -162,10 +170,18 @@ _SPECS: list[MetricSpec] = [
     _c("llm_kv_cache_preemptions_total", "", "Requests preempted (evicted and recomputed or retracted) for lack of KV cache.", "memory", _ENG, "engine"),
     _c("llm_prefix_cache_queried_tokens_total", "tokens", "Prompt tokens looked up in the prefix cache.", "memory", _ENG, "engine"),
     _c("llm_prefix_cache_hit_tokens_total", "tokens", "Prompt tokens found in the prefix cache.", "memory", _ENG, "engine"),
+    _c("llm_prompt_tokens_cached_total", "tokens", "Prompt tokens served from a cache (local and external) instead of computed.", "memory", _ENG, "engine"),
+    _h("llm_request_preemptions", "Per finished request: how many times it was preempted (tells evenly spread preemption from a few thrashing requests).", "memory", _ENG, "engine", unit=""),
+    _g("llm_kv_cache_slot_context_tokens", "tokens", "Context (KV) tokens each sequence slot can hold (llama.cpp n_ctx per slot).", "memory", _ENG, "engine"),
+    _g("llm_kv_cache_used_tokens", "tokens", "KV-cache tokens in use over all slots (llama.cpp /slots).", "memory", _ENG, "engine"),
     _g("llm_kv_cache_predicted_max_concurrency", "", "KV capacity divided by the mean tokens a request holds: how many requests should fit at once.", "memory", ("server",), "derived"),
     # --- scheduler -----------------------------------------------------------------
     _g("llm_scheduler_requests_running", "", "Requests in the running batch.", "scheduler", _ENG, "engine"),
     _g("llm_scheduler_requests_waiting", "", "Requests queued, not yet scheduled.", "scheduler", _ENG, "engine"),
+    _g("llm_scheduler_requests_waiting_by_reason", "", "Requests queued, by why they wait: capacity (no room in the batch or the KV cache) or deferred (LoRA budget, KV transfer, blocked).", "scheduler", _ENG + ("reason",), "engine"),
+    _g("llm_scheduler_slots", "", "Sequence slots the engine serves at once (llama.cpp -np, from /props).", "scheduler", _ENG, "engine"),
+    _g("llm_scheduler_slots_busy", "", "Sequence slots processing a request now (llama.cpp /slots).", "scheduler", _ENG, "engine"),
+    _h("llm_scheduler_iteration_tokens", "Per engine step: tokens computed (prompt plus generation); its count rate is the scheduler loop's pace.", "scheduler", _ENG, "engine", unit="tokens"),
     _h("llm_scheduler_queue_seconds", "Per request: time spent waiting before first scheduled.", "scheduler", _ENG, "engine"),
     _g("llm_process_busiest_thread_cpu_ratio", "ratio", "CPU of the busiest thread of the serving process tree (1.0 = one full core).", "scheduler", ("server",), "process"),
     _g("llm_process_busiest_thread_cpu_demand_ratio", "ratio", "CPU the busiest thread of the serving process tree wanted: on-CPU plus run-queue wait (1.0 = one full core). Above the CPU it got when the node is contended or the container CPU-limited.", "scheduler", ("server",), "process"),
@@ -181,6 +197,7 @@ _SPECS: list[MetricSpec] = [
     _c("llm_spec_decode_accepted_tokens_total", "tokens", "Draft tokens accepted by the target model.", "speculative_decoding", _ENG, "engine"),
     _c("llm_spec_decode_drafts_total", "", "Draft (verification) steps.", "speculative_decoding", _ENG, "engine"),
     # --- application -----------------------------------------------------------------
+    _g("llm_engine_sleep_state", "", "1 for the engine's current sleep state (awake, weights_offloaded, discard_all), else 0.", "application", _ENG + ("state",), "engine"),
     _g("llm_engine_info", "", "Always 1 per scraped engine; labels carry the detected family and metric generation.", "application", ("server", "engine", "model", "generation"), "engine"),
     _h("llm_request_ttft_seconds", "Per request: time to first token.", "application", _ENG, "engine"),
     _h("llm_request_inter_token_seconds", "Per token: time between consecutive output tokens.", "application", _ENG, "engine"),
@@ -192,6 +209,11 @@ _SPECS: list[MetricSpec] = [
     # --- diagnosis -------------------------------------------------------------------
     _g("llm_bottleneck_score", "", "How strongly the layer limits the service now (a 0-1 score: 0 = not at all, 1 = certain bottleneck).", "diagnosis", ("layer",), "derived"),
     _g("llm_bottleneck_active", "", "1 while the named cause holds in the layer, 0 otherwise.", "diagnosis", ("layer", "cause"), "derived"),
+    _g("llm_service_state", "", "1 for the service's current state (degraded: a symptom holds; healthy: none does and the data to judge is there; unknown), else 0.", "diagnosis", ("state",), "derived"),
+    _g("llm_symptom_active", "", "1 while the named user-visible symptom holds (TTFT or ITL over the SLO, sustained queueing, saturated throughput, failures), else 0.", "diagnosis", ("symptom",), "derived"),
+    _g("llm_bottleneck_primary", "", "1 for the one cause that best explains the symptoms now (the page-worthy verdict), 0 for every other cause.", "diagnosis", ("layer", "cause"), "derived"),
+    _g("llm_bottleneck_confidence", "", "Confidence (0-1) in a holding cause: how complete and independent its evidence is, how long it held, how far past its line; 0 when it does not hold.", "diagnosis", ("layer", "cause"), "derived"),
+    _g("llm_layer_headroom_ratio", "ratio", "How far the layer is from its nearest limit (1 = idle, 0 = at the limit); NaN while unknown.", "diagnosis", ("layer",), "derived"),
 ]
 
 SPECS: dict[str, MetricSpec] = {s.name: s for s in _SPECS}

@@ -25,8 +25,13 @@ def build_router(engine: DiagnosisEngine) -> APIRouter:
     page = page_html()
 
     @router.get("/diagnosis")
-    def diagnosis() -> JSONResponse:
-        return JSONResponse(engine.latest.as_dict(), headers={"Cache-Control": "no-store"})
+    def diagnosis(signals: bool = False) -> JSONResponse:
+        """The verdict; ``?signals=1`` adds the service-scope signals it was judged on."""
+        latest = engine.latest
+        body = latest.as_dict()
+        if signals:
+            body["signals"] = latest.signals
+        return JSONResponse(body, headers={"Cache-Control": "no-store"})
 
     @router.get("/", response_class=HTMLResponse)
     def index() -> HTMLResponse:

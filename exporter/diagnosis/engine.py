@@ -1,91 +1,54 @@
-"""The diagnosis engine: window -> signals -> rules -> a verdict per cycle.
+"""The diagnosis engine: window -> signals -> symptoms and rules -> one verdict per cycle.
 
-Why a class with state: counters need the window, and a cause must hold for
-``persistence_cycles`` consecutive cycles before it is reported, so one noisy
-sample does not page anyone. The verdict is immutable and swapped atomically;
-the HTTP routes and the metrics read the latest one and never run rules.
+The method is symptom-first. A cycle
+
+1. evaluates every rule of the table (``rules.py``) on the signals, per GPU,
+   group or service, and keeps the causes that hold (a cause must hold for
+   ``persistence_cycles`` cycles to count and is cleared after failing
+   ``clear_cycles`` in a row, so one noisy sample neither pages nor flickers);
+2. observes the user-visible symptoms (``symptoms.py``), with the same
+   hysteresis (``symptom_persistence_cycles`` / ``symptom_clear_cycles``);
+3. decides the state: ``degraded`` when a symptom holds, ``healthy`` when none
+   does and there was the data to judge, ``unknown`` otherwise;
+4. in ``degraded``, names ONE primary: the holding cause that explains the most
+   symptoms (``causality.py``), by confidence, ties by causal order
+   (``ranking.py``), with the chain from symptom to cause in numbers; the other
+   explaining causes contribute;
+5. reports every layer's headroom: how near its nearest limit is.
+
+A cause that holds while nothing suffers is headroom information, not an alarm,
+except the ones that are waste or danger on their own (``Rule.warns_alone``).
+
+The verdict is immutable and swapped atomically; the HTTP routes and the
+metrics read the latest one and never run rules.
 """
 
 from __future__ import annotations
 
-import math
 import re
 import threading
-import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
+from exporter.diagnosis import causality
 from exporter.diagnosis import signals as sig
+from exporter.diagnosis.notices import notices_for
+from exporter.diagnosis.ranking import Holding, confidence, pick_primary
 from exporter.diagnosis.rules import RULES, Rule
+from exporter.diagnosis.symptoms import ObservedSymptom, observe
 from exporter.diagnosis.thresholds import Thresholds
+from exporter.diagnosis.verdict import STATUSES, Cause, LayerVerdict, Verdict, unknown_verdict
 from exporter.diagnosis.window import Window
-from exporter.samples import Point, Sample
 from exporter.schema import LAYERS
 from exporter.store import Snapshot
 
-STATUSES = ("ok", "warning", "bottleneck", "unknown")
+__all__ = ["STATUSES", "Cause", "DiagnosisEngine", "LayerVerdict", "Verdict", "evidence_key", "unknown_verdict"]
+
 _PLAIN = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _WITH_LABELS = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{(.*)\}")
 _SCOPE_LABEL = {"gpu": "gpu", "group": "group"}
-
-
-@dataclass(frozen=True)
-class Cause:
-    """One cause that holds now, with the numbers that prove it."""
-
-    layer: str
-    cause: str
-    score: float
-    evidence: dict[str, float]
-    advice: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"layer": self.layer, "cause": self.cause, "score": self.score, "evidence": self.evidence, "advice": self.advice}
-
-
-@dataclass(frozen=True)
-class LayerVerdict:
-    score: float | None
-    status: str
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The state of all seven layers at one instant."""
-
-    timestamp: float
-    layers: dict[str, LayerVerdict]
-    bottlenecks: list[Cause] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        """The /diagnosis JSON body (a contract: keys exactly as documented)."""
-        return {
-            "timestamp": self.timestamp,
-            "layers": {name: {"score": lv.score, "status": lv.status} for name, lv in self.layers.items()},
-            "bottlenecks": [c.as_dict() for c in self.bottlenecks],
-        }
-
-    def active(self) -> set[tuple[str, str]]:
-        return {(c.layer, c.cause) for c in self.bottlenecks}
-
-    def points(self, rules: tuple[Rule, ...] = RULES) -> list[Point]:
-        """llm_bottleneck_score per layer (NaN while unknown) and llm_bottleneck_active per cause."""
-        out: list[Point] = [
-            Sample("llm_bottleneck_score", {"layer": name}, lv.score if lv.score is not None else math.nan)
-            for name, lv in self.layers.items()
-        ]
-        on = self.active()
-        out += [
-            Sample("llm_bottleneck_active", {"layer": r.layer, "cause": r.cause}, 1.0 if (r.layer, r.cause) in on else 0.0)
-            for r in rules
-        ]
-        return out
-
-
-def unknown_verdict(timestamp: float | None = None) -> Verdict:
-    """What we know before the first cycle: nothing."""
-    return Verdict(timestamp or time.time(), {layer: LayerVerdict(None, "unknown") for layer in LAYERS})
+#: symptoms ordered for the chain: what users feel first, then the queue behind it
+_CHAIN_ORDER = ("ttft_high", "itl_high", "failures", "queueing", "throughput_saturated")
 
 
 def evidence_key(name: str, scope: str, key: str) -> str:
@@ -106,8 +69,20 @@ def _short(x: float) -> float:
     return float(f"{x:.6g}")
 
 
+@dataclass
+class _Judged:
+    """One rule's outcome in one cycle."""
+
+    rule: Rule
+    judged: bool
+    #: (severity, scope key, view) of its worst instance, when it holds
+    worst: tuple[float, str, Mapping[str, float]] | None
+    #: 0-1 nearness of its resource to the limit (max over instances), when it has one
+    proximity: float | None
+
+
 class DiagnosisEngine:
-    """Evaluates the rules table on every snapshot it is given."""
+    """Evaluates the symptoms and the rules table on every snapshot it is given."""
 
     def __init__(
         self,
@@ -120,8 +95,10 @@ class DiagnosisEngine:
         self.configured_groups = dict(groups or {})
         self.window = Window(self.thresholds.window_seconds)
         self._streak: dict[str, int] = {r.cause: 0 for r in rules}
-        #: cause -> (last Cause reported, consecutive cycles its condition has failed since)
-        self._held: dict[str, tuple[Cause, int]] = {}
+        #: cause -> (last Holding reported, consecutive cycles its condition has failed since)
+        self._held: dict[str, tuple[Holding, int]] = {}
+        self._symptom_streak: dict[str, int] = {}
+        self._symptom_held: dict[str, tuple[ObservedSymptom, int]] = {}
         self._lock = threading.Lock()
         self._latest = unknown_verdict()
 
@@ -131,74 +108,188 @@ class DiagnosisEngine:
             return self._latest
 
     def observe(self, snap: Snapshot) -> Verdict:
-        """Add one snapshot to the window and judge every rule on it."""
+        """Add one snapshot to the window and judge it."""
         self.window.add(snap)
         groups = sig.resolve_groups(self.configured_groups, snap)
         signals = sig.compute(self.window, groups, self.thresholds.recent_seconds)
-        verdict = self.judge(signals, snap.timestamp)
+        verdict = self.judge(signals, snap.timestamp, snap)
         with self._lock:
             self._latest = verdict
         return verdict
 
-    def judge(self, signals: sig.Signals, timestamp: float) -> Verdict:
+    # ------------------------------------------------------------------ one cycle
+
+    def judge(self, signals: sig.Signals, timestamp: float, snap: Snapshot | None = None) -> Verdict:
         t = self.thresholds
-        judged: set[str] = set()
-        causes: list[Cause] = []
-        for rule in self.rules:
-            best: tuple[float, str, Mapping[str, float]] | None = None
-            rule_judged = False
-            for key in signals.scopes[rule.scope] if rule.scope != "service" else [""]:
-                view = signals.view(rule.scope, key)
-                if not rule.judgeable(view):
-                    continue
-                rule_judged = True
-                judged.add(rule.layer)
-                if not rule.condition(view, t):
-                    continue
-                severity = min(1.0, max(0.0, float(rule.severity(view, t))))
-                if best is None or severity > best[0]:
-                    best = (severity, key, view)
-            if best is None:
-                self._streak[rule.cause] = 0
-                held = self._hold(rule, judgeable=rule_judged)
-                if held is not None:
-                    causes.append(held)
-                continue
-            self._streak[rule.cause] += 1
-            if self._streak[rule.cause] < t.persistence_cycles:
-                continue
-            severity, key, proof = best
-            score = _short(t.warning_score + (1.0 - t.warning_score) * severity)
-            evidence = {evidence_key(n, rule.scope, key): _short(proof[n]) for n in rule.evidence if n in proof}
-            cause = Cause(rule.layer, rule.cause, score, evidence, rule.advice)
-            self._held[rule.cause] = (cause, 0)
-            causes.append(cause)
-        causes.sort(key=lambda c: (-c.score, LAYERS.index(c.layer), c.cause))
-        layers: dict[str, LayerVerdict] = {}
-        for layer in LAYERS:
-            if layer not in judged:
-                layers[layer] = LayerVerdict(None, "unknown")
-                continue
-            score = max((c.score for c in causes if c.layer == layer), default=0.0)
-            layers[layer] = LayerVerdict(score, self.status(score))
-        return Verdict(timestamp, layers, causes)
+        outcomes = [self._evaluate(rule, signals) for rule in self.rules]
+        holding = [h for o in outcomes if (h := self._persist(o)) is not None]
+        symptoms, app_judged = self._symptoms(signals.service)
+        state = "degraded" if symptoms else ("healthy" if app_judged else "unknown")
+        observed = [x.id for x in symptoms]
 
-    def _hold(self, rule: Rule, judgeable: bool) -> Cause | None:
-        """A reported cause whose condition just failed stays for ``clear_cycles - 1`` more cycles.
+        explains = {h.rule.cause: causality.EXPLAINS.get(h.rule.cause, frozenset()) & frozenset(observed) for h in holding}
+        by_real = frozenset().union(*(e for c, e in explains.items() if c not in causality.SYMPTOM_CAUSES))
+        scored = []
+        for h in holding:
+            explained = explains[h.rule.cause]
+            if h.rule.cause in causality.SYMPTOM_CAUSES:
+                explained = explained - by_real  # a symptom-cause stands only for what no cause explains
+            scored.append((h, explained, confidence(h, explained, observed, t)))
+        primary = pick_primary(scored, t) if state == "degraded" else None
 
-        Its last evidence is kept (it is what proved the cause). A cause whose
-        signals vanished is cleared at once: its layer is no longer judged.
+        causes = [c for item in scored if (c := self._report(item, explains[item[0].rule.cause], state, primary, symptoms))
+                  is not None]
+        causes.sort(key=lambda c: (c.role != "primary", -c.score, LAYERS.index(c.layer), c.cause))
+        layers = self._layers(outcomes, causes)
+        notices = notices_for(signals, snap, {name: lv.status for name, lv in layers.items()}, app_judged)
+        main = next((c for c in causes if c.role == "primary"), None)
+        return Verdict(timestamp, layers, causes, state=state, symptoms=symptoms, primary=main, notices=notices,
+                       holding=tuple(h.rule.cause for h in holding),
+                       signals={k: _short(x) for k, x in signals.service.items()})
+
+    def _evaluate(self, rule: Rule, signals: sig.Signals) -> _Judged:
+        t = self.thresholds
+        worst: tuple[float, str, Mapping[str, float]] | None = None
+        judged = False
+        near: float | None = None
+        for key in signals.scopes[rule.scope] if rule.scope != "service" else [""]:
+            view = signals.view(rule.scope, key)
+            if not rule.judgeable(view):
+                continue
+            judged = True
+            if rule.proximity is not None:
+                p = min(1.0, max(0.0, float(rule.proximity(view, t))))
+                near = p if near is None else max(near, p)
+            if not rule.condition(view, t):
+                continue
+            severity = min(1.0, max(0.0, float(rule.severity(view, t))))
+            if worst is None or severity > worst[0]:
+                worst = (severity, key, view)
+        return _Judged(rule, judged, worst, near)
+
+    def _persist(self, o: _Judged) -> Holding | None:
+        """Persistence on the way in, ``clear_cycles`` of hold on the way out.
+
+        A held-over cause keeps its last evidence (it is what proved it). A cause
+        whose signals vanished is cleared at once: its layer is no longer judged.
         """
-        held = self._held.get(rule.cause)
-        if held is None:
+        t = self.thresholds
+        cause = o.rule.cause
+        if o.worst is None:
+            self._streak[cause] = 0
+            held = self._held.get(cause)
+            if held is None:
+                return None
+            last, misses = held
+            misses += 1
+            if not o.judged or misses >= t.clear_cycles:
+                del self._held[cause]
+                return None
+            self._held[cause] = (last, misses)
+            return Holding(last.rule, last.severity, last.view, last.cycles + 1, last.key)
+        self._streak[cause] += 1
+        if self._streak[cause] < t.persistence_cycles:
             return None
-        cause, misses = held
-        misses += 1
-        if not judgeable or misses >= self.thresholds.clear_cycles:
-            del self._held[rule.cause]
+        severity, key, view = o.worst
+        previous = self._held.get(cause)
+        cycles = previous[0].cycles + 1 if previous else 1
+        h = Holding(o.rule, severity, view, cycles, key)
+        self._held[cause] = (h, 0)
+        return h
+
+    def _symptoms(self, view: Mapping[str, float]) -> tuple[list[ObservedSymptom], bool]:
+        """Symptoms with hysteresis: on after ``symptom_persistence_cycles``, off after ``symptom_clear_cycles``."""
+        t = self.thresholds
+        now, judged = observe(view, t)
+        current = {x.id: x for x in now}
+        out: list[ObservedSymptom] = []
+        for sid in {*current, *self._streak_ids()}:
+            if sid in current:
+                self._symptom_streak[sid] = self._symptom_streak.get(sid, 0) + 1
+                if self._symptom_streak[sid] >= t.symptom_persistence_cycles or sid in self._symptom_held:
+                    self._symptom_held[sid] = (current[sid], 0)
+                    out.append(current[sid])
+                continue
+            self._symptom_streak[sid] = 0
+            held = self._symptom_held.get(sid)
+            if held is None:
+                continue
+            last, misses = held
+            misses += 1
+            if not judged or misses >= t.symptom_clear_cycles:
+                del self._symptom_held[sid]
+                continue
+            self._symptom_held[sid] = (last, misses)
+            out.append(last)
+        order = {sid: i for i, sid in enumerate(_CHAIN_ORDER)}
+        out.sort(key=lambda x: order.get(x.id, len(order)))
+        return out, judged
+
+    def _streak_ids(self) -> set[str]:
+        return {sid for sid, n in self._symptom_streak.items() if n > 0} | set(self._symptom_held)
+
+    # ------------------------------------------------------------------ speaking
+
+    def _report(self, item: tuple[Holding, frozenset[str], float], shown: frozenset[str], state: str,
+                primary: Holding | None, symptoms: list[ObservedSymptom]) -> Cause | None:
+        """The cause as shown, or None when it is only headroom information. ``shown``: every
+        observed symptom it can explain (for a symptom-cause, also those a real cause explains)."""
+        t = self.thresholds
+        h, explained, conf = item
+        rule = h.rule
+        alone = rule.warns_alone is not None and bool(rule.warns_alone(h.view, t))
+        if primary is not None and h.rule.cause == primary.rule.cause:
+            role = "primary"
+        elif state == "unknown":
+            role = "candidate"
+        elif shown and rule.cause in causality.SYMPTOM_CAUSES:
+            role = "symptom"
+        elif explained:
+            role = "contributing"
+        elif alone:
+            role = "warning"
+        else:
             return None
-        self._held[rule.cause] = (cause, misses)
-        return cause
+        if role == "primary":
+            score = t.bottleneck_score + (1.0 - t.bottleneck_score) * h.severity
+        else:
+            score = t.warning_score + (t.bottleneck_score - t.warning_score) * 0.99 * h.severity
+        evidence = {evidence_key(n, rule.scope, h.key): _short(h.view[n]) for n in rule.evidence if n in h.view}
+        summary = rule.describe(h.view, t) if rule.describe else ""
+        if rule.scope == "gpu" and h.key:
+            summary += f" on GPU {h.key}"
+        elif rule.scope == "group" and h.key:
+            summary += f" in group {h.key}"
+        advice = rule.advice
+        chain = ""
+        if role == "primary":
+            if rule.cause in causality.SYMPTOM_CAUSES:
+                advice = causality.CAPACITY_ADVICE + " " + advice
+            chain = _chain(symptoms, explained, summary, rule.cause)
+        return Cause(rule.layer, rule.cause, _short(score), evidence, advice, confidence=conf, role=role,
+                     summary=summary, explains=tuple(x.id for x in symptoms if x.id in (shown if role == "symptom" else explained)),
+                     chain=chain)
+
+    def _layers(self, outcomes: list[_Judged], causes: list[Cause]) -> dict[str, LayerVerdict]:
+        t = self.thresholds
+        out: dict[str, LayerVerdict] = {}
+        for layer in LAYERS:
+            mine = [o for o in outcomes if o.rule.layer == layer]
+            if not any(o.judged for o in mine):
+                out[layer] = LayerVerdict(None, "unknown")
+                continue
+            headroom, limit = _headroom(mine)
+            reported = [c for c in causes if c.layer == layer]
+            if reported:
+                worst = max(reported, key=lambda c: c.score)
+                if worst.role in ("primary", "contributing"):
+                    headroom = 0.0
+                    limit = f"at its limit: {worst.summary}"
+                out[layer] = LayerVerdict(worst.score, self.status(worst.score), headroom, limit)
+                continue
+            score = 0.0 if headroom is None else _short(0.98 * t.warning_score * (1.0 - headroom))
+            out[layer] = LayerVerdict(score, "ok", headroom, limit)
+        return out
 
     def status(self, score: float) -> str:
         t = self.thresholds
@@ -207,3 +298,23 @@ class DiagnosisEngine:
         if score >= t.warning_score:
             return "warning"
         return "ok"
+
+
+def _headroom(outcomes: list[_Judged]) -> tuple[float | None, str]:
+    """1 - the nearest limit among the layer's rules that measure one; its sentence."""
+    measured = [(o.proximity, o.rule.limit) for o in outcomes if o.judged and o.proximity is not None]
+    if not measured:
+        return None, "no measured limit"
+    near, what = max(measured, key=lambda m: m[0])
+    room = _short(1.0 - near)
+    return room, f"{what} {100 * near:.0f} % of its limit; {100 * room:.0f} % headroom"
+
+
+def _chain(symptoms: list[ObservedSymptom], explained: frozenset[str], summary: str, cause: str) -> str:
+    """"TTFT p95 3.3 s > SLO 2 s ← 39 requests waiting, queue p95 9.7 s ← KV cache 100 % full, …"."""
+    felt = [x.text for x in symptoms if x.id in explained and x.id in ("ttft_high", "itl_high", "failures")]
+    queue = [x.text for x in symptoms if x.id in explained and x.id in ("queueing", "throughput_saturated")]
+    links = [part for part in ("; ".join(felt), "; ".join(queue)) if part]
+    if cause not in causality.SYMPTOM_CAUSES or not links:
+        links.append(summary)
+    return " ← ".join(links)

@@ -8,9 +8,13 @@ group, or the whole service), the signals it cannot be judged without, its
 condition and severity over those signals (``signals.py`` names), the evidence
 to show and the advice to give.
 
-Severity is 0-1 inside the cause ("how deep past the line"); the engine maps
-it onto the score range [warning_score, 1], so a cause that holds is always at
-least a warning and a layer with no cause holding is ``ok``.
+Severity is 0-1 inside the cause ("how deep past the line"). Whether a cause
+that holds is a bottleneck depends on the symptoms (``symptoms.py``): which
+symptoms each cause can explain, and which cause comes first, is declared in
+``causality.py``. Beside the condition a row carries what the verdict needs to
+speak: ``describe`` (the cause's link of the chain, with numbers), ``proximity``
+and ``limit`` (how near the layer's resource is to its limit, for headroom),
+and ``warns_alone`` (waste or danger even while nobody suffers).
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from exporter.diagnosis import causality
 from exporter.diagnosis import signals as s
+from exporter.diagnosis.symptoms import itl_high, latest_p95, queue_sustained, queueing, ttft_high
 from exporter.diagnosis.thresholds import Thresholds
 from exporter.schema import LAYERS
 
@@ -42,6 +48,14 @@ class Rule:
     advice: str
     #: at least one of these must be present too (for "either TTFT or ITL")
     requires_any: tuple[str, ...] = ()
+    #: the cause's link in the symptom -> cause chain, with its numbers
+    describe: Callable[[View, Thresholds], str] | None = None
+    #: 0-1, how close the resource this rule watches is to its limit (1 = at the limit)
+    proximity: Severity | None = None
+    #: what that resource is, for the headroom sentence ("HBM bandwidth")
+    limit: str = ""
+    #: holds -> a warning even in a healthy service (waste or danger on its own)
+    warns_alone: Predicate | None = None
 
     def judgeable(self, view: View) -> bool:
         if any(name not in view for name in self.requires):
@@ -77,10 +91,10 @@ def work_queued(v: View) -> bool:
     having run anything in the window stands in for it (a process burning a core
     while its GPU never ran a kernel is loading a model, not serving).
     """
-    if s.WAITING in v:
-        return v[s.WAITING] >= 1
-    if s.RUNNING in v:
-        return v[s.RUNNING] >= 1
+    if s.WAITING in v or s.RUNNING in v:
+        # one request running and none waiting is the common interactive case (a
+        # closed-loop client): the host thread is still the ceiling of that request
+        return v.get(s.WAITING, 0.0) >= 1 or v.get(s.RUNNING, 0.0) >= 1
     return v.get(s.UTIL_MAX_WINDOW, 0.0) > 0.0
 
 
@@ -124,10 +138,62 @@ def _requests_really_wait(v: View, t: Thresholds) -> bool:
     server shows a waiting request now and then; the queue-time quantile does not.
     Engines without a queue-time histogram fall back to "waiting now".
     """
+    if queue_sustained(v):
+        return True
     if s.QUEUE_P95 in v:
         return (v.get(s.WAITING_MAX, v[s.WAITING]) >= 1
                 and recent_p95(v, s.QUEUE_P95_RECENT, s.QUEUE_P95) >= t.kv_queue_p95_seconds)
     return v[s.WAITING] >= 1
+
+
+def kv_usage(v: View) -> float | None:
+    """KV-cache usage over the window: the engine's own gauge, else llama.cpp's slot context in use."""
+    if s.KV_USAGE_MAX in v:
+        return v[s.KV_USAGE_MAX]
+    return v.get(s.SLOT_CONTEXT_USAGE)
+
+
+def held_for_capacity(v: View) -> bool:
+    """Requests wait for room (batch slots or KV), not for other reasons.
+
+    First-party where the engine says so (vLLM ``waiting_by_reason``, llama.cpp
+    all slots busy); elsewhere any sustained wait counts.
+    """
+    if s.WAITING_CAPACITY in v:
+        return v.get(s.WAITING_CAPACITY_MAX, v[s.WAITING_CAPACITY]) >= 1
+    if s.SLOTS in v and s.SLOTS_BUSY in v:
+        return (v.get(s.SLOTS_BUSY_MAX, v[s.SLOTS_BUSY]) >= v[s.SLOTS]
+                and v.get(s.WAITING_MAX, v.get(s.WAITING, 0.0)) >= 1)
+    return True
+
+
+def _kv_full(v: View, t: Thresholds) -> bool:
+    """Full and hurting: preemptions recompute work, or requests are held back for KV room.
+
+    A full cache that holds requests back *without* preempting (an engine that
+    admits conservatively) limits admission just the same.
+    """
+    usage = kv_usage(v)
+    if usage is None:
+        return False
+    # A preemption happens only when the running requests no longer fit: it proves the cache
+    # was full at that moment, even when the sampled gauge (a snapshot every few seconds,
+    # in steps of one block of a small cache) missed it. A cache that reads mostly free
+    # while preempting is something else; then the gauge must say full too.
+    if v.get(s.PREEMPTION_RATE, 0.0) > t.preemption_rate_per_second and usage >= t.kv_usage_low:
+        return True
+    if usage < t.kv_usage_full:
+        return False
+    held_back = v.get(s.WAITING_MIN, 0.0) >= 1 or (
+        s.QUEUE_P95 in v and v.get(s.WAITING_MAX, 0.0) >= 1
+        and recent_p95(v, s.QUEUE_P95_RECENT, s.QUEUE_P95) >= t.kv_queue_p95_seconds)
+    return held_back and held_for_capacity(v)
+
+
+def _kv_severity(v: View, t: Thresholds) -> float:
+    return max(ramp(v.get(s.PREEMPTION_RATE, 0.0), t.preemption_rate_per_second, t.preemption_rate_per_second + 1.0),
+               ramp(kv_usage(v) or 0.0, t.kv_usage_full, 1.0),
+               ramp(v.get(s.WAITING_MAX, v.get(s.WAITING, 0.0)), 0.0, t.queue_backlog_requests))
 
 
 def _kv_fragmentation(v: View, t: Thresholds) -> bool:
@@ -137,13 +203,23 @@ def _kv_fragmentation(v: View, t: Thresholds) -> bool:
     back, "GPU util" high, the rest wait) from a batching window (requests held
     while the GPU idles), whose queue also waits with the cache free.
     """
+    usage = kv_usage(v)
     return (
-        _requests_really_wait(v, t)
-        and v[s.KV_USAGE_MAX] <= t.kv_usage_low
-        and v.get(s.RUNNING, 1.0) >= 1
+        usage is not None
+        and _requests_really_wait(v, t)
+        and usage <= t.kv_usage_low
+        and held_for_capacity(v)
+        and v.get(s.RUNNING_MAX_RECENT, v.get(s.RUNNING, 1.0)) >= 1
         and v.get(s.UTIL_MAX, 1.0) >= t.busy_utilization
-        and not host_saturated(v, t)
+        and not (s.SM_MAX in v and _serial_host(v, t))
+        and not _gpu_compute_saturated(v, t)
     )
+
+
+def _gpu_compute_saturated(v: View, t: Thresholds) -> bool:
+    """Some GPU's tensor pipes at the compute-bound line: a larger batch would not run faster.
+    (A bandwidth-bound decode is different: more sequences per weight read is what helps it.)"""
+    return v.get(s.TENSOR_MAX, 0.0) >= t.compute_tensor_active
 
 
 def _serial_host(v: View, t: Thresholds) -> bool:
@@ -190,14 +266,99 @@ def _failures(v: View, t: Thresholds) -> bool:
     return v[s.FAILED_BASE] >= t.failure_min_requests and v.get(s.FAILED_SHARE, 0.0) >= t.failure_share
 
 
-def _slo_breach(v: View, t: Thresholds) -> bool:
-    return v.get(s.TTFT_P95, 0.0) > t.slo_ttft_p95_seconds or v.get(s.ITL_P95, 0.0) > t.slo_itl_p95_seconds
-
-
 def _slo_severity(v: View, t: Thresholds) -> float:
-    ttft = v.get(s.TTFT_P95, 0.0) / t.slo_ttft_p95_seconds
-    itl = v.get(s.ITL_P95, 0.0) / t.slo_itl_p95_seconds
+    ttft = (latest_p95(v, s.TTFT_P95_RECENT, s.TTFT_P95) or 0.0) / t.slo_ttft_p95_seconds
+    itl = (latest_p95(v, s.ITL_P95_RECENT, s.ITL_P95) or 0.0) / t.slo_itl_p95_seconds
     return max(ramp(ttft, 1.0, 2.0), ramp(itl, 1.0, 2.0))
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.0f} %"
+
+
+def _describe_compute(v: View, t: Thresholds) -> str:
+    return f"tensor pipes {pct(v[s.TENSOR])} busy, SMs {pct(v[s.SM])} (compute-bound)"
+
+
+def _describe_hbm(v: View, t: Thresholds) -> str:
+    return f"HBM {pct(v[s.DRAM])} busy (memory-bandwidth-bound decode)"
+
+
+def _describe_pcie(v: View, t: Thresholds) -> str:
+    return f"PCIe {v[s.PCIE] / 1e9:.1f} GB/s while \"GPU util\" {pct(v[s.UTIL])} but SMs {pct(v[s.SM])}"
+
+
+def _describe_throttle(v: View, t: Thresholds) -> str:
+    out = f"SM clock at {pct(v[s.CLOCK_RATIO])} of max"
+    if s.POWER_RATIO in v:
+        out += f", power at {pct(v[s.POWER_RATIO])} of the limit"
+    return out
+
+
+def _describe_fb(v: View, t: Thresholds) -> str:
+    return f"GPU memory {pct(v[s.MEM_RATIO])} used"
+
+
+def _describe_launch(v: View, t: Thresholds) -> str:
+    return f"\"GPU util\" {pct(v[s.UTIL])} but SMs {pct(v[s.SM])} (tiny kernels, launch-bound)"
+
+
+def _describe_tensor_unused(v: View, t: Thresholds) -> str:
+    return f"SMs {pct(v[s.SM])} busy, tensor pipes {pct(v[s.TENSOR])}"
+
+
+def _describe_kv_full(v: View, t: Thresholds) -> str:
+    out = f"KV cache {pct(kv_usage(v) or 0.0)} full"
+    rate = v.get(s.PREEMPTION_RATE, 0.0)
+    if rate > 0:
+        out += f", {rate:.2g} preemptions/s"
+    elif s.WAITING_CAPACITY in v:
+        out += f", {v[s.WAITING_CAPACITY]:.0f} requests held for capacity"
+    else:
+        out += ", admission held back"
+    return out
+
+
+def _describe_kv_misjudged(v: View, t: Thresholds) -> str:
+    usage = kv_usage(v) or 0.0
+    if s.SLOTS in v and s.SLOTS_BUSY in v:
+        return f"all {v[s.SLOTS]:.0f} slots busy while only {pct(usage)} of their context is used"
+    running = v.get(s.RUNNING_MAX, v.get(s.RUNNING, 0.0))
+    return f"only {running:.0f} running while the KV cache is {pct(usage)} full (batch slots, not memory, are the limit)"
+
+
+def _describe_host(v: View, t: Thresholds) -> str:
+    return f"busiest serving thread at {pct(host_load(v))} of a core while SMs are {pct(v[s.SM_MAX])} busy"
+
+
+def _describe_backlog(v: View, t: Thresholds) -> str:
+    return f"{v[s.WAITING]:.0f} requests waiting with every layer below its limit"
+
+
+def _describe_imbalance(v: View, t: Thresholds) -> str:
+    return f"one GPU's SMs x{v[s.GROUP_SKEW]:.2f} the group mean"
+
+
+def _describe_spec(v: View, t: Thresholds) -> str:
+    return f"{pct(v.get(s.SPEC_ACCEPTANCE, 0.0))} of draft tokens accepted"
+
+
+def _describe_batching(v: View, t: Thresholds) -> str:
+    return f"TTFT p95 {recent_p95(v, s.TTFT_P95_RECENT, s.TTFT_P95):.2f} s while the GPU idles (SMs {pct(v[s.SM_MAX])})"
+
+
+def _describe_failures(v: View, t: Thresholds) -> str:
+    return f"{pct(v.get(s.FAILED_SHARE, 0.0))} of requests failed, timed out or were rejected"
+
+
+def _describe_slo(v: View, t: Thresholds) -> str:
+    return "latency over the SLO with no layer at its limit"
+
+
+def _slo_proximity(v: View, t: Thresholds) -> float:
+    ttft = latest_p95(v, s.TTFT_P95_RECENT, s.TTFT_P95) or 0.0
+    itl = latest_p95(v, s.ITL_P95_RECENT, s.ITL_P95) or 0.0
+    return min(1.0, max(ttft / t.slo_ttft_p95_seconds, itl / t.slo_itl_p95_seconds))
 
 
 _THROTTLE_REASONS = tuple(f'llm_gpu_throttle_reason_active{{reason="{r}"}}' for r in s.THROTTLE_CAUSES)
@@ -213,6 +374,10 @@ RULES: tuple[Rule, ...] = (
         advice="The GPU's compute units are the limit (tensor pipes or SMs saturated). Expected for "
         "prefill-heavy work. To go faster: lower precision (FP8), a quantised or smaller model, more GPUs "
         "(tensor parallel), or prefix caching so shared prompts are not recomputed.",
+        describe=_describe_compute,
+        # SMs count as compute only where HBM is not the limit (a streaming decode keeps warps resident too)
+        proximity=lambda v, t: max(v[s.TENSOR], v[s.SM] if v[s.DRAM] < t.memory_bandwidth_dram_active else 0.0),
+        limit="compute (tensor pipes / SMs)",
     ),
     Rule(
         "hardware", "memory_bandwidth_bound", "gpu",
@@ -222,6 +387,9 @@ RULES: tuple[Rule, ...] = (
         evidence=(s.DRAM, s.SM, s.TENSOR, s.UTIL),
         advice="Decode streams weights and KV cache from HBM as fast as it goes. Raise the batch (more tokens "
         "per weight read), quantise weights or KV cache (FP8, INT4), prefer GQA/MLA models, or add GPUs.",
+        describe=_describe_hbm,
+        proximity=lambda v, t: v[s.DRAM],
+        limit="HBM bandwidth",
     ),
     Rule(
         "hardware", "pcie_transfer_bound", "gpu",
@@ -234,6 +402,7 @@ RULES: tuple[Rule, ...] = (
         advice="The GPU waits on host<->device copies over PCIe: \"GPU util\" is high while the SMs are idle. "
         "Look for KV-cache swap or CPU offload, weights streamed from host memory, unpinned host buffers or "
         "per-step tensor copies; keep data resident on the GPU, pin host memory, or give the KV cache more GPU memory.",
+        describe=_describe_pcie,
     ),
     Rule(
         "hardware", "power_or_thermal_throttling", "gpu",
@@ -244,6 +413,10 @@ RULES: tuple[Rule, ...] = (
         advice="The SM clock is held below its maximum by the power cap or by heat (clocks-event reasons). "
         "Check cooling and the enforced power limit (nvidia-smi -q -d POWER,PERFORMANCE); at the cap, expect "
         "less throughput per GPU, or lower the power drawn per token (FP8, better batching).",
+        describe=_describe_throttle,
+        proximity=lambda v, t: v.get(s.POWER_RATIO, 0.0),
+        limit="board power",
+        warns_alone=lambda v, t: True,
     ),
     Rule(
         "hardware", "memory_capacity_exhausted", "gpu",
@@ -254,6 +427,8 @@ RULES: tuple[Rule, ...] = (
         advice="GPU memory is (nearly) full: out-of-memory errors, allocator fragmentation and a starved KV cache "
         "follow. Lower gpu_memory_utilization, max_model_len or max_num_seqs, quantise weights or KV cache, "
         "or shard the model over more GPUs.",
+        describe=_describe_fb,
+        warns_alone=lambda v, t: True,
     ),
     # ------------------------------------------------------------------ operator
     Rule(
@@ -269,6 +444,10 @@ RULES: tuple[Rule, ...] = (
         "dominate: \"GPU util\" counts time any kernel runs, SM active shows almost no SM busy. Enable CUDA "
         "graphs (vLLM: drop enforce_eager), torch.compile, fuse small ops, avoid per-step .item()/host syncs, "
         "and batch more work per launch.",
+        describe=_describe_launch,
+        proximity=lambda v, t: ramp(1.0 - v[s.SM] / max(v[s.UTIL], 1e-9), 0.0, 1.0 - t.launch_sm_share_of_utilization)
+        if v[s.UTIL] >= t.launch_min_utilization else 0.0,
+        limit="kernel launch rate (SMs idle while \"GPU util\" counts)",
     ),
     Rule(
         "operator", "tensor_cores_unused", "gpu",
@@ -281,29 +460,40 @@ RULES: tuple[Rule, ...] = (
         advice="SMs are busy but the tensor pipes are idle: the math runs on CUDA cores. Check the dtype "
         "(FP32 weights or activations instead of BF16/FP16/FP8), TF32 disabled, an attention backend or "
         "custom kernel without tensor-core support, or matrix shapes that are not multiples of 8/16.",
+        describe=_describe_tensor_unused,
     ),
     # ------------------------------------------------------------------ memory (KV cache)
     Rule(
         "memory", "kv_cache_pressure", "service",
-        requires=(s.KV_USAGE_MAX, s.PREEMPTION_RATE),
-        condition=lambda v, t: v[s.KV_USAGE_MAX] >= t.kv_usage_full and v[s.PREEMPTION_RATE] > t.preemption_rate_per_second,
-        severity=lambda v, t: max(ramp(v[s.PREEMPTION_RATE], t.preemption_rate_per_second, t.preemption_rate_per_second + 1.0),
-                                  ramp(v[s.KV_USAGE_MAX], t.kv_usage_full, 1.0)),
-        evidence=(s.KV_USAGE_MAX, s.KV_USAGE, s.PREEMPTION_RATE, s.WAITING, s.RUNNING),
+        requires=(),
+        requires_any=(s.KV_USAGE_MAX, s.SLOT_CONTEXT_USAGE),
+        condition=_kv_full,
+        severity=_kv_severity,
+        evidence=(s.KV_USAGE_MAX, s.KV_USAGE, s.SLOT_CONTEXT_USAGE, s.PREEMPTION_RATE, s.WAITING, s.WAITING_CAPACITY,
+                  s.RUNNING, s.QUEUE_P95_RECENT),
         advice="The KV cache is full and requests are preempted (evicted, then recomputed), wasting GPU work "
         "and spiking latency. Lower max_num_seqs or max_num_batched_tokens, give the KV cache more memory "
         "(gpu_memory_utilization, FP8 KV cache), shorten max_model_len, enable prefix caching, or add replicas.",
+        describe=_describe_kv_full,
+        proximity=lambda v, t: kv_usage(v) or 0.0,
+        limit="KV cache",
+        warns_alone=lambda v, t: v.get(s.PREEMPTION_RATE, 0.0) > t.preemption_rate_per_second,
     ),
     Rule(
         "memory", "kv_fragmentation_or_capacity_misjudged", "service",
-        requires=(s.WAITING, s.KV_USAGE_MAX),
+        requires=(s.WAITING,),
+        requires_any=(s.KV_USAGE_MAX, s.SLOT_CONTEXT_USAGE),
         condition=_kv_fragmentation,
         severity=lambda v, t: (ramp(v.get(s.WAITING_MAX, v[s.WAITING]), 0.0, t.queue_backlog_requests)
-                               + ramp(t.kv_usage_low - v[s.KV_USAGE_MAX], 0.0, t.kv_usage_low)) / 2,
-        evidence=(s.WAITING, s.WAITING_MAX, s.QUEUE_P95_RECENT, s.QUEUE_P95, s.KV_USAGE_MAX, s.KV_USAGE, s.RUNNING, s.UTIL_MAX),
+                               + ramp(t.kv_usage_low - (kv_usage(v) or 0.0), 0.0, t.kv_usage_low)) / 2,
+        evidence=(s.WAITING, s.WAITING_MAX, s.WAITING_CAPACITY, s.QUEUE_P95_RECENT, s.QUEUE_P95, s.KV_USAGE_MAX, s.KV_USAGE,
+                  s.SLOT_CONTEXT_USAGE, s.SLOTS, s.SLOTS_BUSY, s.RUNNING, s.RUNNING_MAX, s.UTIL_MAX),
         advice="Requests queue although most of the KV cache is free: the scheduler believes it has no room. "
         "Check the block size and fragmentation, max_num_seqs (batch slots full while memory is free), a KV "
         "budget reserved for max_model_len instead of real lengths, or an admission watermark set too high.",
+        describe=_describe_kv_misjudged,
+        proximity=lambda v, t: min(1.0, v[s.SLOTS_BUSY] / v[s.SLOTS]) if v.get(s.SLOTS) and s.SLOTS_BUSY in v else 0.0,
+        limit="sequence slots",
     ),
     # ------------------------------------------------------------------ scheduler
     Rule(
@@ -317,17 +507,23 @@ RULES: tuple[Rule, ...] = (
         "not help. Enable CUDA graphs, use an engine with an overlapped/async scheduler (vLLM V1, SGLang), "
         "batch more requests per step, or run more replicas (data parallel) on the same GPU. If the thread's CPU "
         "demand is near a core but its CPU is not, it is starved: give the server dedicated cores or a higher CPU limit.",
+        describe=_describe_host,
+        proximity=lambda v, t: min(1.0, host_load(v)),
+        limit="the busiest serving thread",
     ),
     Rule(
         "scheduler", "queue_backlog", "service",
         requires=(s.WAITING,),
-        condition=lambda v, t: v[s.WAITING] >= t.queue_backlog_requests,
+        condition=lambda v, t: v[s.WAITING] >= t.queue_backlog_requests or queueing(v, t),
         severity=lambda v, t: max(ramp(v[s.WAITING], t.queue_backlog_requests, 4 * t.queue_backlog_requests),
                                   ramp(v.get(s.WAITING_GROWTH, 0.0), 0.0, 1.0)),
         evidence=(s.WAITING, s.WAITING_GROWTH, s.RUNNING, s.QUEUE_P95),
         advice="Requests pile up faster than the server finishes them: the offered load exceeds capacity. "
         "Add replicas or GPUs, cap concurrency at the gateway, lower max_tokens, and check the other layers "
         "for what limits throughput.",
+        describe=_describe_backlog,
+        proximity=lambda v, t: min(1.0, v[s.WAITING] / t.queue_backlog_requests),
+        limit="the request queue",
     ),
     # ------------------------------------------------------------------ parallel
     Rule(
@@ -339,6 +535,7 @@ RULES: tuple[Rule, ...] = (
         advice="One GPU of the group works much harder than the others (max over mean SM active), so every "
         "tensor/pipeline-parallel step waits for it. Check uneven pipeline stages, MoE expert load skew (hot "
         "experts), data-parallel routing, or another process sharing that GPU.",
+        describe=_describe_imbalance,
     ),
     # ------------------------------------------------------------------ speculative decoding
     Rule(
@@ -350,6 +547,8 @@ RULES: tuple[Rule, ...] = (
         advice="Most draft tokens are rejected, so speculative decoding spends GPU time on drafts that are "
         "thrown away. Propose fewer speculative tokens, use a draft closer to the target (same family, EAGLE "
         "heads trained for it), keep n-gram drafting for repetitive text, or turn it off for this traffic.",
+        describe=_describe_spec,
+        warns_alone=lambda v, t: True,
     ),
     # ------------------------------------------------------------------ application
     Rule(
@@ -364,6 +563,7 @@ RULES: tuple[Rule, ...] = (
         "waiting for a batch to fill. Shorten the batching delay (Triton max_queue_delay_microseconds, TGI "
         "waiting_served_ratio / max_waiting_tokens, a gateway batch window) and let continuous batching "
         "admit requests at once.",
+        describe=_describe_batching,
     ),
     Rule(
         "application", "retries_and_timeouts", "service",
@@ -374,17 +574,22 @@ RULES: tuple[Rule, ...] = (
         advice="A notable share of requests time out, abort, fail or are rejected, and clients retry, adding "
         "load. Find what is slow in the other layers, set client timeouts above the p99 latency, retry with "
         "back-off and jitter, and cap the queue so requests fail fast instead of timing out.",
+        describe=_describe_failures,
+        warns_alone=lambda v, t: True,
     ),
     Rule(
         "application", "slo_breach", "service",
         requires=(),
         requires_any=(s.TTFT_P95, s.ITL_P95),
-        condition=_slo_breach,
+        condition=lambda v, t: ttft_high(v, t) or itl_high(v, t),
         severity=_slo_severity,
         evidence=(s.TTFT_P95, s.ITL_P95),
         advice="Latency percentiles exceed the configured SLOs (diagnosis.slo_ttft_p95_seconds, "
         "slo_itl_p95_seconds). This is the symptom; the other layers' causes say why. TTFT: queueing and "
         "prefill (scheduler, memory, compute). ITL: decode step time (memory bandwidth, batch size, host overhead).",
+        describe=_describe_slo,
+        proximity=_slo_proximity,
+        limit="the latency SLO",
     ),
 )
 
@@ -408,6 +613,10 @@ def _check_table() -> None:
     missing = [layer for layer, causes in CAUSES.items() if not causes]
     if missing:
         raise RuntimeError(f"layers without a rule: {missing}")
+    undescribed = [r.cause for r in RULES if r.describe is None]
+    if undescribed:
+        raise RuntimeError(f"rules without a describe (their link of the chain): {undescribed}")
+    causality.check(seen)
 
 
 _check_table()

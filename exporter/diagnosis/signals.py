@@ -50,9 +50,11 @@ GROUP_SKEW = "llm_parallel_sm_active_skew_ratio"
 GROUP_GPUS = "llm_parallel_group_gpus"
 GROUP_SM_MEAN = "avg(llm_gpu_sm_active_ratio)"
 GROUP_SM_MAX = "max(llm_gpu_sm_active_ratio)"
+TENSOR_MAX = "max(llm_gpu_tensor_active_ratio)"
 
 # --- service (engines, processes, node-wide GPU aggregates) ---------------------------------
 SM_MAX = "max(llm_gpu_sm_active_ratio)"
+TENSOR_MAX = "max(llm_gpu_tensor_active_ratio)"
 UTIL_MAX = "max(llm_gpu_utilization_ratio)"
 UTIL_MAX_WINDOW = "max_over_window(max(llm_gpu_utilization_ratio))"
 UTIL_MAX_RECENT = "max_over_recent(max(llm_gpu_utilization_ratio))"
@@ -74,7 +76,32 @@ QUEUE_P95 = "p95(llm_scheduler_queue_seconds)"
 #: handful of requests is their maximum, so the look-back extends (one snapshot at a time, up to
 #: the window) until it holds at least MIN_QUANTILE_OBSERVATIONS requests.
 TTFT_P95_RECENT = "p95_over_recent(llm_request_ttft_seconds)"
+ITL_P95_RECENT = "p95_over_recent(llm_request_inter_token_seconds)"
 QUEUE_P95_RECENT = "p95_over_recent(llm_scheduler_queue_seconds)"
+#: the fewest requests waiting in any snapshot of the recent seconds: >= 1 means nobody drained
+#: the queue in that time (a flickering gauge reads 0 now and then; a sustained queue never does)
+WAITING_MIN = "min_over_recent(sum(llm_scheduler_requests_waiting))"
+#: first-party "why do they wait" (vLLM >= 0.11): capacity = no room in the batch or the KV cache
+WAITING_CAPACITY = 'sum(llm_scheduler_requests_waiting_by_reason{reason="capacity"})'
+WAITING_DEFERRED = 'sum(llm_scheduler_requests_waiting_by_reason{reason="deferred"})'
+#: the same gauges over the recent seconds: one scrape can land between two engine steps and
+#: read 0 running, 0 waiting on a busy server, so "is anything waiting for capacity" looks back
+WAITING_CAPACITY_MAX = 'max_over_recent(sum(llm_scheduler_requests_waiting_by_reason{reason="capacity"}))'
+SLOTS_BUSY_MAX = "max_over_recent(sum(llm_scheduler_slots_busy))"
+RUNNING_MAX_RECENT = "max_over_recent(sum(llm_scheduler_requests_running))"
+RUNNING_MAX = "max_over_window(sum(llm_scheduler_requests_running))"
+#: llama.cpp sequence slots (from /props and /slots) and the context they hold
+SLOTS = "sum(llm_scheduler_slots)"
+SLOTS_BUSY = "sum(llm_scheduler_slots_busy)"
+SLOT_CONTEXT_USAGE = "sum(llm_kv_cache_used_tokens) / (sum(llm_scheduler_slots) * max(llm_kv_cache_slot_context_tokens))"
+#: the scheduler loop's pace and batch (vLLM iteration_tokens histogram)
+ENGINE_STEPS_RATE = "rate(llm_scheduler_iteration_tokens_count)"
+TOKENS_PER_STEP = "increase(llm_scheduler_iteration_tokens_sum) / increase(llm_scheduler_iteration_tokens_count)"
+#: the engine's own cost model (vLLM enable_mfu_metrics), next to what the GPU measured
+EST_FLOPS_RATE = "rate(llm_engine_estimated_gpu_flops_total)"
+EST_READ_RATE = "rate(llm_engine_estimated_gpu_read_bytes_total)"
+SLEEPING = 'max(llm_engine_sleep_state{state!="awake"})'
+GENERATION_RATE = "rate(llm_generation_tokens_total)"
 MIN_QUANTILE_OBSERVATIONS = 20
 #: over the look-back of the recent TTFT p95 *and* that p95 before it: the requests whose first
 #: token was observed there arrived up to that long before, so this is what the GPU and the queue
@@ -203,6 +230,9 @@ def service_signals(window: Window, gpus: Mapping[str, Mapping[str, float]], rec
     sms = [g[SM] for g in gpus.values() if SM in g]
     if sms:
         v[SM_MAX] = max(sms)
+    tensors = [g[TENSOR] for g in gpus.values() if TENSOR in g]
+    if tensors:
+        v[TENSOR_MAX] = max(tensors)
     utils = [g[UTIL] for g in gpus.values() if UTIL in g]
     if utils:
         v[UTIL_MAX] = max(utils)
@@ -214,11 +244,31 @@ def service_signals(window: Window, gpus: Mapping[str, Mapping[str, float]], rec
     _put(v, BUSIEST_DEMAND, snap.maximum("llm_process_busiest_thread_cpu_demand_ratio"))
     _put(v, PROCESS_CPU, snap.maximum("llm_process_cpu_ratio"))
     _put(v, WAITING, snap.total("llm_scheduler_requests_waiting"))
+    _put(v, WAITING_CAPACITY, _by_reason(snap, "capacity"))
+    _put(v, WAITING_DEFERRED, _by_reason(snap, "deferred"))
+    _put(v, SLOTS, snap.total("llm_scheduler_slots"))
+    _put(v, SLOTS_BUSY, snap.total("llm_scheduler_slots_busy"))
+    slot_ctx = snap.maximum("llm_kv_cache_slot_context_tokens")
+    used = snap.total("llm_kv_cache_used_tokens")
+    if slot_ctx and used is not None and v.get(SLOTS):
+        v[SLOT_CONTEXT_USAGE] = used / (v[SLOTS] * slot_ctx)
+    sleeping = [p.value for p in snap.samples("llm_engine_sleep_state") if p.labels.get("state") not in ("", "awake")]
+    if sleeping:
+        v[SLEEPING] = max(sleeping)
+    running_hist = window.gauge_history(lambda s: s.total("llm_scheduler_requests_running"))
+    if running_hist:
+        v[RUNNING_MAX] = max(running_hist)
+    for name, reduce in ((WAITING_CAPACITY_MAX, lambda s: _by_reason(s, "capacity")),
+                         (SLOTS_BUSY_MAX, lambda s: s.total("llm_scheduler_slots_busy")),
+                         (RUNNING_MAX_RECENT, lambda s: s.total("llm_scheduler_requests_running"))):
+        _put(v, name, max(window.gauge_history(reduce, recent_seconds), default=None))
     _put(v, RUNNING, snap.total("llm_scheduler_requests_running"))
     waiting_hist = window.gauge_history(lambda s: s.total("llm_scheduler_requests_waiting"))
     if waiting_hist:
         recent = window.gauge_history(lambda s: s.total("llm_scheduler_requests_waiting"), recent_seconds)
         _put(v, WAITING_MAX, max(recent, default=None))
+        if len(recent) >= 2:  # "never drained" needs more than one look
+            v[WAITING_MIN] = min(recent)
     if len(waiting_hist) >= 2 and window.span > 0:
         v[WAITING_GROWTH] = (waiting_hist[-1] - waiting_hist[0]) / window.span
     _put(v, KV_USAGE, snap.maximum("llm_kv_cache_usage_ratio"))
@@ -227,6 +277,9 @@ def service_signals(window: Window, gpus: Mapping[str, Mapping[str, float]], rec
         v[KV_USAGE_MAX] = max(kv_hist)
     _put(v, PREEMPTION_RATE, window.rate("llm_kv_cache_preemptions_total"))
     _put(v, TTFT_P95, window.quantile("llm_request_ttft_seconds", 0.95))
+    _put(v, ITL_P95_RECENT, _first(window.recent_quantile("llm_request_inter_token_seconds", 0.95, MIN_QUANTILE_OBSERVATIONS,
+                                                          recent_seconds)))
+    _pace(window, v)
     _put(v, ITL_P95, window.quantile("llm_request_inter_token_seconds", 0.95))
     _put(v, QUEUE_P95, window.quantile("llm_scheduler_queue_seconds", 0.95))
     _put(v, QUEUE_P95_RECENT, _first(window.recent_quantile("llm_scheduler_queue_seconds", 0.95, MIN_QUANTILE_OBSERVATIONS,
@@ -248,6 +301,25 @@ def service_signals(window: Window, gpus: Mapping[str, Mapping[str, float]], rec
             v[SPEC_ACCEPTANCE] = accepted / drafted
     _failures(window, v)
     return v
+
+
+def _by_reason(snap: Snapshot, reason: str) -> float | None:
+    values = [p.value for p in snap.samples("llm_scheduler_requests_waiting_by_reason") if p.labels.get("reason") == reason]
+    return sum(values) if values else None
+
+
+def _pace(window: Window, v: dict[str, float]) -> None:
+    """Engine steps per second and tokens per step; the engine's cost-model rates; tokens out."""
+    steps = window.histogram_delta_count("llm_scheduler_iteration_tokens")
+    span = window.span
+    if steps is not None and span > 0:
+        v[ENGINE_STEPS_RATE] = steps / span
+        tokens = window.histogram_delta_sum("llm_scheduler_iteration_tokens")
+        if steps > 0 and tokens is not None:
+            v[TOKENS_PER_STEP] = tokens / steps
+    _put(v, EST_FLOPS_RATE, window.rate("llm_engine_estimated_gpu_flops_total"))
+    _put(v, EST_READ_RATE, window.rate("llm_engine_estimated_gpu_read_bytes_total"))
+    _put(v, GENERATION_RATE, window.rate("llm_generation_tokens_total"))
 
 
 def _first(pair: tuple[float, float] | None) -> float | None:

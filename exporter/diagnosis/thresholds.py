@@ -91,6 +91,24 @@ class Thresholds:
     #: requests waiting at or above this is a backlog
     queue_backlog_requests: float = 8.0
 
+    # --- symptoms (what users feel; the verdict starts here) ---------------------------
+    #: queue-time p95 at or above this, with requests waiting, is the "queueing" symptom
+    queueing_p95_seconds: float = 0.5
+    #: the waiting queue growing at least this fast (requests/s over the window), while it
+    #: never empties, is "throughput no longer follows the offered load"
+    saturation_waiting_growth_per_second: float = 0.2
+    #: consecutive cycles a symptom must hold before the service counts as degraded
+    symptom_persistence_cycles: int = 2
+    #: consecutive cycles a reported symptom must fail before it clears
+    symptom_clear_cycles: int = 2
+    #: causes explaining as many symptoms whose confidence is within this of the best are a
+    #: tie, broken by the causal order (exporter/diagnosis/causality.py)
+    primary_tie_margin: float = 0.15
+    #: ... and so are all causes at least this confident
+    primary_confident: float = 0.7
+    #: cycles a cause must have held for its confidence to count it as settled
+    confidence_settled_cycles: int = 5
+
     # --- parallel ------------------------------------------------------------------
     #: max / mean SM active of a group at or above this is an imbalance
     imbalance_skew: float = 1.3
@@ -135,7 +153,7 @@ class Thresholds:
             "compute_sm_active", "memory_bandwidth_dram_active", "util_sm_gap", "throttle_clock_ratio", "power_cap_ratio",
             "memory_capacity_ratio", "launch_min_utilization", "launch_sm_share_of_utilization",
             "tensor_unused_sm_active", "tensor_unused_tensor_active", "kv_usage_full", "kv_usage_low",
-            "sm_idle", "imbalance_min_sm_active", "spec_acceptance_min", "failure_share",
+            "sm_idle", "imbalance_min_sm_active", "spec_acceptance_min", "failure_share", "primary_tie_margin", "primary_confident",
         )
         for name in ratios:
             v = getattr(self, name)
@@ -144,7 +162,7 @@ class Thresholds:
         positive = (
             "window_seconds", "recent_seconds", "slo_ttft_p95_seconds", "slo_itl_p95_seconds", "pcie_busy_bytes_per_second",
             "host_saturated_cpu", "host_saturated_demand", "queue_backlog_requests", "batching_ttft_p95_seconds",
-            "kv_queue_p95_seconds",
+            "kv_queue_p95_seconds", "queueing_p95_seconds", "saturation_waiting_growth_per_second",
         )
         for name in positive:
             if not getattr(self, name) > 0:
@@ -152,7 +170,8 @@ class Thresholds:
         for name in ("preemption_rate_per_second", "spec_min_draft_tokens", "failure_min_requests"):
             if getattr(self, name) < 0:
                 raise ValueError(f"diagnosis.{name}: expected a number >= 0, got {getattr(self, name)}")
-        for name in ("persistence_cycles", "clear_cycles"):
+        for name in ("persistence_cycles", "clear_cycles", "symptom_persistence_cycles", "symptom_clear_cycles",
+                     "confidence_settled_cycles"):
             if getattr(self, name) < 1:
                 raise ValueError(f"diagnosis.{name}: expected an integer >= 1, got {getattr(self, name)}")
         if self.imbalance_skew < 1.0:

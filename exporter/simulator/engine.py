@@ -61,6 +61,7 @@ def gpu_params(config: SimConfig) -> GpuParams:
         gpus=config.gpus,
         power_limit_w=config.power_limit_w,
         pcie_mib_s=config.pcie_mib_s,
+        hbm_bytes_s=config.hbm_gb_s * 1e9,
         tp_imbalance=config.tp_imbalance,
         draft_share=config.spec_draft_cost,
         geometry=config.geometry,

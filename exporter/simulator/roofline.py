@@ -79,6 +79,8 @@ class GpuParams:
     gpus: int = 1
     power_limit_w: float = cal.POWER_LIMIT_W
     pcie_mib_s: float = cal.PCIE_H2D_MIB_S
+    #: HBM bandwidth (the H200's by default); a bandwidth-poor GPU stretches every decode step
+    hbm_bytes_s: float = cal.PEAK_HBM_BYTES_S
     tp_imbalance: float = 1.0
     draft_share: float = 0.05
     geometry: ModelGeometry = field(default_factory=ModelGeometry)
@@ -113,7 +115,7 @@ def step_cost(work: StepWork, params: GpuParams) -> list[GpuStep]:
         weight_bytes = share * geo.weight_bytes if tokens else 0.0
         total_bytes = weight_bytes + kv_bytes
         t_compute = flops / (cal.PEAK_BF16_FLOPS * cal.COMPUTE_EFFICIENCY)
-        t_memory = total_bytes / (cal.PEAK_HBM_BYTES_S * cal.MEMORY_EFFICIENCY)
+        t_memory = total_bytes / (params.hbm_bytes_s * cal.MEMORY_EFFICIENCY)
         w = cal.compute_weight(t_compute, t_memory)
         stream_share = kv_bytes / total_bytes if total_bytes else 0.0
         memory_profile = blend(cal.GEMV, cal.STREAM, stream_share)
@@ -127,7 +129,7 @@ def step_cost(work: StepWork, params: GpuParams) -> list[GpuStep]:
             d_flops = share * 2.0 * params.draft_share * geo.params_b * 1e9 * work.decode_seqs
             d_bytes = share * params.draft_share * geo.weight_bytes
             d_time = work.draft_passes * (
-                max(d_flops / (cal.PEAK_BF16_FLOPS * cal.COMPUTE_EFFICIENCY * clock), d_bytes / (cal.PEAK_HBM_BYTES_S * cal.MEMORY_EFFICIENCY))
+                max(d_flops / (cal.PEAK_BF16_FLOPS * cal.COMPUTE_EFFICIENCY * clock), d_bytes / (params.hbm_bytes_s * cal.MEMORY_EFFICIENCY))
                 + cal.STEP_OVERHEAD_S
             )
             gemv = {k: getattr(cal.GEMV, k) for k in PROFILE_KEYS}

@@ -76,6 +76,11 @@ class Scenario:
         )
 
 
+#: an overload of mixed requests (about 580 tokens each at most 896): 64 of them fill a 3584-block
+#: KV cache to 60-80 %, neither slots-with-free-memory nor a full cache
+_MIXED_PROMPTS = ((384, 0.3), (512, 0.4), (640, 0.3))
+_MIXED_OUTPUTS = ((64, 0.3), (128, 0.4), (192, 0.3))
+
 _SCENARIOS: list[Scenario] = [
     Scenario(
         "healthy",
@@ -84,6 +89,15 @@ _SCENARIOS: list[Scenario] = [
         {},
         # ~1 request/s of 64-128 tokens: the GPU decodes about a quarter of the time
         LoadProfile(concurrency=16, rate=1.0, max_tokens=((64, 0.5), (96, 0.5))),
+    ),
+    Scenario(
+        "healthy_busy",
+        "heavy but sustainable load: 64 long-context decodes keep HBM busy while every SLO is met",
+        "DRAM active high, GPU util high, ITL and TTFT well inside the SLOs, nothing waiting",
+        {"num_gpu_blocks": 16384, "max_num_seqs": 128, "max_num_batched_tokens": 8192},
+        # the old memory_bandwidth_bound load: the decode shape of a busy, healthy server
+        LoadProfile(concurrency=64, prompt_tokens=((7168, 1.0),), max_tokens=((512, 1.0),), shared_prefix_ratio=1.0,
+                    shared_prefix_tokens=7040, prefix_groups=1),
     ),
     Scenario(
         "kv_pressure",
@@ -97,7 +111,7 @@ _SCENARIOS: list[Scenario] = [
         "admission reserves prompt + max_tokens per request while outputs stop early",
         "requests waiting while KV usage stays well below full, no preemptions",
         {"num_gpu_blocks": 2048, "kv_reserve_full": True, "stop_probability": 0.005},
-        LoadProfile(concurrency=32, prompt_tokens=((256, 1.0),), max_tokens=((2048, 1.0),), shared_prefix_ratio=0.0),
+        LoadProfile(concurrency=48, prompt_tokens=((256, 1.0),), max_tokens=((2048, 1.0),), shared_prefix_ratio=0.0),
     ),
     Scenario(
         "host_bound",
@@ -108,19 +122,20 @@ _SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "memory_bandwidth_bound",
-        "large decode batches over long contexts: every step streams weights and KV from HBM",
-        "GPU busy, DRAM active high, tensor active low, ITL well above healthy",
-        {"num_gpu_blocks": 16384, "max_num_seqs": 64, "max_num_batched_tokens": 8192},
+        "long-context decode of 128 sequences on a bandwidth-poor GPU (200 GB/s): every step streams weights and KV",
+        "GPU busy, DRAM active high, tensor active low, ITL p95 over the 0.2 s SLO, nothing waiting",
+        {"num_gpu_blocks": 16384, "max_num_seqs": 192, "max_num_batched_tokens": 8192, "hbm_gb_s": 200.0},
         # one long shared document: prefill is mostly prefix-cache hits, decode reads ~7k tokens of KV per sequence
-        LoadProfile(concurrency=64, prompt_tokens=((7168, 1.0),), max_tokens=((512, 1.0),), shared_prefix_ratio=1.0,
+        LoadProfile(concurrency=128, prompt_tokens=((7168, 1.0),), max_tokens=((512, 1.0),), shared_prefix_ratio=1.0,
                     shared_prefix_tokens=7040, prefix_groups=1),
     ),
     Scenario(
         "power_throttled",
-        "board power limit lowered to 400 W under steady load",
-        "throttle reason 0x4 (SW power cap), SM clock well below max, power at the cap",
-        {"power_limit_w": 400.0},
-        LoadProfile(concurrency=32, prompt_tokens=((1024, 1.0),), max_tokens=((128, 1.0),), shared_prefix_ratio=0.0),
+        "board power limit lowered to 400 W while more clients arrive than the batch holds",
+        "throttle reason 0x4 (SW power cap), SM clock well below max, power at the cap, requests queue",
+        # the KV cache sized for the batch (about 75 % used at 64 running): slots, not memory, fill
+        {"power_limit_w": 400.0, "num_gpu_blocks": 6144},
+        LoadProfile(concurrency=96, prompt_tokens=((1024, 1.0),), max_tokens=((128, 1.0),), shared_prefix_ratio=0.0),
     ),
     Scenario(
         "pcie_bound",
@@ -132,17 +147,20 @@ _SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "low_spec_acceptance",
-        "speculative decoding whose drafts are mostly rejected",
-        "spec acceptance rate (accepted / draft tokens) far below 0.5",
-        {"spec_tokens": 4, "spec_acceptance": 0.2, "spec_draft_cost": 0.1},
-        LoadProfile(concurrency=16),
+        "speculative decoding whose drafts are mostly rejected, under more clients than the batch holds",
+        "spec acceptance rate (accepted / draft tokens) far below 0.5, throughput saturated, requests queue",
+        {"spec_tokens": 4, "spec_acceptance": 0.2, "spec_draft_cost": 0.1, "num_gpu_blocks": 3584},
+        # mixed lengths and staggered starts: the clients do not finish (and return) in lock-step waves
+        LoadProfile(concurrency=128, prompt_tokens=_MIXED_PROMPTS, max_tokens=_MIXED_OUTPUTS, shared_prefix_ratio=0.0,
+                    ramp_up_s=8.0),
     ),
     Scenario(
         "tp_imbalance",
-        "one GPU of a 4-way tensor-parallel group does 2.5x the work of the others",
-        "SM active of GPU 0 far above the other GPUs (max / mean skew > 1.5)",
-        {"gpus": 4, "tp_imbalance": 2.5},
-        LoadProfile(concurrency=16),
+        "one GPU of a 4-way tensor-parallel group does 2.5x the work of the others, under more clients than it serves",
+        "SM active of GPU 0 far above the other GPUs (max / mean skew > 1.5), requests queue",
+        {"gpus": 4, "tp_imbalance": 2.5, "num_gpu_blocks": 3584},
+        LoadProfile(concurrency=128, prompt_tokens=_MIXED_PROMPTS, max_tokens=_MIXED_OUTPUTS, shared_prefix_ratio=0.0,
+                    ramp_up_s=8.0),
     ),
     Scenario(
         "batching_window",
@@ -153,9 +171,10 @@ _SCENARIOS: list[Scenario] = [
     ),
     Scenario(
         "queue_backlog",
-        "a small batch and a bounded queue under more clients than it serves",
-        "waiting near the queue limit, aborts (client timeouts) and 429 rejections piling up",
-        {"max_num_seqs": 8, "max_queue_len": 64},
+        "a server sized right (batch and KV cache matched, both well used) under more clients than it serves",
+        "waiting near the queue limit, aborts (client timeouts) and 429 rejections piling up, no layer at its limit",
+        # 8 slots and a KV cache that holds them at 60-80 %: neither slots-with-free-memory nor a full cache
+        {"max_num_seqs": 8, "max_queue_len": 64, "num_gpu_blocks": 480},
         LoadProfile(concurrency=96, prompt_tokens=((512, 1.0),), max_tokens=((256, 1.0),), shared_prefix_ratio=0.0,
                     timeout_s=6.0, retries=2, ramp_up_s=3.0),
     ),

@@ -77,6 +77,7 @@ class SimConfig:
     # --- GPU ---------------------------------------------------------------------------
     power_limit_w: float = field(default=700.0, metadata=_k("enforced board power limit, W"))
     pcie_mib_s: float = field(default=55981.5, metadata=_k("PCIe host<->device bandwidth, MiB/s"))
+    hbm_gb_s: float = field(default=4800.0, metadata=_k("GPU memory (HBM) bandwidth, GB/s (H200: 4800; L4-class: 300)"))
     tp_imbalance: float = field(default=1.0, metadata=_k("work of GPU 0 relative to the other GPUs of the group"))
     gpu_window_s: float = field(default=1.0, metadata=_k("averaging window of /sim/gpu, wall seconds"))
     # --- model shape ---------------------------------------------------------------------
@@ -107,7 +108,7 @@ class SimConfig:
             value = float(getattr(self, name))
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name}: expected a value from 0 to 1, got {value!r}")
-        for name in ("time_scale", "power_limit_w", "pcie_mib_s", "tp_imbalance", "gpu_window_s", "params_b"):
+        for name in ("time_scale", "power_limit_w", "pcie_mib_s", "hbm_gb_s", "tp_imbalance", "gpu_window_s", "params_b"):
             if not float(getattr(self, name)) > 0:
                 raise ValueError(f"{name}: expected a positive number, got {getattr(self, name)!r}")
         for name in ("batch_wait_s", "spec_draft_cost", "host_base_s", "host_per_seq_s", "host_per_token_s"):

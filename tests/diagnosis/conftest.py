@@ -11,21 +11,27 @@ from exporter.diagnosis import build_diagnosis
 from exporter.runner import SourceRunner
 from exporter.samples import SampleResult
 from exporter.store import SnapshotStore
-from tests.diagnosis.diag_points import gpu
+from tests.diagnosis.diag_points import engine, gpu, histogram
 from tests.helpers import UvicornThread, wait_for
 
 PCIE_COPY = gpu(util=0.99, sm=0.0, tensor=0.0, dram=0.01, pcie=58e9)
 
 
 class FixedSource:
-    """A GPU source that always reports the PCIe-copy signature."""
+    """A GPU reporting the PCIe-copy signature beside an engine whose TTFT is over the SLO
+    (every request 3 s to its first token), so the copy is the primary of a degraded service."""
 
     name = "gpu"
     interval = 0.2
     timeout = 1.0
 
+    def __init__(self) -> None:
+        self.requests = 0
+
     def sample(self):
-        return SampleResult(list(PCIE_COPY))
+        self.requests += 10
+        slow = histogram("llm_request_ttft_seconds", [3.0] * self.requests)
+        return SampleResult([*PCIE_COPY, *engine(waiting=0, running=4, kv=0.1), slow])
 
     def close(self) -> None:
         pass
@@ -45,7 +51,7 @@ def live_exporter():
     try:
         with UvicornThread(app) as server:
             base = f"http://127.0.0.1:{server.port}"
-            assert wait_for(lambda: requests.get(base + "/diagnosis", timeout=2).json()["bottlenecks"], timeout=10)
+            assert wait_for(lambda: requests.get(base + "/diagnosis", timeout=2).json()["primary"], timeout=10)
             yield base, store
     finally:
         for r in runners:

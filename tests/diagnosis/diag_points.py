@@ -135,4 +135,14 @@ def steady(points: list[Point], cycles: int = 3) -> list[list[Point]]:
 
 
 def causes(verdict: Verdict) -> set[str]:
+    """Every cause whose condition holds (reported or only headroom information)."""
+    return set(verdict.holding)
+
+
+def reported(verdict: Verdict) -> set[str]:
+    """The causes the verdict reports (primary, contributing, symptoms, warnings, candidates)."""
     return {c.cause for c in verdict.bottlenecks}
+
+
+def primary(verdict: Verdict) -> str | None:
+    return verdict.primary.cause if verdict.primary else None

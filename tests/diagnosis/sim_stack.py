@@ -196,8 +196,21 @@ class Stack:
             time.sleep(poll)
         return out
 
+    def next_verdicts(self, count: int, poll: float = 0.1) -> list[dict[str, Any]]:
+        """The next ``count`` distinct verdicts (bounded by ``count`` intervals, three times over)."""
+        out: list[dict[str, Any]] = []
+        last = self.verdict()["timestamp"]
+        deadline = time.monotonic() + count * self.interval * 3 + 10
+        while len(out) < count and time.monotonic() < deadline:
+            v = self.verdict()
+            if v["timestamp"] != last:
+                last = v["timestamp"]
+                out.append(v)
+            time.sleep(poll)
+        return out
+
     def switch_and_count(self, scenario: str, layer: str, cause: str, max_cycles: int,
-                         poll: float = 0.1) -> tuple[int | None, list[dict[str, Any]]]:
+                         poll: float = 0.1, primary_only: bool = False) -> tuple[int | None, list[dict[str, Any]]]:
         """Switch, then count diagnosis cycles until ``layer/cause`` is reported.
 
         Cycle 1 is the first verdict computed from a snapshot taken after the
@@ -212,7 +225,9 @@ class Stack:
             v = self.verdict()
             if v["timestamp"] > switched_at and (not seen or v["timestamp"] != seen[-1]["timestamp"]):
                 seen.append(v)
-                if (layer, cause) in causes(v):
+                p = v.get("primary")
+                named = (p is not None and (p["layer"], p["cause"]) == (layer, cause)) if primary_only else (layer, cause) in causes(v)
+                if named:
                     return len(seen), seen
             time.sleep(poll)
         return None, seen

@@ -80,10 +80,34 @@ def test_page_dom_shows_the_active_cause(served, tmp_path):
     )
     dom = result.stdout
     assert result.returncode == 0, result.stderr[-2000:]
-    # elements the page's JavaScript built from /diagnosis (absent from the served HTML)
-    assert re.search(r'<article class="cause bottleneck" data-layer="hardware" data-cause="pcie_transfer_bound"', dom), dom[-3000:]
-    assert re.search(r'data-layer="hardware" data-status="bottleneck"', dom)
+    # elements the page's JavaScript built from /diagnosis (absent from the served HTML): a replayed
+    # GPU alone cannot say whether users suffer, so the copy is a candidate and the state unknown,
+    # with the reason shown instead of a reassurance
+    assert re.search(r'<article class="cause warning" data-layer="hardware" data-cause="pcie_transfer_bound"', dom), dom[-3000:]
+    assert "candidate: hardware / " in dom
+    assert re.search(r'<section id="verdict" data-state="unknown"', dom)
+    assert "no engine metrics" in dom
+    assert re.search(r'data-layer="hardware" data-status="warning"', dom)
     assert re.search(r'data-layer="memory" data-status="unknown"', dom)
+    assert "% headroom" in dom or "headroom" in dom
     assert "verdict of" in dom
     served_html = requests.get(served + "/", timeout=5).text
     assert 'data-cause="pcie_transfer_bound"' not in served_html
+
+
+def test_page_leads_with_the_state_primary_and_chain(live_exporter, tmp_path):
+    """A degraded service (the live fixture: PCIe copy beside an engine over its TTFT SLO): the page
+    shows the state, the primary and the chain before the layer map."""
+    base, _ = live_exporter
+    result = subprocess.run(
+        [chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", base + "/"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    dom = result.stdout
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert re.search(r'<section id="verdict" data-state="degraded"', dom), dom[-3000:]
+    assert re.search(r'<div class="primary" id="primary">Primary: hardware / pcie_transfer_bound \(confidence 0\.\d+\)</div>', dom)
+    assert re.search(r'<div class="chain" id="chain">TTFT p95 [\d.]+ s &gt; SLO 2 s ← PCIe 58\.0 GB/s', dom)
+    assert "symptom: TTFT p95" in dom
+    assert dom.index('id="verdict"') < dom.index('id="layers"')
+    assert re.search(r'data-layer="hardware" data-status="bottleneck"', dom)

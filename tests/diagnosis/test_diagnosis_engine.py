@@ -52,7 +52,9 @@ def test_a_reported_cause_clears_after_clear_cycles_failed_cycles():
     blinking = run([pts, healthy_gpu(), pts, healthy_gpu(), healthy_gpu(), healthy_gpu()], thresholds=Thresholds(clear_cycles=3))
     assert [bool(v.bottlenecks) for v in blinking] == [True, True, True, True, True, False]
     held = blinking[1].bottlenecks[0]
-    assert held == blinking[0].bottlenecks[0]  # held with the evidence that proved it
+    first = blinking[0].bottlenecks[0]
+    # held with the evidence that proved it (only its confidence grows with the cycles held)
+    assert (held.cause, held.evidence, held.score) == (first.cause, first.evidence, first.score)
     instant = run([pts, healthy_gpu()], thresholds=Thresholds(clear_cycles=1))
     assert [bool(v.bottlenecks) for v in instant] == [True, False]
     # signals gone: the layer is unknown and the cause cleared at once
@@ -80,11 +82,16 @@ def test_json_body_has_exactly_the_contract_keys():
     pts = gpu(util=0.99, sm=0.0, tensor=0.0, dram=0.01, pcie=58e9)
     body = run(steady(pts))[-1].as_dict()
     json.dumps(body, allow_nan=False)  # strict JSON: no NaN or Infinity anywhere
-    assert set(body) == {"timestamp", "layers", "bottlenecks"}
+    assert set(body) == {"schema_version", "timestamp", "state", "notices", "symptoms", "primary", "contributing",
+                         "layers", "bottlenecks", "holding"}
+    assert body["schema_version"] == 2 and body["state"] == "unknown" and body["primary"] is None
+    assert any("no engine metrics" in n for n in body["notices"])
     assert list(body["layers"]) == list(LAYERS)
-    assert all(set(info) == {"score", "status"} for info in body["layers"].values())
+    assert all(set(info) == {"score", "status", "headroom", "limit"} for info in body["layers"].values())
     assert body["bottlenecks"][0]["cause"] == "pcie_transfer_bound"
-    assert all(set(b) == {"layer", "cause", "score", "evidence", "advice"} for b in body["bottlenecks"])
+    assert body["bottlenecks"][0]["role"] == "candidate"
+    assert all(set(b) == {"layer", "cause", "score", "confidence", "role", "summary", "explains", "evidence", "advice"}
+               for b in body["bottlenecks"])
 
 
 def test_points_cover_every_layer_and_cause_and_are_in_the_schema():
@@ -92,9 +99,16 @@ def test_points_cover_every_layer_and_cause_and_are_in_the_schema():
     pts = v.points()
     scores = {p.labels["layer"]: p.value for p in pts if p.name == "llm_bottleneck_score"}
     assert set(scores) == set(LAYERS)
-    assert scores["hardware"] == 0.0 and math.isnan(scores["memory"])  # unknown is NaN, never 0
-    active = [p for p in pts if p.name == "llm_bottleneck_active"]
-    assert len(active) == len(RULES) and all(p.value == 0.0 for p in active)
+    assert 0.0 <= scores["hardware"] < 0.5 and math.isnan(scores["memory"])  # unknown is NaN, never 0
+    headroom = {p.labels["layer"]: p.value for p in pts if p.name == "llm_layer_headroom_ratio"}
+    assert set(headroom) == set(LAYERS) and 0.0 < headroom["hardware"] <= 1.0 and math.isnan(headroom["memory"])
+    for name in ("llm_bottleneck_active", "llm_bottleneck_primary", "llm_bottleneck_confidence"):
+        series = [p for p in pts if p.name == name]
+        assert len(series) == len(RULES) and all(p.value == 0.0 for p in series), name
+    state = {p.labels["state"]: p.value for p in pts if p.name == "llm_service_state"}
+    assert state == {"degraded": 0.0, "healthy": 0.0, "unknown": 1.0}
+    assert {p.labels["symptom"] for p in pts if p.name == "llm_symptom_active"} == {
+        "ttft_high", "itl_high", "queueing", "throughput_saturated", "failures"}
     for p in pts:
         assert set(p.labels) == set(SPECS[p.name].labels)
 

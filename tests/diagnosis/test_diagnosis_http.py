@@ -20,9 +20,15 @@ def test_diagnosis_json_names_the_cause(live_exporter):
     r = requests.get(base + "/diagnosis", timeout=5)
     assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
     body = r.json()
-    assert set(body) == {"timestamp", "layers", "bottlenecks"}
-    assert body["layers"]["hardware"] == {"score": body["bottlenecks"][0]["score"], "status": "bottleneck"}
-    assert body["layers"]["memory"] == {"score": None, "status": "unknown"}
+    assert body["schema_version"] == 2 and body["state"] == "degraded"
+    assert [x["id"] for x in body["symptoms"]] == ["ttft_high"]
+    primary = body["primary"]
+    assert (primary["layer"], primary["cause"]) == ("hardware", "pcie_transfer_bound")
+    assert re.match(r"TTFT p95 \d(\.\d)? s > SLO 2 s ← PCIe 58\.0 GB/s", primary["chain"]), primary["chain"]
+    assert primary["explains"] == ["ttft_high"] and 0.5 <= primary["confidence"] <= 1.0
+    hw = body["layers"]["hardware"]
+    assert (hw["score"], hw["status"], hw["headroom"]) == (primary["score"], "bottleneck", 0.0)
+    assert body["layers"]["scheduler"]["status"] == "ok" and body["layers"]["scheduler"]["headroom"] is not None
     assert body["bottlenecks"][0]["cause"] == "pcie_transfer_bound"
 
 
@@ -66,10 +72,33 @@ def test_diagnose_text_report(live_exporter, capsys):
     base, _ = live_exporter
     assert diagnose_cli.run(_args(base + "/", "text")) == 0
     out = capsys.readouterr().out
-    assert "hardware / pcie_transfer_bound" in out
-    assert "bottleneck" in out and "unknown" in out
+    assert out.splitlines()[0].startswith("Service DEGRADED")
+    assert "primary: hardware / pcie_transfer_bound" in out
+    assert re.search(r"TTFT p95 \d(\.\d)? s > SLO 2 s ← PCIe", out)
+    assert "bottleneck" in out and "headroom" in out
     assert 'llm_gpu_utilization_ratio{gpu="0"}' in out
     assert "PCIe" in out  # the advice
+
+
+def test_diagnose_against_an_exporter_that_measured_nothing_says_what_is_missing(capsys):
+    from exporter.diagnosis.verdict import unknown_verdict
+
+    app = FastAPI()
+    body = unknown_verdict().as_dict()
+    body["notices"] = ["source engine:x is down (connection): its layers cannot be judged",
+                       "no GPU source: hardware, operator and parallel layers cannot be judged"]
+
+    @app.get("/diagnosis")
+    def nothing() -> dict:
+        return body
+
+    with UvicornThread(app) as server:
+        code = diagnose_cli.run(_args(f"http://127.0.0.1:{server.port}", "text"))
+    out = capsys.readouterr().out
+    assert code == diagnose_cli.EXIT_NOTHING_MEASURED
+    assert "Service UNKNOWN" in out and "Nothing can be concluded" in out
+    assert "no GPU source" in out and "engine:x is down" in out
+    assert "no layer is a bottleneck" not in out
 
 
 def test_diagnose_unreachable_exporter_is_one_line_and_status_1(capsys):

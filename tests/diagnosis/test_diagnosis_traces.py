@@ -3,6 +3,12 @@
 Each row is one diagnosis cycle, exactly as ``--gpu-source replay:`` plays it.
 The first rows of a phase mix the previous phase (the GPM windows straddle the
 switch), so each phase is judged on its rows after the first two.
+
+The recordings hold no engine, so whether users suffered is supplied: with a
+symptom (an engine beside the trace whose TTFT or ITL is over the SLO) each
+phase's cause is the primary; with a healthy engine beside it the same GPU data
+is headroom, not a bottleneck (throttling stays a warning: waste on its own);
+with no engine at all the causes are candidates and the state is unknown.
 """
 
 from __future__ import annotations
@@ -13,18 +19,24 @@ import pytest
 
 from exporter.diagnosis.engine import DiagnosisEngine, Verdict
 from exporter.diagnosis.thresholds import Thresholds
-from tests.diagnosis.diag_traces import snapshot, trace_rows
+from tests.diagnosis.diag_traces import engine_points, snapshot, trace_rows
 
 SETTLE_ROWS = 2
 #: a cause stays reported for clear_cycles - 1 cycles after its condition fails (hysteresis)
 CLEAR_ROWS = SETTLE_ROWS + Thresholds().clear_cycles - 1
 
 
-def verdicts_by_phase(name: str, with_process: bool = True) -> dict[str, list[Verdict]]:
+def verdicts_by_phase(name: str, with_process: bool = True, symptom: str | None = None,
+                      only: str | None = None) -> dict[str, list[Verdict]]:
+    """Verdicts per phase; ``symptom`` ("none", "ttft", "itl") adds an engine beside the trace
+    (in phase ``only`` alone when given, healthy elsewhere)."""
     eng = DiagnosisEngine()
     out: dict[str, list[Verdict]] = defaultdict(list)
     for i, row in enumerate(trace_rows(name, with_process)):
-        out[row.phase].append(eng.observe(snapshot(row.points, float(i))))
+        points = list(row.points)
+        if symptom is not None:
+            points += engine_points(i, symptom if only in (None, row.phase) else "none")
+        out[row.phase].append(eng.observe(snapshot(points, float(i))))
     return out
 
 
@@ -90,8 +102,43 @@ def test_batch1_decode_hits_the_serial_host_ceiling(serving):
     """HF generate, batch 1: one thread at 99.7 % of a core, SMs 2 % busy."""
     assert share(serving["decode_b1_hf_generate"], "scheduler", "serial_host_ceiling") == 1.0
     for v in serving["decode_b1_hf_generate"][SETTLE_ROWS:]:
-        assert v.layers["scheduler"].status == "bottleneck"
+        assert v.layers["scheduler"].status == "warning"  # a candidate: no engine says users suffer
         assert v.layers["hardware"].status == "ok"  # the GPU has headroom: no hardware cause
+
+
+#: phase -> (the symptom users would feel, the primary it must be named)
+SYMPTOMATIC = [
+    ("kernels", "h2d_copy_pcie", "ttft", "hardware", "pcie_transfer_bound"),
+    ("kernels", "tiny_kernels_host_bound", "itl", "operator", "launch_bound_small_kernels"),
+    ("kernels", "prefill_gemm_bf16", "ttft", "hardware", "power_or_thermal_throttling"),
+    ("kernels", "decode_gemv_bf16", "itl", "hardware", "memory_bandwidth_bound"),
+    ("serving", "decode_b1_hf_generate", "itl", "scheduler", "serial_host_ceiling"),
+]
+
+
+@pytest.mark.parametrize("trace, phase, symptom, layer, cause", SYMPTOMATIC, ids=[r[1] for r in SYMPTOMATIC])
+def test_phase_with_a_symptom_names_its_cause_as_the_primary(trace, phase, symptom, layer, cause):
+    verdicts = verdicts_by_phase(trace, symptom=symptom, only=phase)[phase]
+    # symptoms need symptom_persistence_cycles to count, on top of the phase's settling rows
+    settled = verdicts[SETTLE_ROWS + Thresholds().symptom_persistence_cycles:]
+    assert settled
+    for v in settled:
+        assert v.state == "degraded"
+        assert v.primary is not None and (v.primary.layer, v.primary.cause) == (layer, cause), v.primary
+        assert v.layers[layer].status == "bottleneck" and v.layers[layer].headroom == 0.0
+        assert v.primary.chain and "←" in v.primary.chain and 0.5 <= v.primary.confidence <= 1.0
+
+
+@pytest.mark.parametrize("trace, phase, symptom, layer, cause", SYMPTOMATIC, ids=[r[1] for r in SYMPTOMATIC])
+def test_phase_without_a_symptom_is_headroom_not_a_bottleneck(trace, phase, symptom, layer, cause):
+    for v in verdicts_by_phase(trace, symptom="none")[phase][CLEAR_ROWS:]:
+        assert v.state == "healthy" and v.primary is None
+        assert cause in v.holding  # the condition still holds: the layer is near its limit
+        if cause == "power_or_thermal_throttling":  # waste on its own: a warning even when healthy
+            assert v.layers[layer].status == "warning"
+            continue
+        assert v.layers[layer].status == "ok", (phase, v.layers[layer])
+        assert v.layers[layer].headroom is not None and "headroom" in v.layers[layer].limit
 
 
 def test_larger_decode_batches_stay_host_bound(serving):

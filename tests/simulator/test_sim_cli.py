@@ -38,7 +38,7 @@ def test_list_scenarios_names_every_contract_scenario() -> None:
     assert out.returncode == 0
     for name in NAMES:
         assert name in out.stdout
-    assert len(NAMES) == 11
+    assert len(NAMES) == 12
 
 
 def test_bad_values_exit_2_with_one_line() -> None:
@@ -127,15 +127,23 @@ def test_demo_view_groups_exporter_metrics_by_layer() -> None:
     assert ("kv_cache_preemptions_total", "3/s") in rows["memory"]
     assert ("request_ttft_seconds", "-") in rows["application"]  # no request finished between the two reads
     assert ("request_ttft_seconds", "500 ms avg") in demo.layer_rows(now, None)["application"]
-    verdict = {"layers": {"memory": {"score": 0.8, "status": "bottleneck"}},
-               "bottlenecks": [{"layer": "memory", "cause": "kv_preemption", "score": 0.8, "evidence": "x", "advice": "y"}]}
-    assert demo.verdict_text(verdict) == "memory: kv_preemption (0.80)"
+    advice = "Lower max_num_seqs or give the KV cache more memory. " * 6  # long: must wrap, never be cut
+    primary = {"layer": "memory", "cause": "kv_cache_pressure", "score": 0.8, "confidence": 0.91, "role": "primary",
+               "chain": "TTFT p95 3.3 s > SLO 2 s ← KV cache 100 % full", "evidence": {}, "advice": advice}
+    verdict = {"state": "degraded", "primary": primary,
+               "layers": {"memory": {"score": 0.8, "status": "bottleneck", "headroom": 0.0}},
+               "bottlenecks": [primary]}
+    line = demo.verdict_text(verdict)
+    assert line == "degraded: memory/kv_cache_pressure (confidence 0.91): TTFT p95 3.3 s > SLO 2 s ← KV cache 100 % full"
     assert demo.verdict_text(None).startswith("n/a")
+    assert demo.verdict_text({"state": "healthy", "primary": None, "bottlenecks": []}) == "healthy: no symptom"
+    assert demo.verdict_text({"state": "unknown", "primary": None, "notices": ["no GPU source"]}) == "unknown: no GPU source"
     console = Console(record=True, width=160)
     args = argparse.Namespace(scenario="kv_pressure", dialect="vllm")
     console.print(demo._render(args, 12.0, now, before, verdict, "3 req/s", ""))
     out = console.export_text()
-    assert "kv_pressure" in out and "memory: kv_preemption (0.80)" in out and "bottleneck 0.80" in out
+    assert "kv_pressure" in out and "memory/kv_cache_pressure (confidence 0.91)" in out and "bottleneck 0.80" in out
+    assert "…" not in out and out.count("Lower max_num_seqs") == 6
 
 
 def test_demo_sigterm_stops_every_child() -> None:

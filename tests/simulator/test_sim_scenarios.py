@@ -145,6 +145,25 @@ def test_memory_bandwidth_bound() -> None:
     assert (b["sum"] - a["sum"]) / (b["count"] - a["count"]) >= 0.012
 
 
+def test_healthy_busy_keeps_hbm_busy_and_decode_fast() -> None:
+    """The same long-context decode on the H200's own bandwidth: HBM busy, ITL a few ms."""
+    run = observe("healthy_busy", scale=3.0, warmup=3.0, count=2, every=1.0)
+    for s in run.samples:
+        gpu = s["gpus"][0]
+        assert gpu["dram_bw_util"] >= 60 and gpu["nvml_gpu_util"] >= 80, gpu
+        assert s["state"]["waiting"] == 0
+    a, b = run.samples[0]["state"]["histograms"]["itl"], run.samples[-1]["state"]["histograms"]["itl"]
+    assert b["count"] > a["count"]
+    assert (b["sum"] - a["sum"]) / (b["count"] - a["count"]) < 0.05  # far inside the 0.2 s ITL SLO
+
+
+def test_memory_bandwidth_bound_decode_misses_the_itl_slo() -> None:
+    run = observe("memory_bandwidth_bound", scale=3.0, warmup=4.0, count=2, every=1.5, process=True)
+    a, b = run.samples[0]["state"]["histograms"]["itl"], run.samples[-1]["state"]["histograms"]["itl"]
+    assert b["count"] > a["count"]
+    assert (b["sum"] - a["sum"]) / (b["count"] - a["count"]) >= 0.2  # every step streams from a 200 GB/s HBM
+
+
 def test_power_throttled() -> None:
     run = observe("power_throttled", scale=3.0, warmup=2.0)
     throttled = [s["gpus"][0] for s in run.samples if s["gpus"][0]["throttle_reasons"] == "0x4"]

@@ -1,6 +1,6 @@
 """llama.cpp server (``llama-server --metrics``, build 0c1e57098) ``/metrics``.
 
-Per ../shared/reference/engine-metrics.md §6.1: hand-rendered text, no labels
+Per docs/reference/engine-metrics.md §6.1: hand-rendered text, no labels
 (except the per-position speculative counter), ``_total`` inside the family
 name of the TYPE line, ``llamacpp:n_tokens_max`` typed ``counter`` although it
 is a high-watermark, ``prompt_tokens_total`` **excludes** prefix-cached tokens

@@ -1,6 +1,6 @@
 """SGLang 0.5.23 ``/metrics`` (``--enable-metrics``): ``sglang:`` names.
 
-Per ../shared/reference/engine-metrics.md §3.1: scheduler-side families carry
+Per docs/reference/engine-metrics.md §3.1: scheduler-side families carry
 ``model_name, engine_type, tp_rank, pp_rank, moe_ep_rank``; tokenizer-side
 families carry ``model_name, engine_type`` (+ ``is_streaming`` where SGLang has
 it). KV usage is ``sglang:token_usage`` (0-1); preemption is "retraction";

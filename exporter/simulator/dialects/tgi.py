@@ -1,7 +1,7 @@
 """Hugging Face TGI 3.x ``/metrics``: ``tgi_`` names, no labels, no ``_total``.
 
-Per ../shared/reference/engine-metrics.md §4 and the DataDog fixture in
-../shared/reference/samples: the Rust ``metrics-exporter-prometheus`` prints
+Per docs/reference/engine-metrics.md §4 and the DataDog fixture in
+tests/engines/fixtures (the real-* files): the Rust ``metrics-exporter-prometheus`` prints
 counters without ``_total``, integers without a decimal point, a blank line
 between families, and some families (``tgi_request_failure``) without HELP.
 Only names matched by TGI's bucket rules are histograms; the speculative

@@ -1,6 +1,6 @@
 """TensorRT-LLM behind Triton (``tensorrtllm_backend``): ``nv_trt_llm_*`` + ``nv_inference_*``.
 
-Per ../shared/reference/engine-metrics.md §5.1-5.2 and the backend README
+Per docs/reference/engine-metrics.md §5.1-5.2 and the backend README
 samples: every TRT-LLM family is a gauge with one series per category label
 (``request_type``, ``kv_cache_block_type``, ...), labels ``model`` and
 ``version``; Triton core latencies are cumulative **microsecond** counters and

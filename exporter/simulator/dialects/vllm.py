@@ -1,6 +1,6 @@
 """vLLM 0.33 (V1 engine) ``/metrics``: ``vllm:`` names, ``model_name`` + ``engine`` labels.
 
-Names, types, units and labels follow ../shared/reference/engine-metrics.md §2.1
+Names, types, units and labels follow docs/reference/engine-metrics.md §2.1
 (read from ``vllm/v1/metrics/loggers.py``). Wire habits of prometheus_client
 in multiprocess mode: counters end in ``_total`` with no ``_created`` series,
 floats print as ``3.0``, the info metric ``vllm:cache_config_info`` is a gauge

@@ -1,6 +1,6 @@
 """vLLM 0.8.5 (early V1, the "<= 0.9" names) ``/metrics``.
 
-What differs from 0.33 (../shared/reference/engine-metrics.md §2.2): KV usage is
+What differs from 0.33 (docs/reference/engine-metrics.md §2.2): KV usage is
 ``vllm:gpu_cache_usage_perc``; the prefix cache is counted by
 ``vllm:gpu_prefix_cache_queries_total`` / ``_hits_total`` in **blocks** (not
 tokens); per-token latency is ``vllm:time_per_output_token_seconds``;

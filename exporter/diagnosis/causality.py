@@ -1,0 +1,109 @@
+"""Which cause can explain which symptom, and which cause comes first: data beside the rules table.
+
+Why a declared map: "the KV cache is full" explains queueing and a high TTFT;
+"HBM is saturated" explains a slow decode (ITL) but not a queue. Writing that
+down per cause, instead of ranking by raw scores, is what turns a list of
+crossed thresholds into one diagnosis: the primary is the holding cause that
+explains the most of what users feel. docs/diagnosis.md is checked against it.
+
+* ``EXPLAINS``: cause id -> the symptom ids (``symptoms.py``) it can produce.
+* ``CAUSAL_ORDER``: when two causes explain as much with about the same
+  confidence, the one earlier here wins: it sits further upstream (a full KV
+  cache causes the queue, not the other way round; a throttled clock makes the
+  GPU look compute-bound, not the reverse). Causes that starve the GPU from
+  outside its math (a host thread at a core, PCIe copies, launch overhead) come
+  before the KV cache: they stretch every step, so requests hold their blocks
+  longer and a full cache is their consequence. The generic "the GPU runs as
+  fast as it can" causes come last: they are true of any busy server and only
+  win when nothing more specific holds.
+* ``SYMPTOM_CAUSES``: the two ids that name a symptom, not a cause
+  (``queue_backlog``, ``slo_breach``). They are the primary only when no cause
+  explains the symptoms, and then the advice says so (capacity: add replicas).
+
+Which causes are waste or danger even while users feel nothing (recompute from
+preemptions, a throttled clock, a nearly full framebuffer, rejected drafts,
+failures) is a column of the rules table (``Rule.warns_alone``): a warning in a
+healthy service, never silence.
+"""
+
+from __future__ import annotations
+
+from exporter.diagnosis.symptoms import SYMPTOM_IDS
+
+TTFT, ITL, QUEUE, SATURATED, FAILURES = "ttft_high", "itl_high", "queueing", "throughput_saturated", "failures"
+_ALL_LOAD = frozenset({TTFT, ITL, QUEUE, SATURATED})
+
+EXPLAINS: dict[str, frozenset[str]] = {
+    # hardware
+    "compute_bound": frozenset({TTFT, QUEUE, SATURATED}),
+    "memory_bandwidth_bound": frozenset({ITL}),
+    "pcie_transfer_bound": _ALL_LOAD,
+    "power_or_thermal_throttling": _ALL_LOAD,
+    "memory_capacity_exhausted": frozenset({QUEUE, TTFT, SATURATED, FAILURES}),
+    # operator
+    "launch_bound_small_kernels": frozenset({ITL, SATURATED, QUEUE}),
+    "tensor_cores_unused": frozenset({TTFT, ITL, SATURATED}),
+    # memory: a full KV cache holds requests back (queue, TTFT) and recomputes preempted ones (ITL)
+    "kv_cache_pressure": _ALL_LOAD,
+    "kv_fragmentation_or_capacity_misjudged": frozenset({QUEUE, TTFT, SATURATED}),
+    # scheduler: one host thread at a core caps every step
+    "serial_host_ceiling": _ALL_LOAD,
+    "queue_backlog": frozenset({QUEUE, SATURATED, TTFT}),
+    # parallel: every step waits for the slowest GPU, so the group serves less than it could
+    "gpu_imbalance": _ALL_LOAD,
+    # speculative decoding: rejected drafts cost decode time, and the wasted work lowers throughput
+    "low_acceptance": frozenset({ITL, QUEUE, SATURATED}),
+    # application
+    "batching_window_too_large": frozenset({TTFT, QUEUE}),
+    "retries_and_timeouts": frozenset({FAILURES}),
+    "slo_breach": frozenset({TTFT, ITL}),
+}
+
+CAUSAL_ORDER: tuple[str, ...] = (
+    "memory_capacity_exhausted",
+    # the GPU starved by something outside its math: every step takes longer, so requests
+    # hold their KV blocks longer and the cache fills as a consequence
+    "serial_host_ceiling",
+    "pcie_transfer_bound",
+    "launch_bound_small_kernels",
+    # the KV cache: the admission limit when the GPU itself is busy
+    "kv_fragmentation_or_capacity_misjudged",
+    "kv_cache_pressure",
+    "batching_window_too_large",
+    # work wasted or unevenly spread: fix it and the GPU does less for the same tokens
+    "gpu_imbalance",
+    "low_acceptance",
+    "tensor_cores_unused",
+    # a GPU at its power cap under heavy load: real, but downstream of how much work it is given
+    "power_or_thermal_throttling",
+    "retries_and_timeouts",
+    "compute_bound",
+    "memory_bandwidth_bound",
+    "queue_backlog",
+    "slo_breach",
+)
+
+SYMPTOM_CAUSES: frozenset[str] = frozenset({"queue_backlog", "slo_breach"})
+
+#: what a symptom-only primary tells the user to do
+CAPACITY_ADVICE = (
+    "No layer explains it: every layer has headroom, the service simply gets more load than it "
+    "serves. Capacity: add replicas or GPUs, or cap concurrency at the gateway."
+)
+
+
+def causal_rank(cause: str) -> int:
+    return CAUSAL_ORDER.index(cause) if cause in CAUSAL_ORDER else len(CAUSAL_ORDER)
+
+
+def check(cause_ids: set[str]) -> None:
+    """Guards edits: every cause has an explains entry and a rank, every symptom id is known."""
+    missing = cause_ids - set(EXPLAINS)
+    extra = set(EXPLAINS) - cause_ids
+    unranked = cause_ids - set(CAUSAL_ORDER)
+    if missing or extra or unranked:
+        raise RuntimeError(f"causality table out of step with rules: missing {missing}, extra {extra}, unranked {unranked}")
+    for cause, syms in EXPLAINS.items():
+        unknown = set(syms) - set(SYMPTOM_IDS)
+        if unknown:
+            raise RuntimeError(f"{cause} explains unknown symptoms {unknown}")

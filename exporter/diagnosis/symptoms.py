@@ -1,0 +1,173 @@
+"""What users feel: the application-level symptoms the verdict starts from.
+
+Why symptoms first: a layer near its limit is not a problem until someone
+suffers. Batch-1 decode always reads HBM hard; a busy GPU is what it was bought
+for. The diagnosis therefore asks first whether the service is in trouble (TTFT
+or ITL over the SLO, requests queueing, throughput that no longer follows the
+offered load, failures) and only then walks the layers for the cause that
+explains it. Symptoms are engine-neutral: they read only schema signals that
+every engine adapter maps (latency histograms, running/waiting gauges, finished
+counters), so the same definition holds for vLLM, SGLang, TGI, TensorRT-LLM and
+llama.cpp.
+
+Each symptom is a row: its id (a contract: ``llm_symptom_active{symptom}`` and
+``/diagnosis`` ``symptoms[].id``), the signals it needs to be judged, when it
+holds, the evidence to show, and a short sentence with the numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from exporter.diagnosis import signals as s
+from exporter.diagnosis.thresholds import Thresholds
+
+View = Mapping[str, float]
+
+
+@dataclass(frozen=True)
+class Symptom:
+    """One user-visible symptom."""
+
+    id: str
+    #: at least one of these must be present to judge it
+    requires_any: tuple[str, ...]
+    condition: Callable[[View, Thresholds], bool]
+    evidence: tuple[str, ...]
+    describe: Callable[[View, Thresholds], str]
+
+    def judgeable(self, view: View) -> bool:
+        return any(name in view for name in self.requires_any)
+
+
+def latest_p95(v: View, recent: str, window: str) -> float | None:
+    """The recent quantile where enough requests were seen, else the window's; None if neither."""
+    if recent in v:
+        return v[recent]
+    return v.get(window)
+
+
+def ttft_high(v: View, t: Thresholds) -> bool:
+    p95 = latest_p95(v, s.TTFT_P95_RECENT, s.TTFT_P95)
+    return p95 is not None and p95 > t.slo_ttft_p95_seconds
+
+
+def itl_high(v: View, t: Thresholds) -> bool:
+    p95 = latest_p95(v, s.ITL_P95_RECENT, s.ITL_P95)
+    return p95 is not None and p95 > t.slo_itl_p95_seconds
+
+
+def queue_sustained(v: View) -> bool:
+    """Nobody drained the queue over the recent seconds (every snapshot had a request waiting)."""
+    return v.get(s.WAITING_MIN, 0.0) >= 1  # absent until there are two looks
+
+
+def queueing(v: View, t: Thresholds) -> bool:
+    """Requests wait: long queue times for those admitted, or a queue that never empties.
+
+    The second clause matters most when nothing is admitted at all (every slot
+    taken): then the queue-time histogram does not move, yet the queue stays.
+    """
+    queue_p95 = latest_p95(v, s.QUEUE_P95_RECENT, s.QUEUE_P95)
+    waited_long = queue_p95 is not None and queue_p95 >= t.queueing_p95_seconds and v.get(s.WAITING_MAX, v.get(s.WAITING, 0.0)) >= 1
+    return waited_long or queue_sustained(v)
+
+
+def _throughput_saturated(v: View, t: Thresholds) -> bool:
+    """The queue grows while the server keeps finishing at its pace: admissions no longer follow the load."""
+    return queue_sustained(v) and v.get(s.WAITING_GROWTH, 0.0) >= t.saturation_waiting_growth_per_second
+
+
+def _failures(v: View, t: Thresholds) -> bool:
+    return v.get(s.FAILED_BASE, 0.0) >= t.failure_min_requests and v.get(s.FAILED_SHARE, 0.0) >= t.failure_share
+
+
+def fmt_seconds(x: float) -> str:
+    if x >= 10:
+        return f"{x:.0f} s"
+    if x >= 1:
+        return f"{x:.2g} s"
+    return f"{x * 1000:.0f} ms"
+
+
+def _describe_ttft(v: View, t: Thresholds) -> str:
+    p95 = latest_p95(v, s.TTFT_P95_RECENT, s.TTFT_P95) or 0.0
+    return f"TTFT p95 {fmt_seconds(p95)} > SLO {fmt_seconds(t.slo_ttft_p95_seconds)}"
+
+
+def _describe_itl(v: View, t: Thresholds) -> str:
+    p95 = latest_p95(v, s.ITL_P95_RECENT, s.ITL_P95) or 0.0
+    return f"ITL p95 {fmt_seconds(p95)} > SLO {fmt_seconds(t.slo_itl_p95_seconds)}"
+
+
+def _describe_queueing(v: View, t: Thresholds) -> str:
+    waiting = v.get(s.WAITING_MAX, v.get(s.WAITING, 0.0))
+    parts = [f"{waiting:.0f} requests waiting"]
+    queue_p95 = latest_p95(v, s.QUEUE_P95_RECENT, s.QUEUE_P95)
+    if queue_p95 is not None:
+        parts.append(f"queue p95 {fmt_seconds(queue_p95)}")
+    if s.WAITING_CAPACITY in v and v.get(s.WAITING, 0.0) > 0:
+        parts.append(f"{v[s.WAITING_CAPACITY]:.0f} of them for capacity")
+    return ", ".join(parts)
+
+
+def _describe_saturated(v: View, t: Thresholds) -> str:
+    out = f"queue growing {v.get(s.WAITING_GROWTH, 0.0):.2g}/s"
+    if s.FINISHED_RATE in v:
+        out += f" while {v[s.FINISHED_RATE]:.2g} requests/s finish"
+    return out
+
+
+def _describe_failures(v: View, t: Thresholds) -> str:
+    return f"{100 * v.get(s.FAILED_SHARE, 0.0):.0f} % of requests failed, timed out or were rejected"
+
+
+SYMPTOMS: tuple[Symptom, ...] = (
+    Symptom("ttft_high", (s.TTFT_P95, s.TTFT_P95_RECENT), ttft_high, (s.TTFT_P95_RECENT, s.TTFT_P95), _describe_ttft),
+    Symptom("itl_high", (s.ITL_P95, s.ITL_P95_RECENT), itl_high, (s.ITL_P95_RECENT, s.ITL_P95), _describe_itl),
+    Symptom(
+        "queueing",
+        (s.WAITING, s.QUEUE_P95),
+        queueing,
+        (s.WAITING, s.WAITING_MAX, s.WAITING_MIN, s.QUEUE_P95_RECENT, s.QUEUE_P95, s.WAITING_CAPACITY, s.WAITING_DEFERRED),
+        _describe_queueing,
+    ),
+    Symptom(
+        "throughput_saturated",
+        (s.WAITING,),
+        _throughput_saturated,
+        (s.WAITING_GROWTH, s.WAITING_MIN, s.FINISHED_RATE, s.RUNNING, s.RUNNING_MAX),
+        _describe_saturated,
+    ),
+    Symptom("failures", (s.FAILED_BASE,), _failures, (s.FAILED_SHARE, s.FAILED_RATE, s.REJECTED_RATE, s.FINISHED_RATE),
+            _describe_failures),
+)
+
+SYMPTOM_IDS: tuple[str, ...] = tuple(x.id for x in SYMPTOMS)
+
+
+@dataclass(frozen=True)
+class ObservedSymptom:
+    """A symptom that holds now, with its numbers."""
+
+    id: str
+    text: str
+    evidence: dict[str, float]
+
+    def as_dict(self) -> dict[str, object]:
+        return {"id": self.id, "text": self.text, "evidence": self.evidence}
+
+
+def observe(view: View, t: Thresholds) -> tuple[list[ObservedSymptom], bool]:
+    """The symptoms that hold, and whether any symptom could be judged at all."""
+    held: list[ObservedSymptom] = []
+    judged = False
+    for sym in SYMPTOMS:
+        if not sym.judgeable(view):
+            continue
+        judged = True
+        if sym.condition(view, t):
+            evidence = {n: float(f"{view[n]:.6g}") for n in sym.evidence if n in view}
+            held.append(ObservedSymptom(sym.id, sym.describe(view, t), evidence))
+    return held, judged

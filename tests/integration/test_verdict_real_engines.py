@@ -1,0 +1,173 @@
+"""The verdict against real engines under a steady closed-loop load, read repeatedly.
+
+The cached CPU vLLM and llama.cpp server of the other integration tests, each
+started in the configuration a case needs, a real ``serve`` scraping it (engine
+every 2 s, diagnosis every second, no GPU: the CPU engines have none), and a closed
+loop of clients. After a warm-up the verdict is read ``READINGS`` times, a few
+seconds apart; each case must be right in at least ``MIN_SHARE`` of them:
+
+| engine | configuration and load | verdict |
+|---|---|---|
+| vLLM | roomy KV cache, one client | healthy |
+| vLLM | a KV cache far too small for ten clients | memory/kv_cache_pressure |
+| vLLM | one sequence slot, a mostly empty KV cache, ten clients | memory/kv_fragmentation_or_capacity_misjudged |
+| llama.cpp | four slots, one client | healthy |
+| llama.cpp | one slot, six clients | memory/kv_fragmentation_or_capacity_misjudged |
+
+The engines run at a lower priority (``nice -n 10``), as a CPU request would
+guarantee the exporter its share on a real node; otherwise its samples miss their
+deadlines and the test measures the scheduler, not the verdict. The readings and
+their share are written to ``$LLM_EXPORTER_INTEGRATION_LOGS/verdict-<case>.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from closed_loop import ClosedLoop, primary_of, read_verdicts, story
+from integration_helpers import CACHE, LOG_DIR, ROOT, Proc, free_port, run_setup
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(3600)]
+
+READINGS = 10
+SPACING_S = 2.0
+MIN_SHARE = 0.8
+#: load before the first reading: the diagnosis window (20 s) mostly filled with this load
+WARMUP_S = 15.0
+NICE = ["nice", "-n", "10"]
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    engine: str            # "vllm" | "llamacpp"
+    args: tuple[str, ...]  # engine arguments of this case
+    clients: int
+    max_tokens: int
+    expected: str          # primary_of() of a right verdict
+
+
+VLLM_BASE = ("--max-model-len", "256", "--dtype", "float32", "--block-size", "32", "--enforce-eager")
+CASES = [
+    Case("vllm-light", "vllm", (*VLLM_BASE, "--num-gpu-blocks-override", "64", "--max-num-seqs", "8"), 1, 16, "healthy"),
+    # 10 blocks of 32 tokens; each request grows to ~230 tokens (8 blocks): one fits, the rest wait or are preempted
+    Case("vllm-kv-small", "vllm", (*VLLM_BASE, "--num-gpu-blocks-override", "10", "--max-num-seqs", "8"), 10, 128,
+         "memory/kv_cache_pressure"),
+    # one slot, 2048 tokens of KV: nine requests always wait while the cache is ~10 % used
+    Case("vllm-one-slot", "vllm", (*VLLM_BASE, "--num-gpu-blocks-override", "64", "--max-num-seqs", "1"), 10, 64,
+         "memory/kv_fragmentation_or_capacity_misjudged"),
+    Case("llamacpp-light", "llamacpp", ("-np", "4", "-c", "4096"), 1, 32, "healthy"),
+    Case("llamacpp-one-slot", "llamacpp", ("-np", "1", "-c", "4096"), 6, 512,
+         "memory/kv_fragmentation_or_capacity_misjudged"),
+]
+
+
+def _skip_if_off(engine: str) -> None:
+    flag = {"vllm": "LLM_EXPORTER_SKIP_VLLM", "llamacpp": "LLM_EXPORTER_SKIP_LLAMACPP"}[engine]
+    if os.environ.get(flag) == "1":
+        pytest.skip(f"{flag}=1: the real-{engine} integration tests were switched off")
+
+
+def _start_engine(case: Case) -> tuple[Proc, str]:
+    port = free_port()
+    if case.engine == "vllm":
+        paths = run_setup("setup_vllm.sh", 3000.0)
+        env = {**os.environ, "VLLM_CACHE_ROOT": str(CACHE / "vllm-cache"), "VLLM_CPU_KVCACHE_SPACE": "1",
+               "VLLM_NO_USAGE_STATS": "1", "VLLM_DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1",
+               "TRANSFORMERS_OFFLINE": "1", "HF_HOME": str(CACHE / "hf-home")}
+        argv = [*NICE, paths["VLLM_PYTHON"], "-m", "vllm.entrypoints.openai.api_server", "--model", paths["VLLM_MODEL"],
+                "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port), *case.args]
+        proc = Proc(argv, name=f"verdict-{case.name}", env=env).start()
+        timeout = float(os.environ.get("LLM_EXPORTER_VLLM_START_TIMEOUT", "600"))
+    else:
+        paths = run_setup("setup_llamacpp.sh", 4800.0)
+        argv = [*NICE, paths["LLAMA_SERVER"], "-m", paths["LLAMA_MODEL"], "--host", "127.0.0.1", "--port", str(port),
+                "--metrics", "-t", "1", "--threads-http", str(case.clients + 4), "--no-webui", *case.args]
+        proc = Proc(argv, name=f"verdict-{case.name}").start()
+        timeout = 120.0
+    base = f"http://127.0.0.1:{port}"
+    try:
+        proc.wait_http(base + "/health", timeout)
+    except BaseException:
+        proc.stop()
+        raise
+    return proc, base
+
+
+def _start_exporter(case: Case, engine_base: str) -> tuple[Proc, str]:
+    port = free_port()
+    argv = [sys.executable, "-m", "exporter", "serve", "--engine", engine_base + "/metrics", "--gpu-source", "none",
+            "--listen-address", f"127.0.0.1:{port}", "--engine-interval", "2", "--engine-timeout", "1.8",
+            "--diagnosis-interval", "1", "--log-level", "info"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = Proc(argv, name=f"verdict-{case.name}-exporter", cwd=ROOT, env=env).start()
+    base = f"http://127.0.0.1:{port}"
+    try:
+        proc.wait_http(base + "/readyz", 60)
+    except BaseException:
+        proc.stop()
+        raise
+    return proc, base
+
+
+def _sender(case: Case, engine_base: str):  # type: ignore[no-untyped-def]
+    rng = random.Random(case.name)
+    if case.engine == "vllm":
+        def send(client: httpx.Client) -> int:
+            prompt = [rng.randrange(10, 500) for _ in range(rng.randrange(48, 96))]
+            body = {"model": "tiny", "prompt": prompt, "max_tokens": case.max_tokens, "ignore_eos": True, "temperature": 0}
+            return client.post(engine_base + "/v1/completions", json=body).status_code
+    else:
+        def send(client: httpx.Client) -> int:
+            prompt = [259 + rng.randrange(0, 100) for _ in range(rng.randrange(32, 64))]
+            body = {"prompt": prompt, "n_predict": case.max_tokens, "ignore_eos": True, "temperature": 0, "cache_prompt": False}
+            return client.post(engine_base + "/completion", json=body).status_code
+    return send
+
+
+def _record(case: Case, verdicts: list[dict[str, Any]], share: float, load: ClosedLoop) -> None:
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    figures = {"case": case.name, "expected": case.expected, "share_right": share,
+               "readings": [primary_of(v) for v in verdicts], "completed_requests": load.completed,
+               "statuses": dict(load.statuses), "client_errors": dict(load.errors),
+               "chains": [v["primary"]["chain"] for v in verdicts if v.get("primary")][:3],
+               "loadavg": os.getloadavg(), "story": story(verdicts).splitlines()}
+    (LOG_DIR / f"verdict-{case.name}.json").write_text(json.dumps(figures, indent=2))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_verdict_on_a_real_engine_under_load(case: Case) -> None:
+    _skip_if_off(case.engine)
+    engine, engine_base = _start_engine(case)
+    exporter = None
+    try:
+        exporter, exporter_base = _start_exporter(case, engine_base)
+        with ClosedLoop(_sender(case, engine_base), case.clients, deadline_s=WARMUP_S + READINGS * SPACING_S + 120) as load:
+            # warm-up: the window fills with this load (bounded by the loop's own deadline)
+            first = read_verdicts(exporter_base, 1, 0.0, WARMUP_S + 30)
+            assert first, f"no verdict from the exporter; log {exporter.log}"
+            read_verdicts(exporter_base, int(WARMUP_S), 1.0, WARMUP_S + 10)
+            verdicts = read_verdicts(exporter_base, READINGS, SPACING_S, READINGS * SPACING_S * 3 + 30)
+        assert len(verdicts) == READINGS, f"only {len(verdicts)} verdicts; exporter log {exporter.log}"
+        assert load.completed > 0, f"no request completed: {dict(load.statuses)} {dict(load.errors)}"
+        readings = Counter(primary_of(v) for v in verdicts)
+        share = readings[case.expected] / len(verdicts)
+        _record(case, verdicts, share, load)
+        assert share >= MIN_SHARE, (
+            f"{case.name}: {case.expected} in {share:.0%} of {len(verdicts)} readings ({dict(readings)})\n{story(verdicts)}"
+        )
+        if case.expected != "healthy":
+            right = next(v for v in verdicts if primary_of(v) == case.expected)
+            assert "←" in right["primary"]["chain"] and right["primary"]["confidence"] > 0.5
+    finally:
+        if exporter is not None:
+            exporter.stop()
+        engine.stop()
