@@ -43,10 +43,18 @@ class Alert:
     eval_time: str = "10m"
     interval: str = "1m"
     extra: dict[str, str] = field(default_factory=dict)
+    #: runbook_url template; empty: the alert's own section (Settings.runbook_url)
+    runbook: str = ""
 
 
-def _labels(job: str, **extra: str) -> str:
-    pairs = {"job": job, "instance": INSTANCE, **extra}
+#: The one page per incident (alerts/README.md): the diagnosis's primary cause.
+PAGE = "LLMServiceDegraded"
+#: A second exporter for fixtures that need two.
+OTHER_INSTANCE = "10.0.0.8:9750"
+
+
+def _labels(job: str, instance: str = INSTANCE, **extra: str) -> str:
+    pairs = {"job": job, "instance": instance, **extra}
     return "{" + ", ".join(f'{k}="{v}"' for k, v in pairs.items()) + "}"
 
 
@@ -56,6 +64,75 @@ def _minutes_after(for_: str, extra_minutes: int) -> str:
 
 def _samples(for_: str, extra_minutes: int = 6) -> int:
     return int(duration_seconds(for_) // 60) + extra_minutes + 2
+
+
+def runbook_url(s: Settings, a: Alert) -> str:
+    """The alert's runbook_url annotation (a template for the page, whose cause picks the section)."""
+    return a.runbook or s.runbook_url(a.name)
+
+
+def _service_degraded_alert(s: Settings) -> Alert:
+    """The one page per incident: users are affected and the diagnosis names the primary cause.
+
+    Why on ``llm_bottleneck_primary`` and not on ``llm_bottleneck_active``: active is 1 for
+    every reported cause (contributing, symptom, warning, candidate too), primary for exactly
+    one, and only while the service is degraded; the page carries that cause in its labels and
+    links to its runbook section, and Alertmanager mutes the per-cause tickets under it.
+    """
+    job, for_ = s.exporter_job, s.for_["service_degraded"]
+    n = _samples(for_)
+    kv = next(c for c in CAUSES if c.cause == "kv_cache_pressure")
+    queue = next(c for c in CAUSES if c.cause == "queue_backlog")
+
+    def primary(c: Any, values: str, instance: str = INSTANCE) -> tuple[str, str]:
+        return ("llm_bottleneck_primary" + _labels(job, instance, layer=c.layer, cause=c.cause), values)
+
+    def active(c: Any, values: str, instance: str = INSTANCE) -> tuple[str, str]:
+        return ("llm_bottleneck_active" + _labels(job, instance, layer=c.layer, cause=c.cause), values)
+
+    # the exporter publishes every cause id, 0 for all but the primary
+    every_cause_but_kv = tuple(primary(c, f"0x{n}") for c in CAUSES if c is not kv)
+    blip = " ".join(["0", "0", "1"] + ["0"] * (n - 3))
+    flip = " ".join("1" if i % 2 else "0" for i in range(n))
+    flop = " ".join("0" if i % 2 else "1" for i in range(n))
+    return Alert(
+        name=PAGE,
+        expr="max by (job, instance, layer, cause) (llm_bottleneck_primary) == 1",
+        for_=for_,
+        labels={"severity": s.severity_page, "kind": "incident"},
+        summary="LLM service degraded: {{ $labels.layer }}/{{ $labels.cause }} is the primary cause ({{ $labels.instance }})",
+        description=(
+            "Users of the LLM service behind exporter {{ $labels.instance }} are affected (TTFT or ITL over the SLO, "
+            "queueing, saturated throughput or failures) and the diagnosis names {{ $labels.layer }}/{{ $labels.cause }} "
+            "as the cause that best explains it. This is the one page for the incident: the per-cause alerts and the "
+            "latency burn alerts of this exporter are muted while it fires. Open the runbook section of the cause "
+            "(runbook_url), the chain from symptom to cause at http://{{ $labels.instance }}/diagnosis, and 'LLM / Overview'."
+        ),
+        fire=Case(
+            (primary(kv, f"1x{n}"),) + every_cause_but_kv
+            # active for the primary and for a contributing cause, which must not page
+            + (active(kv, f"1x{n}"), active(queue, f"1x{n}"))
+            # another exporter, another primary: one page each, each with its own runbook section
+            + (primary(queue, f"1x{n}", OTHER_INSTANCE), primary(kv, f"0x{n}", OTHER_INSTANCE), active(queue, f"1x{n}", OTHER_INSTANCE)),
+            (
+                {"job": job, "instance": INSTANCE, "layer": kv.layer, "cause": kv.cause},
+                {"job": job, "instance": OTHER_INSTANCE, "layer": queue.layer, "cause": queue.cause},
+            ),
+        ),
+        quiet=Case(
+            # no primary (healthy, or a warning cause holds on its own): every cause id at 0,
+            # although llm_bottleneck_active reports kv_cache_pressure
+            (primary(kv, f"0x{n}"),) + every_cause_but_kv
+            + (active(kv, f"1x{n}"),)
+            # a primary for one cycle only, shorter than for:
+            + (primary(queue, blip, OTHER_INSTANCE), primary(kv, f"0x{n}", OTHER_INSTANCE))
+            # a primary that changes every minute: each cause's for: restarts (the burn alerts,
+            # not muted then, page instead)
+            + (primary(kv, flip, "10.0.0.9:9750"), primary(queue, flop, "10.0.0.9:9750"))
+        ),
+        eval_time=_minutes_after(for_, 4),
+        runbook=f"{s.runbook_url_base}#{{{{ $labels.cause }}}}",
+    )
 
 
 def _cause_alerts(s: Settings) -> list[Alert]:
@@ -71,11 +148,13 @@ def _cause_alerts(s: Settings) -> list[Alert]:
                 name=c.alert,
                 expr=f'max by (job, instance, layer, cause) (llm_bottleneck_active{{layer="{c.layer}", cause="{c.cause}"}}) == 1',
                 for_=s.for_["bottleneck_cause"],
-                labels={"severity": s.cause_severity.get(c.cause, "warning"), "layer": c.layer, "kind": "diagnosis"},
+                # a ticket: the page for the incident is LLMServiceDegraded, on the primary cause
+                labels={"severity": s.severity_ticket, "layer": c.layer, "kind": "diagnosis"},
                 summary=f"{c.summary} ({{{{ $labels.instance }}}})",
                 description=(
                     f"{c.what} The diagnosis on exporter {{{{ $labels.instance }}}} reports {c.layer}/{c.cause} as active. "
-                    f"Confirm on '{c.dashboard}' and the 'LLM / Overview' cause timeline."
+                    f"Confirm on '{c.dashboard}' and the 'LLM / Overview' cause timeline. A ticket: while this exporter's "
+                    f"{PAGE} page fires, Alertmanager mutes it."
                 ),
                 fire=Case(((me, f"1x{n}"), (neighbour, f"0x{n}")), ({"job": s.exporter_job, "instance": INSTANCE, "layer": c.layer, "cause": c.cause},)),
                 # healthy: 0 throughout; a one-sample blip shorter than for:; another cause active
@@ -150,7 +229,7 @@ def _symptom_alerts(s: Settings) -> list[Alert]:
                 f"server_model:llm_kv_cache_preemptions:rate{w} > {s.kv_preemptions_per_second:g}"
             ),
             for_=s.for_["kv_near_full"],
-            labels={"severity": "warning", "layer": "memory", "kind": "symptom"},
+            labels={"severity": s.severity_ticket, "layer": "memory", "kind": "symptom"},
             summary="KV cache nearly full and preempting ({{ $labels.server }} {{ $labels.model }})",
             description=(
                 f"KV-cache usage of {{{{ $labels.server }}}} / {{{{ $labels.model }}}} is above {s.kv_near_full_ratio:.0%} "
@@ -182,7 +261,7 @@ def _symptom_alerts(s: Settings) -> list[Alert]:
             name="LLMExporterSourceDown",
             expr="llm_exporter_source_up == 0",
             for_=s.for_["source_down"],
-            labels={"severity": "warning", "layer": "exporter", "kind": "symptom"},
+            labels={"severity": s.severity_ticket, "layer": "exporter", "kind": "symptom"},
             summary="Exporter source {{ $labels.source }} is down ({{ $labels.instance }})",
             description=(
                 "The last samples of source {{ $labels.source }} on exporter {{ $labels.instance }} failed, so its "
@@ -201,7 +280,7 @@ def _symptom_alerts(s: Settings) -> list[Alert]:
             name="LLMGPULost",
             expr="llm_gpu_up == 0",
             for_=s.for_["gpu_lost"],
-            labels={"severity": "critical", "layer": "hardware", "kind": "symptom"},
+            labels={"severity": s.severity_page, "layer": "hardware", "kind": "symptom"},
             summary="GPU {{ $labels.gpu }} stopped answering ({{ $labels.instance }})",
             description=(
                 "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }} no longer answers the driver: "
@@ -221,7 +300,7 @@ def _symptom_alerts(s: Settings) -> list[Alert]:
             name="LLMExporterSourceErrors",
             expr=f"sum by (job, instance, source, reason) (rate(llm_exporter_source_errors_total[{w}])) > {s.source_errors_per_second:g}",
             for_=s.for_["source_errors"],
-            labels={"severity": "warning", "layer": "exporter", "kind": "symptom"},
+            labels={"severity": s.severity_ticket, "layer": "exporter", "kind": "symptom"},
             summary="Source {{ $labels.source }} keeps failing with {{ $labels.reason }} ({{ $labels.instance }})",
             description=(
                 "Samples of source {{ $labels.source }} on {{ $labels.instance }} fail with reason {{ $labels.reason }} "
@@ -242,7 +321,7 @@ def _symptom_alerts(s: Settings) -> list[Alert]:
             name="LLMExporterDown",
             expr=f'up{{job="{job}"}} == 0',
             for_=s.for_["exporter_down"],
-            labels={"severity": "critical", "layer": "exporter", "kind": "symptom"},
+            labels={"severity": s.severity_page, "layer": "exporter", "kind": "symptom"},
             summary="Prometheus cannot scrape the LLM exporter ({{ $labels.instance }})",
             description=(
                 "Scrapes of {{ $labels.instance }} fail, so every LLM dashboard and alert for it is blind. "
@@ -256,9 +335,47 @@ def _symptom_alerts(s: Settings) -> list[Alert]:
     return out
 
 
+def _source_stale_alert(s: Settings) -> Alert:
+    """A source's last success is too old, whatever the reason (a hang, a wedged loop, a clock).
+
+    Why beside LLMExporterSourceDown: ``up == 0`` needs the exporter to notice a
+    failure; the age of the last success needs nothing but the exporter answering.
+    """
+    job, limit = s.exporter_job, s.source_stale_seconds
+    # promtool starts at Unix time 0 with one sample a minute, so a value equal to t is "just succeeded"
+    n = int(duration_seconds(s.for_["source_stale"]) // 60 + limit // 60) + 8
+    eval_min = n - 2
+    ts = "llm_exporter_source_last_success_timestamp_seconds"
+    stuck_since = eval_min - int(limit // 60) - 1  # over the limit only at the evaluation: shorter than for:
+    return Alert(
+        name="LLMExporterSourceStale",
+        expr=f"time() - {ts} > {limit:g}",
+        for_=s.for_["source_stale"],
+        labels={"severity": s.severity_ticket, "layer": "exporter", "kind": "symptom"},
+        summary="Source {{ $labels.source }} has not sampled successfully for a while ({{ $labels.instance }})",
+        description=(
+            f"The last successful sample of source {{{{ $labels.source }}}} on exporter {{{{ $labels.instance }}}} is more than "
+            f"{limit:g}s old: its values are gone from /metrics and its layer reads unknown. Check llm_exporter_source_up, "
+            "llm_exporter_source_errors_total by reason, the exporter log, and the node's clock."
+        ),
+        fire=Case(
+            ((ts + _labels(job, source="engine:s1"), f"0x{n}"),),
+            ({"job": job, "instance": INSTANCE, "source": "engine:s1"},),
+        ),
+        quiet=Case(
+            (
+                (ts + _labels(job, source="gpu"), f"0+60x{n}"),  # healthy: succeeds every minute
+                # succeeded until recently, then stuck: over the limit at the evaluation, but not for as long as for:
+                (ts + _labels(job, source="engine:s2"), f"0+60x{stuck_since} {stuck_since * 60}x{n - stuck_since}"),
+            )
+        ),
+        eval_time=f"{eval_min}m",
+    )
+
+
 def alerts(s: Settings) -> list[Alert]:
-    """Every alert: one per diagnosis cause, then the symptom alerts."""
-    return _cause_alerts(s) + _burn_alerts(s) + _symptom_alerts(s)
+    """Every alert: the page, one ticket per diagnosis cause, then the symptom alerts."""
+    return [_service_degraded_alert(s)] + _cause_alerts(s) + _burn_alerts(s) + _symptom_alerts(s) + [_source_stale_alert(s)]
 
 
 def groups(s: Settings) -> list[dict[str, Any]]:
@@ -270,12 +387,12 @@ def groups(s: Settings) -> list[dict[str, Any]]:
             "expr": a.expr,
             "for": a.for_,
             "labels": dict(a.labels),
-            "annotations": {"summary": a.summary, "description": a.description, "runbook_url": s.runbook_url(a.name)},
+            "annotations": {"summary": a.summary, "description": a.description, "runbook_url": runbook_url(s, a)},
         }
 
     all_alerts = alerts(s)
     return [
-        {"name": "llm-layer-exporter.bottleneck", "rules": [rule(a) for a in all_alerts if a.labels["kind"] == "diagnosis"]},
+        {"name": "llm-layer-exporter.bottleneck", "rules": [rule(a) for a in all_alerts if a.labels["kind"] in ("incident", "diagnosis")]},
         {"name": "llm-layer-exporter.symptoms", "rules": [rule(a) for a in all_alerts if a.labels["kind"] == "symptom"]},
     ]
 

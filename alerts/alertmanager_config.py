@@ -5,20 +5,28 @@ in the same one place as the thresholds, and the inhibitions are derived from
 the cause table, so a new cause cannot be left out of them.
 
 Routing (first match wins):
-  1. layer="exporter" -> the observability team, whatever the severity
+  1. LLMServiceDegraded -> the pager, grouped per exporter (not per layer), so a
+     primary that moves to another layer updates the incident's page instead of
+     opening a second one;
+  2. layer="exporter" -> the observability team, whatever the severity
      (a blind exporter is their problem, not the serving team's);
-  2. severity="critical" -> the pager;
-  3. otherwise the team owning the layer (alertmanager.layer_receivers).
+  3. severity=<severity.page> -> the pager;
+  4. otherwise (tickets) the team owning the layer (alertmanager.layer_receivers).
 
-Inhibitions (target muted while a source fires on the same exporter instance):
-  * KV-near-full symptom, muted by the kv_cache_pressure diagnosis alert;
-  * TTFT/ITL burn-rate symptoms, muted by any diagnosis alert (the page names
-    the cause instead of the symptom);
+Inhibitions (target muted while a source fires on the same exporter: equal job, instance):
+  * every per-cause ticket (kind="diagnosis"), muted by LLMServiceDegraded: one
+    incident, one notification; the page names the primary, /diagnosis the rest;
+  * TTFT/ITL burn-rate symptoms, muted by LLMServiceDegraded (the page names the
+    cause instead of the symptom). Not by a per-cause ticket: with no primary
+    (nothing explains the burn, or the primary keeps changing) the burn alert is the page;
+  * KV-near-full symptom, muted by the kv_cache_pressure diagnosis alert (an
+    inhibited alert still inhibits, so this holds under the page too);
   * source-errors, muted while the same source is down (the down alert says it all).
 """
 
 from __future__ import annotations
 
+from alerts.alerting import PAGE
 from alerts.causes import CAUSES
 from alerts.settings import Settings
 
@@ -39,10 +47,12 @@ def document(s: Settings) -> dict[str, object]:
             by_receiver.setdefault(receiver, []).append(layer)
     for receiver, layers in sorted(by_receiver.items()):
         layer_routes.append({"receiver": receiver, "matchers": [f'layer=~"{"|".join(sorted(layers))}"']})
-    routes: list[dict[str, object]] = []
+    routes: list[dict[str, object]] = [
+        {"receiver": PAGER, "matchers": [f'alertname="{PAGE}"'], "group_by": ["alertname", "job", "instance"], "repeat_interval": "1h"}
+    ]
     if "exporter" in s.layer_receivers:
         routes.append({"receiver": s.layer_receivers["exporter"], "matchers": ['layer="exporter"']})
-    routes.append({"receiver": PAGER, "matchers": ['severity="critical"'], "repeat_interval": "1h"})
+    routes.append({"receiver": PAGER, "matchers": [f'severity="{s.severity_page}"'], "repeat_interval": "1h"})
     routes += layer_routes
     fallback = s.layer_receivers.get("application", PAGER)
     return {
@@ -56,13 +66,18 @@ def document(s: Settings) -> dict[str, object]:
         },
         "inhibit_rules": [
             {
-                "source_matchers": [f'alertname="{kv_pressure.alert}"'],
-                "target_matchers": ['alertname="LLMKVCacheNearFull"'],
+                "source_matchers": [f'alertname="{PAGE}"'],
+                "target_matchers": ['kind="diagnosis"'],
                 "equal": ["job", "instance"],
             },
             {
-                "source_matchers": ['kind="diagnosis"'],
+                "source_matchers": [f'alertname="{PAGE}"'],
                 "target_matchers": ['alertname=~"LLM(TTFT|ITL)BudgetBurn.*"'],
+                "equal": ["job", "instance"],
+            },
+            {
+                "source_matchers": [f'alertname="{kv_pressure.alert}"'],
+                "target_matchers": ['alertname="LLMKVCacheNearFull"'],
                 "equal": ["job", "instance"],
             },
             {

@@ -1,8 +1,10 @@
-"""The diagnosis causes we page on, with the words an on-call engineer reads.
+"""The diagnosis causes we alert on, with the words an on-call engineer reads.
 
 Why a table: the cause ids are a contract with exporter/diagnosis (issue 5); one
-row per cause gives one alert, one runbook section and one Overview timeline
-row, so adding a cause here is the whole change on the monitoring side.
+row per cause gives one ticket alert, one runbook section (holding the anchor
+``<a id="CAUSE">`` that the page LLMServiceDegraded links to when this cause is
+primary) and one Overview timeline row, so adding a cause here and its runbook
+section is the whole change on the monitoring side.
 """
 
 from __future__ import annotations

@@ -81,6 +81,11 @@ def runbook_anchors(text: str) -> dict[str, str]:
     return sections
 
 
+def cause_anchor(cause: str) -> str:
+    """The HTML anchor in a cause's runbook section that LLMServiceDegraded's runbook_url names."""
+    return f'<a id="{cause}"></a>'
+
+
 def lint(s: Settings) -> list[str]:
     """Everything wrong with the rules that a load in Prometheus would not catch."""
     errors: list[str] = []
@@ -98,6 +103,11 @@ def lint(s: Settings) -> list[str]:
         for heading in ("Means", "Confirm", "Change"):
             if f"**{heading}**" not in section:
                 errors.append(f"{a.name}: runbook section lacks **{heading}**")
+    # the page's runbook_url ends in "#<cause>": every cause section must hold that anchor
+    for c in CAUSES:
+        section = sections.get(c.alert.lower())
+        if section is not None and cause_anchor(c.cause) not in section:
+            errors.append(f"{c.alert}: runbook section lacks {cause_anchor(c.cause)} (the {alerting.PAGE} page links to it)")
     names = [a.name for a in alerting.alerts(s)]
     if len(names) != len(set(names)):
         errors.append("duplicate alert names")

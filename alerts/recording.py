@@ -3,7 +3,9 @@
 Why recording rules: a dashboard panel and the alert that pages on the same
 quantity must compute it the same way. Names follow ``level:metric:operation``:
 ``server_model`` keeps (job, instance, server, model); ``instance_gpu`` keeps
-(job, instance, gpu, uuid). Ratios divide rates of counters (never lifetime
+(job, instance, gpu, uuid); ``instance_cause`` keeps (job, instance, layer, cause).
+The diagnosis rule has one series per exporter, so a panel never goes blank: the
+primary cause, or ``cause="none"`` while there is none. Ratios divide rates of counters (never lifetime
 counters), denominators are filtered with ``> 0`` so idle features draw no NaN,
 and every histogram_quantile sums by ``le``.
 """
@@ -18,6 +20,7 @@ from alerts.settings import Settings
 
 SERVER_MODEL = "job, instance, server, model"
 INSTANCE_GPU = "job, instance, gpu, uuid"
+INSTANCE_CAUSE = "job, instance, layer, cause"
 
 #: Throttle reasons that mean "slower than it could be" (not idle or user settings).
 HARMFUL_THROTTLE_REASONS = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
@@ -129,6 +132,17 @@ def groups(s: Settings) -> list[dict[str, Any]]:
         ),
     ]
 
+    none = 'label_replace(label_replace(0 * max by (job, instance) (llm_service_state), "layer", "none", "", ""), "cause", "none", "", "")'
+    diagnosis = [
+        # the Overview's "Primary cause": per exporter that runs the diagnosis, its primary cause
+        # valued by its confidence, or layer="none", cause="none" at 0 while it has none
+        Rule(
+            "instance_cause:llm_bottleneck_confidence:primary",
+            f"(\nmax by ({INSTANCE_CAUSE}) (llm_bottleneck_confidence)\nand on ({INSTANCE_CAUSE})\n"
+            f"(max by ({INSTANCE_CAUSE}) (llm_bottleneck_primary) == 1)\n)\nor on (job, instance)\n{none}",
+        ),
+    ]
+
     def group(name: str, rules: list[Rule]) -> dict[str, Any]:
         return {"name": name, "rules": [{"record": r.record, "expr": r.expr} for r in rules]}
 
@@ -138,6 +152,7 @@ def groups(s: Settings) -> list[dict[str, Any]]:
         group("llm-layer-exporter.memory", memory),
         group("llm-layer-exporter.speculative_decoding", spec),
         group("llm-layer-exporter.hardware", hardware),
+        group("llm-layer-exporter.diagnosis", diagnosis),
     ]
 
 

@@ -20,7 +20,10 @@ CONFIG_PATH = HERE / "config.yaml"
 _DURATION = re.compile(r"^([0-9]+)(ms|s|m|h|d|w|y)$")
 _SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
 
-FOR_KEYS = ("bottleneck_cause", "kv_near_full", "source_down", "gpu_lost", "source_errors", "exporter_down")
+FOR_KEYS = (
+    "service_degraded", "bottleneck_cause", "kv_near_full", "source_down", "gpu_lost", "source_errors", "exporter_down",
+    "source_stale",
+)
 
 
 class ConfigError(ValueError):
@@ -62,8 +65,11 @@ class Settings:
     kv_near_full_ratio: float
     kv_preemptions_per_second: float
     source_errors_per_second: float
+    source_stale_seconds: float
     for_: dict[str, str]
-    cause_severity: dict[str, str]
+    #: severity label value of a page (the on-call pager) and of a ticket (the layer's team)
+    severity_page: str
+    severity_ticket: str
     webhook_url: str
     group_wait: str
     group_interval: str
@@ -109,6 +115,13 @@ def _duration(data: dict[str, Any], path: str) -> str:
     return value
 
 
+def _severity(data: dict[str, Any], path: str) -> str:
+    value = _get(data, path)
+    if not isinstance(value, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", value):
+        raise ConfigError(f"alerts/config.yaml: {path} must be a lower-case label value like critical, got {value!r}")
+    return value
+
+
 def from_dict(data: dict[str, Any]) -> Settings:
     """Validate a parsed config; raise ConfigError naming the first bad key."""
     burn = []
@@ -127,6 +140,22 @@ def from_dict(data: dict[str, Any]) -> Settings:
     for b in burn:
         if duration_seconds(b.short) >= duration_seconds(b.long):
             raise ConfigError(f"alerts/config.yaml: burn_rates.{b.name}: short window must be shorter than long")
+    page, ticket = _severity(data, "severity.page"), _severity(data, "severity.ticket")
+    if page == ticket:
+        raise ConfigError("alerts/config.yaml: severity.page and severity.ticket must differ (routing tells them apart)")
+    for b in burn:
+        if b.severity not in (page, ticket):
+            raise ConfigError(f"alerts/config.yaml: burn_rates.{b.name}.severity must be severity.page or severity.ticket ({page!r} or {ticket!r})")
+    for_ = {key: _duration(data, f"for.{key}") for key in FOR_KEYS}
+    # the page must fire no later than the per-cause ticket of the same cause, or the ticket is
+    # sent before the page that mutes it arrives
+    if duration_seconds(for_["service_degraded"]) > duration_seconds(for_["bottleneck_cause"]):
+        raise ConfigError("alerts/config.yaml: for.service_degraded must not be longer than for.bottleneck_cause")
+    if "cause_severity" in data:
+        raise ConfigError(
+            "alerts/config.yaml: cause_severity is gone: every per-cause alert is a ticket and "
+            "LLMServiceDegraded is the one page per incident (see alerts/README.md)"
+        )
     return Settings(
         raw=copy.deepcopy(data),
         runbook_url_base=str(_get(data, "runbook_url_base")).rstrip("#"),
@@ -139,8 +168,10 @@ def from_dict(data: dict[str, Any]) -> Settings:
         kv_near_full_ratio=_number(data, "kv_cache.near_full_ratio", 0.01, 1),
         kv_preemptions_per_second=_number(data, "kv_cache.preemptions_per_second", 0, 1e6),
         source_errors_per_second=_number(data, "exporter.source_errors_per_second", 0, 1e6),
-        for_={key: _duration(data, f"for.{key}") for key in FOR_KEYS},
-        cause_severity={str(k): str(v) for k, v in (data.get("cause_severity") or {}).items()},
+        source_stale_seconds=_number(data, "exporter.source_stale_seconds", 1, 86400),
+        for_=for_,
+        severity_page=page,
+        severity_ticket=ticket,
         webhook_url=str(_get(data, "alertmanager.webhook_url")),
         group_wait=_duration(data, "alertmanager.group_wait"),
         group_interval=_duration(data, "alertmanager.group_interval"),

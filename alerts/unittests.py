@@ -9,7 +9,7 @@ value tests here too, proving the ratios are rates of counters.
 
 from __future__ import annotations
 
-from alerts.alerting import INSTANCE, Alert, alerts, render
+from alerts.alerting import INSTANCE, OTHER_INSTANCE, Alert, alerts, render, runbook_url
 from alerts.settings import Settings
 
 
@@ -23,7 +23,7 @@ def _expected(a: Alert, s: Settings, expr_labels: dict[str, str]) -> dict[str, o
         "exp_annotations": {
             "summary": render(a.summary, expr_labels),
             "description": render(a.description, expr_labels),
-            "runbook_url": s.runbook_url(a.name),
+            "runbook_url": render(runbook_url(s, a), expr_labels),
         },
     }
 
@@ -95,8 +95,49 @@ def recording_tests(s: Settings) -> list[dict[str, object]]:
         for expr, expected in exprs
     ]
     return [
-        {"name": "shared ratios are rates of counters", "interval": "1m", "input_series": _series(tuple(series)), "promql_expr_test": tests}
+        {"name": "shared ratios are rates of counters", "interval": "1m", "input_series": _series(tuple(series)), "promql_expr_test": tests},
+        _primary_confidence_test(s),
     ]
+
+
+def _primary_confidence_test(s: Settings) -> dict[str, object]:
+    """The Overview's "Primary cause": the primary's confidence, nothing for other causes or healthy exporters."""
+    job = s.exporter_job
+    record = "instance_cause:llm_bottleneck_confidence:primary"
+
+    def lab(instance: str, layer: str, cause: str) -> str:
+        return f'job="{job}", instance="{instance}", layer="{layer}", cause="{cause}"'
+
+    kv, queue = lab(INSTANCE, "memory", "kv_cache_pressure"), lab(INSTANCE, "scheduler", "queue_backlog")
+    other = lab(OTHER_INSTANCE, "memory", "kv_cache_pressure")
+    series = [
+        (f"llm_bottleneck_primary{{{kv}}}", "1x10"),
+        (f"llm_bottleneck_confidence{{{kv}}}", "0.8x10"),
+        # contributing: holds with a confidence, but is not the primary
+        (f"llm_bottleneck_primary{{{queue}}}", "0x10"),
+        (f"llm_bottleneck_confidence{{{queue}}}", "0.5x10"),
+        # another exporter with no primary (a warning cause holds on its own): "none" at 0
+        (f"llm_bottleneck_primary{{{other}}}", "0x10"),
+        (f"llm_bottleneck_confidence{{{other}}}", "0.6x10"),
+    ]
+    for instance, state in ((INSTANCE, "degraded"), (OTHER_INSTANCE, "healthy")):
+        series += [
+            (f'llm_service_state{{job="{job}", instance="{instance}", state="{st}"}}', f"{int(st == state)}x10")
+            for st in ("degraded", "healthy", "unknown")
+        ]
+    none = lab(OTHER_INSTANCE, "none", "none")
+    return {
+        "name": "the primary cause and its confidence, or none",
+        "interval": "1m",
+        "input_series": _series(tuple(series)),
+        "promql_expr_test": [
+            {
+                "eval_time": "5m",
+                "expr": record,
+                "exp_samples": [{"labels": f"{record}{{{kv}}}", "value": 0.8}, {"labels": f"{record}{{{none}}}", "value": 0}],
+            }
+        ],
+    }
 
 
 def document(s: Settings) -> dict[str, object]:

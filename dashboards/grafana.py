@@ -52,6 +52,12 @@ class Panel:
     value_mappings: list[dict[str, Any]] = field(default_factory=list)
     links: list[dict[str, str]] = field(default_factory=list)
     stack: bool = False
+    #: colour below the first threshold step (red for "low is bad", e.g. headroom)
+    base_color: str = "green"
+    #: markdown of a ``kind="text"`` panel (Grafana substitutes dashboard variables in it)
+    content: str = ""
+    #: Grafana transformations, e.g. hiding and renaming table columns
+    transformations: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -59,8 +65,8 @@ class Row:
     title: str
 
 
-def _thresholds(steps: list[tuple[float, str]]) -> dict[str, Any]:
-    return {"mode": "absolute", "steps": [{"color": "green", "value": None}] + [{"color": c, "value": v} for v, c in steps]}
+def _thresholds(steps: list[tuple[float, str]], base: str = "green") -> dict[str, Any]:
+    return {"mode": "absolute", "steps": [{"color": base, "value": None}] + [{"color": c, "value": v} for v, c in steps]}
 
 
 def _targets(p: Panel) -> list[dict[str, Any]]:
@@ -81,7 +87,7 @@ def _targets(p: Panel) -> list[dict[str, Any]]:
 
 
 def panel_json(p: Panel, pid: int, x: int, y: int) -> dict[str, Any]:
-    defaults: dict[str, Any] = {"unit": p.unit, "thresholds": _thresholds(p.thresholds)}
+    defaults: dict[str, Any] = {"unit": p.unit, "thresholds": _thresholds(p.thresholds, p.base_color)}
     if p.min is not None:
         defaults["min"] = p.min
     if p.max is not None:
@@ -120,9 +126,24 @@ def panel_json(p: Panel, pid: int, x: int, y: int) -> dict[str, Any]:
         defaults["color"] = {"mode": "thresholds"}
     elif p.kind == "table":
         options = {"showHeader": True, "cellHeight": "sm"}
+    elif p.kind == "bargauge":
+        options = {
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "orientation": "horizontal",
+            "displayMode": "gradient",
+            "valueMode": "color",
+            "namePlacement": "left",
+            "showUnfilled": True,
+            "sizing": "auto",
+            "minVizWidth": 8,
+            "minVizHeight": 16,
+        }
+        defaults["color"] = {"mode": "thresholds"}
+    elif p.kind == "text":
+        options = {"mode": "markdown", "content": p.content, "code": {"language": "plaintext", "showLineNumbers": False, "showMiniMap": False}}
     if p.links:
         defaults["links"] = p.links
-    return {
+    out = {
         "id": pid,
         "type": p.kind,
         "title": p.title,
@@ -133,6 +154,9 @@ def panel_json(p: Panel, pid: int, x: int, y: int) -> dict[str, Any]:
         "options": options,
         "targets": _targets(p),
     }
+    if p.transformations:
+        out["transformations"] = p.transformations
+    return out
 
 
 def _query_variable(name: str, label: str, query: str, refresh: int = 2) -> dict[str, Any]:

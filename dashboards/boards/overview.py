@@ -1,7 +1,10 @@
-"""LLM / Overview: the seven-layer verdict first, then what users feel against queue depth.
+"""LLM / Overview: state, primary cause and chain first, then the seven-layer verdict,
+then what users feel against queue depth.
 
-Why this order: on-call opens one dashboard; the verdict says which layer
-dashboard to open next, and the latency-vs-queue panels tell load from a fault.
+Why this order: on-call arrives from the one page (LLMServiceDegraded); the first row
+answers its questions (is the service degraded, which cause, how sure, which symptoms,
+which layer is out of headroom) and links to the exporter's chain sentence; the verdict
+says which layer dashboard to open next, and the latency-vs-queue panels tell load from a fault.
 """
 
 from __future__ import annotations
@@ -20,11 +23,94 @@ from dashboards.layers import LAYER_LINKS
 
 UID = "llm-overview"
 
+#: llm_service_state as one number per exporter: 0 healthy, 1 unknown, 2 degraded
+_STATE = (
+    f'2 * max by (instance) (llm_service_state{{{INSTANCE}, state="degraded"}})\n'
+    f'+ max by (instance) (llm_service_state{{{INSTANCE}, state="unknown"}})'
+)
+_STATE_MAPPINGS = [
+    {
+        "type": "value",
+        "options": {
+            "0": {"text": "healthy", "color": "green", "index": 0},
+            "1": {"text": "unknown", "color": "text", "index": 1},
+            "2": {"text": "degraded", "color": "red", "index": 2},
+        },
+    }
+]
+_YES_NO = [{"type": "value", "options": {"0": {"text": "no", "color": "green", "index": 0}, "1": {"text": "yes", "color": "red", "index": 1}}}]
+_NAN_UNKNOWN = [{"type": "special", "options": {"match": "nan", "result": {"text": "unknown", "color": "text", "index": 0}}}]
+#: the exporter's own pages; the instance label is the address Prometheus scrapes
+_EXPORTER_PAGE = "http://${__field.labels.instance}/"
+_CHAIN = """The **chain** says in one sentence why the service is degraded, symptom first, cause last,
+with numbers (`TTFT p95 3.3 s > SLO 2 s ← KV cache 100 % full, 2.7 preemptions/s`). It is text,
+not a metric: the exporter serves it.
+
+* Exporter page (verdict, chain, contributing causes, advice): [http://${instance}/](http://${instance}/)
+* JSON: [http://${instance}/diagnosis](http://${instance}/diagnosis) (`primary.chain`, `contributing`, `symptoms`)
+
+Select one exporter above for these links, or use the links on "Service state" and "Primary cause"
+(one per exporter). The page LLMServiceDegraded fires on the primary cause and links to its runbook section."""
+
 
 def build(s: Settings) -> Dashboard:
     score = f"max by (layer) (llm_bottleneck_score{{{INSTANCE}}})"
     waiting = Target(f"sum by (server, model) (llm_scheduler_requests_waiting{{{ENGINE}}})", "waiting {{server}} {{model}}")
     items: list[Panel | Row] = [
+        Row("Service state, primary cause and chain"),
+        Panel(
+            "Service state",
+            "Per exporter: degraded (users are affected: a symptom holds), healthy (no symptom and the data to judge "
+            "is there) or unknown (the diagnosis lacks data: check 'Exporter sources up'). Degraded with a primary "
+            "cause for a few minutes is the LLMServiceDegraded page. Click a value for that exporter's page.",
+            [Target(_STATE, "{{instance}}", instant=True)],
+            kind="stat", width=4, height=6, thresholds=[(1, "text"), (2, "red")], value_mappings=_STATE_MAPPINGS,
+            links=[{"title": "Exporter page: verdict and chain", "url": _EXPORTER_PAGE, "targetBlank": True}],
+        ),
+        Panel(
+            "Primary cause",
+            "Per exporter, the one cause that best explains the symptoms (llm_bottleneck_primary == 1) with the "
+            "diagnosis's confidence in it (0-1: how complete, independent and lasting its evidence is); 'none' while "
+            "the service is not degraded. The cause names the runbook section (alerts/runbooks.md) the page links to. "
+            "Click a row for that exporter's /diagnosis (chain and contributing causes).",
+            [Target(f"instance_cause:llm_bottleneck_confidence:primary{{{INSTANCE}}}", instant=True)],
+            kind="table", unit="percentunit", width=8, height=6, min=0, max=1,
+            links=[{"title": "/diagnosis of this exporter", "url": "http://${__data.fields.instance}/diagnosis", "targetBlank": True}],
+            transformations=[
+                {
+                    "id": "organize",
+                    "options": {
+                        "excludeByName": {"Time": True, "__name__": True, "job": True},
+                        "indexByName": {"instance": 0, "layer": 1, "cause": 2, "Value": 3},
+                        "renameByName": {"Value": "confidence"},
+                    },
+                }
+            ],
+        ),
+        Panel(
+            "Active symptoms",
+            "What users feel now, as the diagnosis judges it (llm_symptom_active): TTFT or ITL p95 over the SLO, "
+            "sustained queueing, saturated throughput, failures; 'yes' on any selected exporter. A symptom with no "
+            "primary cause means nothing explains it yet: the burn alerts page then, read /diagnosis.",
+            [Target(f"max by (symptom) (llm_symptom_active{{{INSTANCE}}})", "{{symptom}}", instant=True)],
+            kind="stat", width=6, height=6, thresholds=[(1, "red")], value_mappings=_YES_NO,
+        ),
+        Panel(
+            "Layer headroom",
+            "How far each layer is from its nearest limit (1 = idle, 0 = at the limit), the tightest over the "
+            "selected exporters. Red below 10 %: that layer sets the ceiling, and more load turns into queueing; "
+            "open its dashboard from the links above. 'unknown': the exporter lacks the data to measure it.",
+            [Target(f"min by (layer) (llm_layer_headroom_ratio{{{INSTANCE}}})", "{{layer}}", instant=True)],
+            kind="bargauge", unit="percentunit", width=6, height=6, min=0, max=1,
+            base_color="red", thresholds=[(0.1, "orange"), (0.3, "green")], value_mappings=_NAN_UNKNOWN,
+        ),
+        Panel(
+            "Chain: symptom to cause",
+            "Where to read the chain sentence (symptom to cause, with numbers) and the contributing causes: the "
+            "exporter's own / page and its /diagnosis JSON; a sentence is not a metric, so no panel can draw it.",
+            [],
+            kind="text", width=24, height=5, content=_CHAIN,
+        ),
         Row("Verdict: which layer limits the service"),
         Panel(
             "Layer scores",
@@ -35,13 +121,14 @@ def build(s: Settings) -> Dashboard:
             [Target(score, "{{layer}}", instant=True)],
             kind="stat", width=24, height=5, min=0, max=1, thresholds=[(0.5, "orange"), (0.8, "red")],
             # the diagnosis publishes NaN for a layer it lacks the data to judge: unknown, never ok
-            value_mappings=[{"type": "special", "options": {"match": "nan", "result": {"text": "unknown", "color": "text", "index": 0}}}],
+            value_mappings=_NAN_UNKNOWN,
         ),
         Panel(
             "Active causes",
-            "Each diagnosis cause over time; red while it holds (llm_bottleneck_active == 1). Every cause has an "
-            "alert and a runbook section in alerts/runbooks.md named after it. Several causes at once: fix the one "
-            "that started first; the others are often its consequences.",
+            "Each cause the diagnosis reports over time (primary, contributing, warnings); red while it holds "
+            "(llm_bottleneck_active == 1). Every cause has a ticket alert and a runbook section in alerts/runbooks.md "
+            "named after it; only the primary pages (LLMServiceDegraded). Several causes at once: fix the primary "
+            "first; the others are often its consequences.",
             [Target(f"max by (layer, cause) (llm_bottleneck_active{{{INSTANCE}}})", "{{layer}} / {{cause}}")],
             kind="state-timeline", width=24, height=12, thresholds=[(1, "red")],
             value_mappings=[{"type": "value", "options": {"0": {"text": "ok", "color": "green", "index": 0}, "1": {"text": "active", "color": "red", "index": 1}}}],
@@ -99,7 +186,8 @@ def build(s: Settings) -> Dashboard:
     return Dashboard(
         UID,
         "LLM / Overview",
-        "Seven-layer bottleneck verdict of the LLM inference service, with links to every layer.",
+        "Service state, primary cause and chain, then the seven-layer bottleneck verdict of the LLM inference service, "
+        "with links to every layer.",
         items,
         links=[dashboard_link(uid, title) for uid, title in LAYER_LINKS],
     )

@@ -6,6 +6,7 @@ behave in the real Prometheus rule engine; promtool runs exactly that engine.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -15,7 +16,13 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from alerts.causes import CAUSES  # noqa: E402
+
 ALERTS = ROOT / "alerts"
+PAGE = "LLMServiceDegraded"
 RULE_FILES = [ALERTS / "recording_rules.yml", ALERTS / "alerting_rules.yml"]
 TEST_FILE = ALERTS / "tests" / "alerts_test.yml"
 
@@ -68,11 +75,80 @@ def test_every_alert_has_severity_summary_description_and_runbook_anchor() -> No
     runbooks = (ALERTS / "runbooks.md").read_text()
     for rule in (r for g in groups for r in g["rules"]):
         assert rule["labels"]["severity"] in ("critical", "warning", "info"), rule["alert"]
-        assert rule["labels"]["layer"], rule["alert"]
         ann = rule["annotations"]
         assert ann["summary"] and ann["description"], rule["alert"]
-        assert ann["runbook_url"].endswith("alerts/runbooks.md#" + rule["alert"].lower())
         assert f"\n### {rule['alert']}\n" in runbooks
+        if rule["alert"] == PAGE:
+            # layer and cause come from the primary series; the runbook section from its cause
+            assert "layer" not in rule["labels"] and "cause" not in rule["labels"]
+            assert "by (job, instance, layer, cause)" in rule["expr"]
+            assert ann["runbook_url"].endswith("alerts/runbooks.md#{{ $labels.cause }}")
+        else:
+            assert rule["labels"]["layer"], rule["alert"]
+            assert ann["runbook_url"].endswith("alerts/runbooks.md#" + rule["alert"].lower())
+
+
+def runbook_sections() -> dict[str, str]:
+    parts = re.split(r"^### +(\S+) *$", (ALERTS / "runbooks.md").read_text(), flags=re.MULTILINE)
+    return {parts[i]: parts[i + 1] for i in range(1, len(parts), 2)}
+
+
+def test_one_page_per_incident_on_the_primary_and_tickets_per_cause() -> None:
+    settings = yaml.safe_load((ALERTS / "config.yaml").read_text())["severity"]
+    rules = [r for g in yaml.safe_load((ALERTS / "alerting_rules.yml").read_text())["groups"] for r in g["rules"]]
+    incident = [r for r in rules if r["labels"].get("kind") == "incident"]
+    assert [r["alert"] for r in incident] == [PAGE]
+    (page,) = incident
+    assert page["labels"]["severity"] == settings["page"]
+    assert "llm_bottleneck_primary" in page["expr"] and "llm_bottleneck_active" not in page["expr"]
+    diagnosis = [r for r in rules if r["labels"].get("kind") == "diagnosis"]
+    assert diagnosis and {r["labels"]["severity"] for r in diagnosis} == {settings["ticket"]}
+    # the fixtures: the page fires with the primary's labels and the runbook section of its cause
+    tests = yaml.safe_load(TEST_FILE.read_text())["tests"]
+    (fires,) = [c for t in tests if t["name"] == f"{PAGE} fires" for c in t["alert_rule_test"]]
+    (quiet,) = [c for t in tests if t["name"] == f"{PAGE} stays quiet" for c in t["alert_rule_test"]]
+    assert quiet["exp_alerts"] == []
+    sections = runbook_sections()
+    by_cause = {c.cause: c.alert for c in CAUSES}
+    assert len(fires["exp_alerts"]) == 2
+    for exp in fires["exp_alerts"]:
+        labels, url = exp["exp_labels"], exp["exp_annotations"]["runbook_url"]
+        assert labels["severity"] == settings["page"] and labels["layer"] and labels["cause"]
+        assert url.endswith("alerts/runbooks.md#" + labels["cause"])
+        assert f'<a id="{labels["cause"]}"></a>' in sections[by_cause[labels["cause"]]]
+    assert {e["exp_labels"]["cause"] for e in fires["exp_alerts"]} == {"kv_cache_pressure", "queue_backlog"}
+    # every cause's section holds the anchor the page links to
+    for c in CAUSES:
+        assert f'<a id="{c.cause}"></a>' in sections[c.alert], c.alert
+
+
+def test_config_refuses_a_second_page_per_incident() -> None:
+    from alerts.settings import ConfigError, from_dict
+
+    base = yaml.safe_load((ALERTS / "config.yaml").read_text())
+    from_dict(base)
+    late_page = {**base, "for": {**base["for"], "service_degraded": "5m", "bottleneck_cause": "2m"}}
+    with pytest.raises(ConfigError, match="service_degraded"):
+        from_dict(late_page)
+    with pytest.raises(ConfigError, match="cause_severity"):
+        from_dict({**base, "cause_severity": {"kv_cache_pressure": "critical"}})
+    with pytest.raises(ConfigError, match="must differ"):
+        from_dict({**base, "severity": {"page": "critical", "ticket": "critical"}})
+
+
+def test_the_page_mutes_per_cause_tickets_and_burn_alerts_of_the_same_exporter() -> None:
+    doc = yaml.safe_load((ALERTS / "alertmanager.yml").read_text())
+    from_page = {
+        tuple(r["target_matchers"]): r["equal"] for r in doc["inhibit_rules"] if r["source_matchers"] == [f'alertname="{PAGE}"']
+    }
+    assert from_page == {
+        ('kind="diagnosis"',): ["job", "instance"],
+        ('alertname=~"LLM(TTFT|ITL)BudgetBurn.*"',): ["job", "instance"],
+    }
+    # a ticket alone must not mute a burn alert: with no primary, the burn alert is the page
+    assert not [r for r in doc["inhibit_rules"] if r["source_matchers"] == ['kind="diagnosis"']]
+    (route,) = [r for r in doc["route"]["routes"] if r["matchers"] == [f'alertname="{PAGE}"']]
+    assert route["receiver"] == "oncall-pager" and "layer" not in route["group_by"]
 
 
 def test_one_alert_per_diagnosis_cause() -> None:
@@ -108,6 +184,14 @@ def test_one_alert_per_diagnosis_cause() -> None:
         ("LLMExporterSourceErrors", "rate(llm_exporter_source_errors_total[", "rate(llm_exporter_source_errors["),
         # an alert watching the wrong cause
         ("LLMKVCachePressure", 'cause="kv_cache_pressure"', 'cause="queue_backlog"'),
+        # a stale-source limit that any recent hiccup crosses: the "stuck only lately" quiet case must catch it
+        ("LLMExporterSourceStale", "timestamp_seconds > 300", "timestamp_seconds > 0"),
+        # paging on every reported cause instead of the primary: contributing and warning causes would page too
+        (PAGE, "(llm_bottleneck_primary) == 1", "(llm_bottleneck_active) == 1"),
+        # paging on any primary sample: the one-cycle primary and the primary changing every minute must stay quiet
+        (PAGE, "(llm_bottleneck_primary) == 1", "(max_over_time(llm_bottleneck_primary[3m])) == 1"),
+        # the cause dropped from the page's labels: no runbook section, no per-cause page
+        (PAGE, "by (job, instance, layer, cause) (llm_bottleneck_primary)", "by (job, instance, layer) (llm_bottleneck_primary)"),
     ],
 )
 def test_unit_tests_fail_when_a_rule_is_broken(tmp_path: Path, alert: str, old: str, new: str) -> None:
@@ -135,7 +219,7 @@ def test_recording_rule_names_follow_level_metric_operation() -> None:
     for rule in (r for g in groups for r in g["rules"]):
         parts = rule["record"].split(":")
         assert len(parts) == 3 and all(parts), rule["record"]
-        assert parts[0] in ("server_model", "instance_gpu")
+        assert parts[0] in ("server_model", "instance_gpu", "instance_cause")
 
 
 def test_generator_refuses_unknown_metrics_and_bitwise_tricks() -> None:
@@ -159,7 +243,11 @@ def test_amtool_check_config() -> None:
 @pytest.mark.parametrize(
     "labels, receiver",
     [
-        (["alertname=LLMKVCachePressure", "severity=critical", "layer=memory"], "oncall-pager"),
+        # the page goes to the pager whatever the primary's layer; per-cause tickets to the layer's team
+        (["alertname=LLMServiceDegraded", "severity=critical", "layer=hardware", "cause=compute_bound"], "oncall-pager"),
+        (["alertname=LLMServiceDegraded", "severity=critical", "layer=memory", "cause=kv_cache_pressure"], "oncall-pager"),
+        (["alertname=LLMKVCachePressure", "severity=warning", "layer=memory"], "team-serving"),
+        (["alertname=LLMTTFTBudgetBurnFast", "severity=critical", "layer=application"], "oncall-pager"),
         (["alertname=LLMGPUThrottling", "severity=warning", "layer=hardware"], "team-gpu-platform"),
         (["alertname=LLMSpecDecodeLowAcceptance", "severity=warning", "layer=speculative_decoding"], "team-serving"),
         (["alertname=LLMExporterDown", "severity=critical", "layer=exporter"], "team-observability"),

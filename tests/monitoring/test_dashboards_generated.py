@@ -92,6 +92,54 @@ def test_overview_has_verdict_latency_against_queue_and_layer_links() -> None:
     assert linked == {f"/d/{uid}" for uid in TITLES if uid != "llm-overview"}
 
 
+def test_overview_leads_with_state_primary_symptoms_headroom_and_chain() -> None:
+    d = dashboards()["llm-overview"]
+    first_row = d["panels"][0]
+    assert first_row["type"] == "row"
+    lead = [p for p in d["panels"][1:] if p["gridPos"]["y"] < min(q["gridPos"]["y"] for q in d["panels"][1:] if q["type"] == "row")]
+    by_title = {p["title"]: p for p in lead}
+    assert list(by_title)[:4] == ["Service state", "Primary cause", "Active symptoms", "Layer headroom"]
+
+    state = by_title["Service state"]
+    assert state["type"] == "stat" and "llm_service_state" in state["targets"][0]["expr"]
+    texts = {m["text"] for mapping in state["fieldConfig"]["defaults"]["mappings"] for m in mapping["options"].values()}
+    assert texts == {"healthy", "unknown", "degraded"}
+
+    primary = by_title["Primary cause"]
+    assert primary["type"] == "table" and primary["targets"][0]["format"] == "table"
+    expr = primary["targets"][0]["expr"]
+    assert expr.startswith("instance_cause:llm_bottleneck_confidence:primary{")
+    # the recording rule behind it: the primary (== 1) valued by its confidence
+    rule = next(
+        r for g in yaml.safe_load((ROOT / "alerts/recording_rules.yml").read_text())["groups"] for r in g["rules"]
+        if r.get("record") == "instance_cause:llm_bottleneck_confidence:primary"
+    )
+    assert "llm_bottleneck_confidence" in rule["expr"] and "(llm_bottleneck_primary) == 1" in rule["expr"]
+    shown = primary["transformations"][0]["options"]
+    assert shown["renameByName"] == {"Value": "confidence"} and {"layer", "cause"} <= set(shown["indexByName"])
+
+    symptoms = by_title["Active symptoms"]
+    assert "llm_symptom_active" in symptoms["targets"][0]["expr"]
+
+    headroom = by_title["Layer headroom"]
+    assert headroom["type"] == "bargauge" and "llm_layer_headroom_ratio" in headroom["targets"][0]["expr"]
+    assert (headroom["fieldConfig"]["defaults"]["min"], headroom["fieldConfig"]["defaults"]["max"]) == (0, 1)
+
+    (chain,) = [p for p in lead if p["type"] == "text"]
+    content = chain["options"]["content"]
+    assert "http://${instance}/diagnosis" in content and "http://${instance}/)" in content
+    # the existing verdict panels follow
+    assert {"Layer scores", "Active causes", "Layer scores over time"} <= set(panels(d)) - set(by_title)
+
+
+def test_lint_lets_text_panels_go_without_a_query_but_not_without_a_description() -> None:
+    d = generate.build_all(load())[0]
+    text = next(p for p in d["panels"] if p["type"] == "text")
+    assert not [p for p in dashboard_problems(d, known_series(load())) if text["title"] in p]
+    text["description"] = "short"
+    assert any("description must say" in p for p in dashboard_problems(d, known_series(load())) if text["title"] in p)
+
+
 def test_hardware_shows_gpu_util_and_sm_active_side_by_side_and_throttle_timeline() -> None:
     p = panels(dashboards()["llm-hardware"])
     util, sm = p["GPU util"]["gridPos"], p["SM active"]["gridPos"]
@@ -143,6 +191,8 @@ def test_runbooks_only_name_existing_panels() -> None:
     boards = list(dashboards().values())
     assert runbook_problems((ROOT / "alerts" / "runbooks.md").read_text(), boards) == []
     assert runbook_problems('**Confirm**: look at "No such panel".\n', boards) == ["alerts/runbooks.md names panel 'No such panel', which no dashboard has"]
+    # a quote inside a code span is a label matcher, not a panel
+    assert runbook_problems('**Confirm**: `errors_total{reason="timeout"}` on "Service state".\n', boards) == []
 
 
 def test_provisioning_points_grafana_at_the_dashboards() -> None:

@@ -13,8 +13,10 @@ Setup (all on 127.0.0.1, every process stopped at the end, every wait bounded):
 
 Asserted: (a) every panel query of every dashboard, variables and macros substituted,
 returns at least one series; (b) every recording rule produces data and every rule
-evaluates without error; (c) kv_pressure, host_bound and power_throttled each fire their
-diagnosis alert, which reaches the webhook through Alertmanager; (d) healthy fires nothing.
+evaluates without error; (c) kv_pressure, host_bound and power_throttled each get their
+cause to the webhook through Alertmanager: as the page (LLMServiceDegraded with that
+cause label) when it is the primary, else as its own ticket, which the page mutes only
+under another primary; (d) healthy fires nothing.
 
 The healthy simulator runs with speculative decoding on at a good acceptance (0.8), so the
 speculative-decoding panels have data; it must still fire nothing.
@@ -49,6 +51,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from alerts import generate as alerts_generate  # noqa: E402
+from alerts.alerting import PAGE  # noqa: E402
+from alerts.causes import by_alert  # noqa: E402
 from alerts.settings import load  # noqa: E402
 
 pytestmark = [
@@ -144,6 +148,7 @@ def explain(prom: Prometheus, am: Alertmanager, exporters: dict[str, str]) -> st
     lines = ["alertmanager holds: " + ", ".join(sorted(f"{a['labels']['alertname']}@{by_instance.get(a['labels']['instance'], '?')}" for a in am.alerts()))]
     for expr in (
         "max_over_time(llm_bottleneck_active[10m]) == 1",
+        "max_over_time(llm_bottleneck_primary[10m]) == 1",
         "max_over_time(llm_process_busiest_thread_cpu_ratio[10m])",
         "min_over_time(llm_gpu_sm_active_ratio[10m])",
         "min_over_time(instance_gpu:llm_gpu_sm_clock:ratio_max[10m])",
@@ -197,11 +202,20 @@ def test_dashboards_rules_and_alerts_on_real_prometheus_and_alertmanager(tmp_pat
         ]
         assert unhealthy == []
 
-        # (c): each scenario's diagnosis alert reaches the webhook through Alertmanager
+        # (c): each scenario's cause reaches the webhook through Alertmanager, as the page or its ticket
         expected = {(alert, exporters[s]) for s, (_, alert) in SCENARIOS.items() if alert}
 
         def delivered() -> set[tuple[str, str]]:
-            return {(a["labels"]["alertname"], a["labels"].get("instance", "")) for a in hook.alerts() if a["status"] == "firing"}
+            """(per-cause alert, instance) for every firing ticket, and for every page (by its cause label)."""
+            causes = {c.cause: name for name, c in by_alert().items()}
+            out = set()
+            for a in hook.alerts():
+                if a["status"] != "firing":
+                    continue
+                labels = a["labels"]
+                name = causes.get(labels.get("cause", ""), "?") if labels["alertname"] == PAGE else labels["alertname"]
+                out.add((name, labels.get("instance", "")))
+            return out
 
         print(f"data for every panel and rule after {time.monotonic() - started:.0f} s")
         wait_until(lambda: expected <= delivered(), ALERT_DEADLINE_S - (time.monotonic() - started), interval=2)
