@@ -14,14 +14,36 @@ Why these reductions (documented in docs/ramp.md):
   sample's spike does not make a layer saturated; a status held for half of the
   step does. ``unknown`` samples do not vote; a layer with only those is unknown.
   The worst status any sample showed is kept too: the baseline uses it (see
-  exporter.ramp.knee).
+  exporter.ramp.knee). Headroom (schema 2: 0-1, how far the layer is from its
+  nearest limit) is averaged over the samples that measured it; the least is
+  kept with its sentence.
+- Service state (schema 2, symptom-first): the share of the readings per state
+  (``degraded`` / ``healthy`` / ``unknown``) and the step's state, the upper
+  median again (``degraded`` when at least half of the judged readings were).
+  A reading without ``state`` (an older exporter) counts as ``unknown``.
+- Primary: per ``(layer, cause)`` named ``primary`` in a *degraded* reading, how
+  many readings named it, their mean confidence, the chain it was given most
+  often (ties: the latest, the one whose window saw most of the step), and the
+  summary, evidence and advice of that same reading (so the chain and its numbers
+  agree). The one named most often is the step's
+  ``primary`` (ties: higher mean confidence, then the one named first).
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
-from exporter.ramp.model import STATUS_SEVERITY, CauseFigures, DiagnosisFigures, ExporterFigures, LayerFigures, Stat
+from exporter.ramp.model import (
+    STATE_SEVERITY,
+    STATES,
+    STATUS_SEVERITY,
+    CauseFigures,
+    DiagnosisFigures,
+    ExporterFigures,
+    LayerFigures,
+    PrimaryFigures,
+    Stat,
+)
 
 #: one /metrics scrape: sample name -> [(labels, value), ...]
 Scrape = Mapping[str, Sequence[tuple[Mapping[str, str], float]]]
@@ -94,29 +116,99 @@ def upper_median_status(statuses: Sequence[str]) -> str:
     return judged[len(judged) // 2]
 
 
+def upper_median_state(states: Sequence[str]) -> str:
+    """``degraded`` when at least half of the judged readings were, ``healthy`` when fewer; else ``unknown``."""
+    judged = sorted((s for s in states if STATE_SEVERITY.get(s, -1) >= 0), key=STATE_SEVERITY.__getitem__)
+    if not judged:
+        return "unknown"
+    return judged[len(judged) // 2]
+
+
+def _number(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def _state(doc: Mapping[str, Any]) -> str:
+    state = doc.get("state")
+    return state if isinstance(state, str) and state in STATE_SEVERITY else "unknown"
+
+
+def primary_figures(docs: Sequence[Mapping[str, Any]]) -> list[PrimaryFigures]:
+    """The primaries named in the degraded readings among ``docs``, most readings first."""
+    named: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    degraded = 0
+    for doc in docs:
+        if _state(doc) != "degraded":
+            continue
+        degraded += 1
+        p = doc.get("primary")
+        if isinstance(p, Mapping) and "layer" in p and "cause" in p:
+            named.setdefault((str(p["layer"]), str(p["cause"])), []).append(p)
+    out = []
+    for (layer, cause), seen in named.items():
+        confidences = [c for c in (_number(p.get("confidence")) for p in seen) if c is not None]
+        chains: dict[str, int] = {}
+        for p in seen:
+            if p.get("chain"):
+                chains[str(p["chain"])] = chains.get(str(p["chain"]), 0) + 1
+        chain = ""
+        if chains:
+            top = max(chains.values())
+            chain = next(str(p["chain"]) for p in reversed(seen) if chains.get(str(p.get("chain") or "")) == top)
+        same = next((p for p in reversed(seen) if str(p.get("chain") or "") == chain), seen[-1])
+        evidence = same.get("evidence")
+        explains: list[str] = []
+        for p in seen:
+            explains += [str(x) for x in p.get("explains") or () if str(x) not in explains]
+        out.append(PrimaryFigures(
+            layer=layer, cause=cause, readings=len(seen), share=len(seen) / degraded,
+            confidence_mean=_mean(confidences) if confidences else 0.0, chain=chain,
+            summary=str(same.get("summary") or ""), explains=explains,
+            evidence=dict(evidence) if isinstance(evidence, Mapping) else {}, advice=str(same.get("advice") or ""),
+        ))
+    # stable: between equal counts and confidences, the primary named first in the step stays first
+    return sorted(out, key=lambda pf: (pf.readings, pf.confidence_mean), reverse=True)
+
+
 def diagnosis_figures(docs: Sequence[Mapping[str, Any]]) -> DiagnosisFigures:
     """Reduce the /diagnosis documents of one step's settled window."""
     out = DiagnosisFigures(samples=len(docs))
     scores: dict[str, list[float]] = {}
     statuses: dict[str, list[str]] = {}
+    headrooms: dict[str, list[tuple[float, str]]] = {}
     for doc in docs:
         for layer, info in (doc.get("layers") or {}).items():
             if not isinstance(info, Mapping):
                 continue
             statuses.setdefault(layer, []).append(str(info.get("status", "unknown")))
-            score = info.get("score")
-            if isinstance(score, (int, float)):
-                scores.setdefault(layer, []).append(float(score))
+            score = _number(info.get("score"))
+            if score is not None:
+                scores.setdefault(layer, []).append(score)
+            room = _number(info.get("headroom"))
+            if room is not None:
+                headrooms.setdefault(layer, []).append((room, str(info.get("limit") or "")))
     for layer, seen in statuses.items():
         vals = scores.get(layer, [])
+        rooms = headrooms.get(layer, [])
+        least = min(rooms, key=lambda r: r[0]) if rooms else None
         out.layers[layer] = LayerFigures(
             score_mean=_mean(vals) if vals else None,
             score_max=max(vals) if vals else None,
             status=upper_median_status(seen),
             samples=len(seen),
             worst_status=max(seen, key=lambda st: STATUS_SEVERITY.get(st, -1)),
+            headroom_mean=_mean([r for r, _ in rooms]) if rooms else None,
+            headroom_min=least[0] if least else None,
+            limit=least[1] if least else "",
         )
+    states = [_state(doc) for doc in docs]
+    out.state = upper_median_state(states)
+    out.states = {st: states.count(st) / len(states) for st in STATES} if states else {}
+    out.degraded_readings = states.count("degraded")
+    out.primaries = primary_figures(docs)
+    out.primary = out.primaries[0] if out.primaries else None
     causes: dict[tuple[str, str], CauseFigures] = {}
+    roles: dict[tuple[str, str], dict[str, int]] = {}
     for doc in docs:
         for b in doc.get("bottlenecks") or ():
             if not isinstance(b, Mapping) or "layer" not in b or "cause" not in b:
@@ -130,7 +222,12 @@ def diagnosis_figures(docs: Sequence[Mapping[str, Any]]) -> DiagnosisFigures:
             elif score > cf.score_max:
                 cf.score_max, cf.evidence = score, dict(evidence)
             cf.share += 1
-    for cf in causes.values():
+            if b.get("role"):
+                seen_roles = roles.setdefault(key, {})
+                seen_roles[str(b["role"])] = seen_roles.get(str(b["role"]), 0) + 1
+    for key, cf in causes.items():
         cf.share = cf.share / len(docs) if docs else 0.0
+        if key in roles:
+            cf.role = max(roles[key].items(), key=lambda r: r[1])[0]
     out.causes = sorted(causes.values(), key=lambda c: (c.share, c.score_max), reverse=True)
     return out

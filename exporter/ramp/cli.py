@@ -1,4 +1,4 @@
-"""`llm-layer-exporter ramp`: baseline, ramp concurrency, find the knee and the layer that saturates first.
+"""`llm-layer-exporter ramp`: baseline, ramp concurrency, find the knee and the layer that gives out first.
 
 Exit status: 0 when every step ran (knee or not), 1 when the ramp could not
 start or stopped early (unreachable target or exporter, a model the server
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from exporter.cli import UsageError
-from exporter.ramp.knee import KneeCriteria
+from exporter.ramp.knee import SOURCE_PRIMARY, KneeCriteria, fallback_note
 
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
@@ -228,13 +228,29 @@ def _print_verdict(console: Any, outcome: Any, report_dir: Path) -> None:
         console.print("[green]no knee[/] within the tested concurrencies")
     else:
         console.print(f"[bold]knee at concurrency {outcome.knee.concurrency}[/] ({', '.join(outcome.knee.flags)})")
+    if outcome.steps:
+        base = outcome.steps[0]
+        console.print(f"baseline (concurrency {base.concurrency}): [bold]{base.diagnosis.state}[/]", highlight=False)
     sat = outcome.saturation
-    if sat is not None:
+    if sat is not None and sat.source == SOURCE_PRIMARY:
+        console.print(
+            f"gave out first: [bold]{sat.layer}[/] at concurrency {sat.concurrency}, primary cause {sat.cause} "
+            f"({sat.readings} of {sat.degraded_readings} degraded readings, confidence {sat.confidence or 0.0:.2f})",
+            highlight=False,
+        )
+        if sat.chain:
+            console.print(f"  chain: {sat.chain}", highlight=False, markup=False)
+    elif sat is not None:
         console.print(
             f"first saturated layer: [bold]{sat.layer}[/] ({sat.status}) at concurrency {sat.concurrency}, "
             f"cause {sat.cause or 'unnamed'}"
         )
+    if sat is not None:
+        if sat.note:
+            console.print(f"  note: {sat.note}", highlight=False, markup=False)
         for name, value in list(sat.evidence.items())[:6]:
-            console.print(f"  {name} = {value}")
+            console.print(f"  {name} = {value}", markup=False)
+    elif outcome.knee is not None:
+        console.print(f"no layer named: {fallback_note(outcome.steps, outcome.knee, sat)}", highlight=False)
     console.print(f"report written to {report_dir}/ (report.json, report.md, report.png)", highlight=False)
     sys.stderr.flush()

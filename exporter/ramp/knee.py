@@ -1,4 +1,4 @@
-"""Find the knee of a ramp and the first layer that saturated at or before it.
+"""Find the knee of a ramp and the first layer that gave out at or before it.
 
 Why these definitions (documented in docs/ramp.md):
 
@@ -23,15 +23,28 @@ on from where the ramp was.
 
 The knee is the first step with a confirmed flag.
 
+The layer that gave out first is the diagnosis's own answer, symptom-first: the
+``primary`` cause named most often in the *degraded* readings of the knee step
+(``source = "primary"``). Why: the diagnosis names a primary only while users
+suffer (a symptom holds) and picks the one cause that explains those symptoms;
+a layer near its limit while nothing suffers is ``ok`` with its headroom, not
+an alarm. When the knee step has no degraded reading, the first step at or
+before the knee that has one is used; when none has, the step right after the
+knee, the one whose figures confirmed it (the diagnosis lags the load by its
+window: a knee at the last figures of a step is judged degraded in the next).
+
+Only when none of those was degraded (an exporter without a service state, or
+one that never saw a symptom) does the older, layer-status logic name the layer
+(``source = "saturation"``, with a ``note`` saying so):
+
 A layer *crosses* into a status at the first step that shows it after every
 earlier step, the baseline (first step) included, was ``ok`` or ``unknown``.
 A layer that showed ``warning`` or ``bottleneck`` in any sample of the baseline does not cross:
-a decoding GPU is memory-bandwidth-bound at concurrency 1 already, and that is
-the baseline, not what the ramp broke. The first saturated layer is the earliest
+that is the baseline, not what the ramp broke. The first saturated layer is the earliest
 layer to cross into ``bottleneck`` at or before the knee; only when none reached
 ``bottleneck`` by then, the earliest to cross into ``warning``. Why the two
-tiers: a warning is a layer getting busy (DRAM at 65 % while throughput still
-scales); a bottleneck is a layer at its limit, which is what bends the curve.
+tiers: a warning is a layer getting busy; a bottleneck is a layer at its limit,
+which is what bends the curve.
 Between layers reaching ``bottleneck`` at the same step, the one that reached
 ``warning`` earlier wins, then the higher mean score. When no layer crossed at all, the
 fallback is the most severe layer at the knee among those saturated at the
@@ -43,11 +56,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from exporter.ramp.model import SATURATED_STATUSES, STATUS_SEVERITY, LayerFigures, Step
+from exporter.ramp.model import SATURATED_STATUSES, STATUS_SEVERITY, LayerFigures, PrimaryFigures, Step
 
 FLAG_THROUGHPUT = "throughput_flat"
 FLAG_TTFT = "ttft_jump"
 FLAG_ERRORS = "errors"
+
+#: how the layer that gave out was found
+SOURCE_PRIMARY = "primary"
+SOURCE_SATURATION = "saturation"
 
 
 @dataclass(frozen=True)
@@ -62,9 +79,10 @@ class KneeCriteria:
 
 @dataclass
 class Saturation:
-    """The first layer that crossed into warning/bottleneck, where, and why."""
+    """The layer that gave out first, where, and why."""
 
     layer: str
+    #: the layer's status over that step
     status: str
     score: float | None
     step_index: int
@@ -72,8 +90,25 @@ class Saturation:
     cause: str | None = None
     evidence: dict[str, Any] = field(default_factory=dict)
     advice: str = ""
-    #: False when the layer was already saturated at the baseline (the fallback)
+    #: False when the layer was already saturated (or the same primary degraded the service) at the baseline
     crossed: bool = True
+    #: "primary": the diagnosis's primary in the degraded readings; "saturation": layer statuses (the fallback)
+    source: str = SOURCE_SATURATION
+    #: the primary's chain, symptom <- cause with numbers ("" for the fallback)
+    chain: str = ""
+    #: the primary's own link of the chain ("KV cache 93 % full, 7.5 preemptions/s")
+    summary: str = ""
+    #: the symptom ids the primary explained
+    explains: list[str] = field(default_factory=list)
+    #: mean confidence of the readings that named it (None for the fallback)
+    confidence: float | None = None
+    #: degraded readings of the step that named it, out of ``degraded_readings``
+    readings: int = 0
+    degraded_readings: int = 0
+    #: the step's service state
+    state: str = "unknown"
+    #: why the answer is not the knee step's primary, when it is not ("" when it is)
+    note: str = ""
 
 
 def scaling(prev: Step, step: Step) -> float | None:
@@ -155,7 +190,7 @@ def _pick(step: Step, layers: Sequence[str], statuses: Sequence[str]) -> tuple[s
 def _saturation(step: Step, name: str, lf: LayerFigures, crossed: bool) -> Saturation:
     found = Saturation(
         layer=name, status=lf.status, score=lf.score_mean, step_index=step.index, concurrency=step.concurrency,
-        crossed=crossed,
+        crossed=crossed, state=step.diagnosis.state,
     )
     causes = sorted(
         (c for c in step.diagnosis.causes if c.layer == name), key=lambda c: (c.share, c.score_max), reverse=True
@@ -205,12 +240,85 @@ def _first_crossing(steps: Sequence[Step], knee: Step) -> Saturation | None:
     return _saturation(steps[index], name, steps[index].diagnosis.layers[name], crossed=True)
 
 
-def first_saturated_layer(steps: Sequence[Step], knee: Step | None) -> Saturation | None:
-    """The first layer that crossed into bottleneck (else warning) at or before the knee; None without a knee."""
-    if knee is None:
-        return None
+def _from_layers(steps: Sequence[Step], knee: Step) -> Saturation | None:
+    """The older answer, from layer statuses: the first crossing into bottleneck (else warning)."""
     found = _first_crossing(steps, knee)
     if found is not None:
         return found
     picked = _pick(knee, baseline_saturated(steps), SATURATED_STATUSES)
     return None if picked is None else _saturation(knee, picked[0], picked[1], crossed=False)
+
+
+def _from_primary(steps: Sequence[Step], step: Step, primary: PrimaryFigures) -> Saturation:
+    lf = step.diagnosis.layers.get(primary.layer)
+    base = steps[0].diagnosis
+    at_baseline = step.index > 0 and any((p.layer, p.cause) == (primary.layer, primary.cause) for p in base.primaries)
+    return Saturation(
+        layer=primary.layer, status=lf.status if lf is not None else "unknown",
+        score=lf.score_mean if lf is not None else None, step_index=step.index, concurrency=step.concurrency,
+        cause=primary.cause, evidence=dict(primary.evidence), advice=primary.advice,
+        crossed=not (step.index == 0 or at_baseline), source=SOURCE_PRIMARY, chain=primary.chain,
+        summary=primary.summary, explains=list(primary.explains), confidence=primary.confidence_mean,
+        readings=primary.readings, degraded_readings=step.diagnosis.degraded_readings, state=step.diagnosis.state,
+    )
+
+
+def first_degraded(steps: Sequence[Step], last: int | None = None) -> Step | None:
+    """The first step (up to index ``last``) with a degraded reading that named a primary."""
+    for step in steps[: None if last is None else last + 1]:
+        if step.diagnosis.primary is not None:
+            return step
+    return None
+
+
+def first_saturated_layer(steps: Sequence[Step], knee: Step | None) -> Saturation | None:
+    """The layer that gave out first at (or, the diagnosis lagging, just after) the knee; None without a knee.
+
+    The knee step's most named primary; else that of the first degraded step at
+    or before the knee; else that of the step after the knee (the one that
+    confirmed it); else (none of those degraded) the layer-status logic, with a
+    note saying so.
+    """
+    if knee is None:
+        return None
+    if knee.diagnosis.primary is not None:
+        return _from_primary(steps, knee, knee.diagnosis.primary)
+    earlier = first_degraded(steps, knee.index)
+    if earlier is not None:
+        assert earlier.diagnosis.primary is not None
+        found = _from_primary(steps, earlier, earlier.diagnosis.primary)
+        found.note = (
+            f"no reading of the knee step (concurrency {knee.concurrency}) was degraded with a primary; "
+            f"named from the first degraded step, concurrency {earlier.concurrency}"
+        )
+        return found
+    confirming = steps[knee.index + 1] if knee.index + 1 < len(steps) else None
+    if confirming is not None and confirming.diagnosis.primary is not None:
+        found = _from_primary(steps, confirming, confirming.diagnosis.primary)
+        found.note = (
+            f"no reading at or before the knee (concurrency {knee.concurrency}) was degraded (the diagnosis lags the "
+            f"load by its window); named from the step that confirmed the knee, concurrency {confirming.concurrency}"
+        )
+        return found
+    found = _from_layers(steps, knee)
+    if found is None:
+        return None
+    found.note = _not_degraded(steps, knee) + "; named from the layer statuses instead"
+    return found
+
+
+def _not_degraded(steps: Sequence[Step], knee: Step) -> str:
+    """"no reading at or before the knee was degraded", naming the first degraded step after it, if any."""
+    why = f"no reading at or before the knee (concurrency {knee.concurrency}) was degraded"
+    later = first_degraded(steps)
+    if later is not None and later.diagnosis.primary is not None:
+        p = later.diagnosis.primary
+        why += f" (the first degraded step came after it: concurrency {later.concurrency}, primary {p.layer}/{p.cause})"
+    return why
+
+
+def fallback_note(steps: Sequence[Step], knee: Step | None, found: Saturation | None) -> str:
+    """What to say when the ramp has a knee but names no layer at all ("" otherwise)."""
+    if knee is None or found is not None:
+        return ""
+    return _not_degraded(steps, knee) + ", and no layer reached warning at or before it"

@@ -13,6 +13,9 @@ from typing import Any
 #: Diagnosis statuses from least to most severe; ``unknown`` means "no data to judge".
 STATUS_SEVERITY: dict[str, int] = {"unknown": -1, "ok": 0, "warning": 1, "bottleneck": 2}
 SATURATED_STATUSES: tuple[str, ...] = ("warning", "bottleneck")
+#: the service states of /diagnosis (schema 2), from least to most severe; ``unknown`` does not vote
+STATE_SEVERITY: dict[str, int] = {"unknown": -1, "healthy": 0, "degraded": 1}
+STATES: tuple[str, ...] = ("degraded", "healthy", "unknown")
 
 
 class RampError(Exception):
@@ -83,6 +86,11 @@ class LayerFigures:
     samples: int
     #: the most severe status any sample of the step showed
     worst_status: str = "unknown"
+    #: 0-1, how far the layer was from its nearest limit: mean and least over the samples that measured it
+    headroom_mean: float | None = None
+    headroom_min: float | None = None
+    #: the diagnosis's sentence for that limit, from the sample with the least headroom
+    limit: str = ""
 
 
 @dataclass
@@ -96,6 +104,30 @@ class CauseFigures:
     share: float
     evidence: dict[str, Any] = field(default_factory=dict)
     advice: str = ""
+    #: the role it was given most often (schema 2: primary, contributing, symptom, warning, candidate)
+    role: str = ""
+
+
+@dataclass
+class PrimaryFigures:
+    """One cause the diagnosis named ``primary`` in the degraded readings of a step."""
+
+    layer: str
+    cause: str
+    #: degraded readings of the step that named it primary
+    readings: int
+    #: ``readings`` over the step's degraded readings
+    share: float
+    confidence_mean: float
+    #: the chain (symptom <- cause, with numbers) it was given most often; ties: the latest
+    chain: str = ""
+    #: its own link of the chain, from the same reading as ``chain``
+    summary: str = ""
+    #: the symptom ids it explained, in any of its readings
+    explains: list[str] = field(default_factory=list)
+    #: evidence and advice of the same reading as ``chain``
+    evidence: dict[str, Any] = field(default_factory=dict)
+    advice: str = ""
 
 
 @dataclass
@@ -105,6 +137,17 @@ class DiagnosisFigures:
     samples: int = 0
     layers: dict[str, LayerFigures] = field(default_factory=dict)
     causes: list[CauseFigures] = field(default_factory=list)
+    #: the step's service state: ``degraded`` when at least half of the judged readings were
+    #: (upper median; ``unknown`` readings do not vote), ``unknown`` when none was judged
+    state: str = "unknown"
+    #: share of the step's readings per state (degraded, healthy, unknown)
+    states: dict[str, float] = field(default_factory=dict)
+    #: readings whose state was ``degraded``
+    degraded_readings: int = 0
+    #: every primary named in the degraded readings, most readings first
+    primaries: list[PrimaryFigures] = field(default_factory=list)
+    #: the primary named most often (None when no degraded reading named one)
+    primary: PrimaryFigures | None = None
 
 
 @dataclass

@@ -22,8 +22,13 @@ DPI = 100
 PIXELS = (int(FIGSIZE[0] * DPI), int(FIGSIZE[1] * DPI))
 
 
+def _clip(text: str, width: int = 150) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def write_png(path: Path, steps: Sequence[Step], knee: Step | None, saturation: Saturation | None = None) -> Path:
-    """Draw the report figure; the first saturated layer's cell is framed in blue, the knee's column dotted."""
+    """Draw the report figure; the cell of the layer that gave out first is framed in blue (its chain
+    written underneath), the knee's column dotted, degraded steps shaded."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -40,6 +45,10 @@ def write_png(path: Path, steps: Sequence[Step], knee: Step | None, saturation: 
         thr = [s.client.output_tokens_per_s for s in steps]
         ttft = [np.nan if s.client.ttft_s.p95 is None else s.client.ttft_s.p95 * 1000 for s in steps]
 
+        degraded = [j for j, s in enumerate(steps) if s.diagnosis.state == "degraded"]
+        for k, j in enumerate(degraded):  # the steps the diagnosis judged degraded, shaded
+            top.axvspan(j - 0.5, j + 0.5, color="mistyrose", zorder=0, lw=0,
+                        label="degraded (diagnosis)" if k == 0 else "_nolegend_")
         top.plot(x, thr, "o-", color="tab:blue", label="output tokens/s")
         top.set_ylabel("output tokens/s", color="tab:blue")
         top.set_ylim(bottom=0)
@@ -90,13 +99,16 @@ def write_png(path: Path, steps: Sequence[Step], knee: Step | None, saturation: 
             row = LAYERS.index(saturation.layer)
             bottom.add_patch(Rectangle((saturation.step_index - 0.5, row - 0.5), 1, 1, fill=False, lw=3, ec="blue"))
             bottom.text(len(steps) - 0.45, row, " first", va="center", fontsize=8, color="blue")
+            if saturation.chain:
+                fig.text(0.5, 0.01, _clip(f"gave out first: {saturation.layer}: {saturation.chain}"), ha="center",
+                         va="bottom", fontsize=8, color="blue")
         bottom.set_yticks(range(len(LAYERS)), LAYERS, fontsize=8)
         bottom.set_xticks(x, labels)
         bottom.set_xlabel("concurrency")
         bottom.set_title(
-            "layer scores (mean over the step; W warning, B bottleneck, grey unknown; blue: first saturated)", fontsize=9
+            "layer scores (mean over the step; W warning, B bottleneck, grey unknown; blue: gave out first)", fontsize=9
         )
-        fig.subplots_adjust(left=0.17, right=0.9, top=0.94, bottom=0.08, hspace=0.25)
+        fig.subplots_adjust(left=0.17, right=0.9, top=0.94, bottom=0.1, hspace=0.25)
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=DPI)
     finally:

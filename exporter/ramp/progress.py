@@ -2,7 +2,7 @@
 
 Why updates ride on the exporter samples: the sampler already wakes every
 ``sample_interval`` on its own thread, so the bar advances and the live line
-(KV usage, queue, worst layer) refreshes without another thread or any work on
+(KV usage, queue, service state, primary or worst layer) refreshes without another thread or any work on
 the load generator's event loop.
 """
 
@@ -32,11 +32,30 @@ def live_line(scrape: Scrape, diagnosis: Mapping[str, Any] | None) -> str:
     if waiting:
         parts.append(f"waiting {sum(waiting):.0f}")
     if diagnosis:
-        layers = [(name, info) for name, info in (diagnosis.get("layers") or {}).items() if isinstance(info, Mapping)]
-        if layers:
-            name, info = max(layers, key=lambda li: (STATUS_SEVERITY.get(str(li[1].get("status")), -1), li[1].get("score") or 0))
-            parts.append(f"worst {name}: {info.get('status')}")
+        state = diagnosis.get("state")
+        if isinstance(state, str):
+            parts.append(state)
+        primary = diagnosis.get("primary")
+        if isinstance(primary, Mapping) and primary.get("layer"):
+            parts.append(f"primary {primary.get('layer')}/{primary.get('cause')}")
+        else:
+            layers = [(name, info) for name, info in (diagnosis.get("layers") or {}).items() if isinstance(info, Mapping)]
+            if layers:
+                name, info = max(layers, key=lambda li: (STATUS_SEVERITY.get(str(li[1].get("status")), -1), li[1].get("score") or 0))
+                parts.append(f"worst {name}: {info.get('status')}")
     return "  ".join(parts)
+
+
+def state_text(step: Step) -> str:
+    """"degraded 75 %, primary memory/kv_cache_pressure (6 readings)", or "healthy"."""
+    d = step.diagnosis
+    if not d.samples:
+        return ""
+    share = d.states.get(d.state)
+    out = d.state if share is None or share >= 1.0 else f"{d.state} {share:.0%}"
+    if d.primary is not None:
+        out += f", primary {d.primary.layer}/{d.primary.cause} ({d.primary.readings} of {d.degraded_readings} degraded)"
+    return out
 
 
 def step_line(step: Step, knee: Step | None) -> str:
@@ -48,6 +67,10 @@ def step_line(step: Step, knee: Step | None) -> str:
         f"[bold]c={step.concurrency:<4}[/] {c.output_tokens_per_s:8.1f} tok/s  {c.requests_per_s:6.2f} req/s{scaling}"
         f"  TTFT p95 {_ms(c.ttft_s.p95)}  ITL p95 {_ms(c.itl_s.p95)}  errors {c.errors} ({c.timeouts} timeouts)"
     )
+    state = state_text(step)
+    if state:
+        colour = {"degraded": "red", "healthy": "green"}.get(step.diagnosis.state, "dim")
+        line += f"  [{colour}]{state}[/]"
     if worst:
         line += "  [yellow]" + ", ".join(f"{n}:{s}" for n, s in worst) + "[/]"
     if knee is step:

@@ -14,8 +14,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
-from exporter.ramp.knee import Saturation, baseline_saturated
-from exporter.ramp.model import Step
+from exporter.ramp.knee import SOURCE_PRIMARY, Saturation, baseline_saturated, fallback_note
+from exporter.ramp.model import PrimaryFigures, Step
 from exporter.schema import LAYERS
 
 REPORT_VERSION = 1
@@ -29,7 +29,12 @@ def build_report(
     error: str | None = None,
     complete: bool = True,
 ) -> dict[str, Any]:
-    """The report.json document (keys ``steps``, ``knee``, ``first_saturated_layer``, ``cause`` and context)."""
+    """The report.json document (keys ``steps``, ``knee``, ``first_saturated_layer``, ``cause`` and context).
+
+    Per step, ``steps[].diagnosis`` carries ``state``, ``states``, ``primary`` (with its
+    ``chain``) and ``primaries``; ``baseline_state``, ``knee_state``, ``knee_primary``
+    and ``chain`` repeat what matters at the baseline and at the knee.
+    """
     return {
         "version": REPORT_VERSION,
         "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -42,6 +47,16 @@ def build_report(
         "cause": saturation.cause if saturation else None,
         "saturation": asdict(saturation) if saturation else None,
         "baseline_saturated": baseline_saturated(steps),
+        "baseline_state": steps[0].diagnosis.state if steps else None,
+        "knee_state": knee.diagnosis.state if knee is not None else None,
+        "knee_primary": asdict(knee.diagnosis.primary) if knee is not None and knee.diagnosis.primary else None,
+        "chain": (saturation.chain or None) if saturation else None,
+        "note": saturation.note if saturation and saturation.note else (fallback_note(steps, knee, saturation) or None),
+        "states": [
+            {"concurrency": s.concurrency, "state": s.diagnosis.state, "states": s.diagnosis.states,
+             "primary": _primary_name(s.diagnosis.primary), "chain": s.diagnosis.primary.chain if s.diagnosis.primary else None}
+            for s in steps
+        ],
         "totals": {
             "requests": sum(s.client.requests for s in steps),
             "errors": sum(s.client.errors for s in steps),
@@ -49,6 +64,10 @@ def build_report(
             "output_tokens": sum(s.client.output_tokens for s in steps),
         },
     }
+
+
+def _primary_name(p: PrimaryFigures | None) -> str | None:
+    return None if p is None else f"{p.layer}/{p.cause}"
 
 
 def write_json(directory: Path, report: dict[str, Any]) -> Path:
@@ -89,6 +108,57 @@ def _layer_cell(step: Step, layer: str) -> str:
     return mark + score
 
 
+def _cell(text: str) -> str:
+    """Text safe inside a Markdown table cell."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _state_cell(step: Step) -> str:
+    """"degraded (75 %)": the step's state and the share of its readings in it."""
+    d = step.diagnosis
+    if not d.samples:
+        return "-"
+    share = d.states.get(d.state)
+    return d.state if share is None else f"{d.state} ({share:.0%})"
+
+
+def _headroom_cell(step: Step, layer: str) -> str:
+    lf = step.diagnosis.layers.get(layer)
+    if lf is None or lf.headroom_mean is None:
+        return "-"
+    return f"{lf.headroom_mean:.0%}"
+
+
+def _verdict(saturation: Saturation, knee: Step | None) -> list[str]:
+    """The layer that gave out first: the primary at the knee and its chain, or the fallback."""
+    at_knee = knee is not None and saturation.step_index == knee.index
+    where = "at the knee" if at_knee else f"at concurrency {saturation.concurrency}"
+    if saturation.source == SOURCE_PRIMARY:
+        out = [
+            f"**Gave out first: `{saturation.layer}`**, primary cause `{saturation.cause}` {where} "
+            f"(named in {saturation.readings} of {saturation.degraded_readings} degraded readings, "
+            f"mean confidence {_num(saturation.confidence)}; layer {saturation.status}, score {_num(saturation.score)})."
+        ]
+        if saturation.chain:
+            out += ["", f"Chain: {saturation.chain}"]
+        if not saturation.crossed:
+            out += ["", "The same primary already degraded the service at the baseline."]
+    else:
+        out = [
+            f"**First saturated layer: `{saturation.layer}`** ({saturation.status}, score "
+            f"{_num(saturation.score)}) {where}; cause `{saturation.cause or 'unnamed'}`."
+        ]
+        if not saturation.crossed:
+            out.append("No layer crossed from `ok` during the ramp; this layer was already saturated at the baseline.")
+    if saturation.note:
+        out += ["", f"Note: {saturation.note}."]
+    if saturation.evidence:
+        out += ["", "Evidence:", ""] + [f"- `{k}` = {v}" for k, v in saturation.evidence.items()]
+    if saturation.advice:
+        out += ["", f"Advice: {saturation.advice}"]
+    return out
+
+
 def render_markdown(report: dict[str, Any], steps: Sequence[Step], knee: Step | None, saturation: Saturation | None) -> str:
     """A readable summary: verdict first, then the step table, the layer map and the evidence."""
     cfg = report["config"]
@@ -107,20 +177,12 @@ def render_markdown(report: dict[str, Any], steps: Sequence[Step], knee: Step | 
     else:
         out.append(f"**Knee at concurrency {knee.concurrency}** (step {knee.index + 1}): {', '.join(knee.flags)}.")
     out.append("")
+    if steps:
+        out += [f"Baseline (concurrency {steps[0].concurrency}): **{_state_cell(steps[0])}**.", ""]
     if saturation is not None:
-        where = "at the knee" if knee is not None and saturation.step_index == knee.index else f"at concurrency {saturation.concurrency}"
-        out.append(
-            f"**First saturated layer: `{saturation.layer}`** ({saturation.status}, score "
-            f"{_num(saturation.score)}) {where}; cause `{saturation.cause or 'unnamed'}`."
-        )
-        if not saturation.crossed:
-            out.append("No layer crossed from `ok` during the ramp; this layer was already saturated at the baseline.")
-        if saturation.evidence:
-            out += ["", "Evidence:", ""] + [f"- `{k}` = {v}" for k, v in saturation.evidence.items()]
-        if saturation.advice:
-            out += ["", f"Advice: {saturation.advice}"]
+        out += _verdict(saturation, knee)
     elif knee is not None:
-        out.append("No layer of the diagnosis reached `warning` at or before the knee.")
+        out.append(f"No layer named: {fallback_note(steps, knee, saturation)}.")
     if report.get("baseline_saturated"):
         names = ", ".join(f"`{n}`" for n in report["baseline_saturated"])
         out += ["", f"Already in warning/bottleneck at the baseline (concurrency {steps[0].concurrency}): {names}."]
@@ -141,16 +203,36 @@ def render_markdown(report: dict[str, Any], steps: Sequence[Step], knee: Step | 
             f"| {_gauge(s, 'requests_waiting', 'mean', '{:.1f}')} | {_num(s.exporter.counters.get('preemptions'), '{:.0f}')} "
             f"| {_gauge(s, 'busiest_thread_cpu_ratio')} | {_gauge(s, 'sm_active_ratio', 'mean')} | {_flags(s)} |"
         )
+    out += ["", "## Diagnosis per step", "",
+            "State: upper median of the readings (share of readings in it); primary: the cause named most often "
+            "in the degraded readings, with its chain.", ""]
+    out += ["| conc | state | primary | readings | confidence | chain |", "|---|---|---|---|---|---|"]
+    for s in steps:
+        p = s.diagnosis.primary
+        if p is None:
+            out.append(f"| {s.concurrency} | {_state_cell(s)} | - | - | - | - |")
+        else:
+            out.append(
+                f"| {s.concurrency} | {_state_cell(s)} | {p.layer} `{p.cause}` | {p.readings} of {s.diagnosis.degraded_readings} "
+                f"| {p.confidence_mean:.2f} | {_cell(p.chain) or '-'} |"
+            )
     out += ["", "## Layers per step", "", "Status over the step (upper median of the samples) and mean score; **B** bottleneck, W warning, ? unknown.", ""]
     out.append("| conc | " + " | ".join(LAYERS) + " |")
     out.append("|" + "---|" * (len(LAYERS) + 1))
     for s in steps:
         out.append(f"| {s.concurrency} | " + " | ".join(_layer_cell(s, layer) for layer in LAYERS) + " |")
+    if any(lf.headroom_mean is not None for s in steps for lf in s.diagnosis.layers.values()):
+        out += ["", "## Headroom per step", "", "How far each layer stayed from its nearest limit (mean over the step; 0 % = at it).", ""]
+        out.append("| conc | " + " | ".join(LAYERS) + " |")
+        out.append("|" + "---|" * (len(LAYERS) + 1))
+        for s in steps:
+            out.append(f"| {s.concurrency} | " + " | ".join(_headroom_cell(s, layer) for layer in LAYERS) + " |")
     causes = [(s, cf) for s in steps for cf in s.diagnosis.causes]
     if causes:
-        out += ["", "## Causes reported", "", "| conc | layer | cause | max score | share of step |", "|---|---|---|---|---|"]
+        out += ["", "## Causes reported", "", "| conc | layer | cause | role | max score | share of step |",
+                "|---|---|---|---|---|---|"]
         for s, cf in causes:
-            out.append(f"| {s.concurrency} | {cf.layer} | `{cf.cause}` | {cf.score_max:.2f} | {cf.share:.0%} |")
+            out.append(f"| {s.concurrency} | {cf.layer} | `{cf.cause}` | {cf.role or '-'} | {cf.score_max:.2f} | {cf.share:.0%} |")
     errors = [(s, m) for s in steps for m in s.client.error_messages]
     if errors:
         out += ["", "## Client errors (first of each step)", ""] + [f"- concurrency {s.concurrency}: {m}" for s, m in errors]

@@ -24,10 +24,13 @@ Proven here:
   successful requests and generated tokens (plus the ramp's one-token pre-flight
   request), and no request aborted.
 
-Not asserted: which layer saturates first (``memory`` in one run, none in the
-next). vLLM's ``kv_cache_usage_perc`` gauge, read between engine steps, often
-shows 0 while preemptions run, and the memory rule needs it near full; that
-verdict belongs to the diagnosis, not to the ramp.
+Not asserted: which layer gave out first. The ramp names the diagnosis's
+primary at the knee (exporter/ramp/knee.py), so that verdict belongs to the
+diagnosis, not to the ramp: vLLM's ``kv_cache_usage_perc`` gauge, read between
+engine steps, often shows 0 while preemptions run, and the memory rule needs it
+near full (``memory`` in one run, none in the next, under the older status-based
+selection). The simulator's kv_pressure ramp (tests/ramp/test_ramp_scenarios.py)
+asserts it.
 
 Set ``LLM_EXPORTER_SKIP_VLLM=1`` to skip.
 """

@@ -21,13 +21,16 @@ class SimStack(ProcessStack):
     """``with SimStack("kv_pressure", ["--num-gpu-blocks", "512"]) as s: s.sim_url, s.exp_url``."""
 
     def __init__(self, scenario: str, knobs: list[str] | None = None, time_scale: float = 1.0,
-                 interval: float = 0.5, window_s: float = 4.0) -> None:
+                 interval: float = 0.5, window_s: float = 4.0, recent_s: float | None = None) -> None:
         #: the diagnosis window: no longer than a step, so a step's verdict is about that step
         self.window_s = window_s
+        #: the diagnosis's "sustained" look-back (``recent_seconds``, default 5 s); None: the default
+        self.recent_s = recent_s
         self.knobs = knobs or []
         self._dir = tempfile.TemporaryDirectory(prefix="ramp-stack-")
         config = Path(self._dir.name) / "exporter.yaml"
-        config.write_text(f"diagnosis:\n  window_seconds: {window_s}\n")
+        recent = "" if recent_s is None else f"  recent_seconds: {recent_s}\n"
+        config.write_text(f"diagnosis:\n  window_seconds: {window_s}\n{recent}")
         super().__init__(scenario, self.knobs, ["--config", str(config), "--log-level", "warning"],
                          time_scale=time_scale, interval=interval)
 

@@ -6,6 +6,7 @@ import pytest
 
 from exporter.ramp.aggregate import diagnosis_figures, exporter_figures, upper_median_status
 from exporter.ramp.probe import parse_metrics
+from tests.ramp.ramp_steps import KV_ADVICE, diagnosis_doc, healthy_layers, kv_pressure_docs, kv_pressure_layers, kv_primary
 
 EXPOSITION = """\
 # HELP llm_kv_cache_usage_ratio Share of KV-cache blocks in use.
@@ -100,3 +101,64 @@ def test_diagnosis_reduction() -> None:
     assert (cause.layer, cause.cause, cause.score_max, cause.advice) == ("memory", "kv_cache_pressure", 0.9, "more KV")
     assert cause.share == pytest.approx(2 / 3)
     assert cause.evidence == {"kv": 0.99}  # from the strongest sample
+
+
+# ------------------------------------------------------------------ schema 2: state, primary, headroom
+
+
+def test_state_shares_and_upper_median_state() -> None:
+    from exporter.ramp.aggregate import upper_median_state
+
+    layers = healthy_layers()
+    docs = [diagnosis_doc("healthy", layers), diagnosis_doc("degraded", layers, kv_primary()),
+            diagnosis_doc("unknown", layers), diagnosis_doc("degraded", layers, kv_primary())]
+    fig = diagnosis_figures(docs)
+    assert fig.states == pytest.approx({"degraded": 0.5, "healthy": 0.25, "unknown": 0.25})
+    assert fig.state == "degraded" and fig.degraded_readings == 2  # 2 of 3 judged readings
+    assert upper_median_state(["healthy", "healthy", "degraded"]) == "healthy"
+    assert upper_median_state(["healthy", "degraded"]) == "degraded"
+    assert upper_median_state(["unknown", "unknown"]) == "unknown"
+    assert diagnosis_figures([]).state == "unknown" and diagnosis_figures([]).states == {}
+
+
+def test_a_reading_without_state_is_unknown_and_names_no_primary() -> None:
+    # an older exporter (schema 1): no state, no primary; layer figures as before
+    fig = diagnosis_figures([diagnosis_doc(None, healthy_layers()), diagnosis_doc(None, healthy_layers())])
+    assert fig.state == "unknown" and fig.states == {"degraded": 0.0, "healthy": 0.0, "unknown": 1.0}
+    assert fig.primary is None and fig.primaries == [] and fig.layers["memory"].status == "ok"
+
+
+def test_primary_counts_chain_and_confidence_of_the_knee_step() -> None:
+    fig = diagnosis_figures(kv_pressure_docs()[3])
+    assert fig.state == "degraded" and fig.degraded_readings == 6
+    assert fig.states["degraded"] == pytest.approx(6 / 8) and fig.states["healthy"] == pytest.approx(2 / 8)
+    assert [(p.layer, p.cause, p.readings) for p in fig.primaries] == [
+        ("memory", "kv_cache_pressure", 5), ("scheduler", "queue_backlog", 1)]
+    p = fig.primary
+    assert p is fig.primaries[0] and p.share == pytest.approx(5 / 6)
+    assert p.confidence_mean == pytest.approx((0.9 * 3 + 0.96 + 0.93) / 5)
+    # three readings gave the first chain, two the second: the most frequent wins
+    assert p.chain == "6 requests waiting, queue p95 780 ms ← KV cache 93 % full, 7.5 preemptions/s"
+    assert p.summary == "KV cache 93 % full, 7.5 preemptions/s" and p.explains == ["queueing"]
+    # evidence and advice of the reading that gave the chain: the chain and its numbers agree
+    assert p.evidence["max_over_window(max(llm_kv_cache_usage_ratio))"] == 0.93 and p.advice == KV_ADVICE
+    roles = {(c.layer, c.cause): c.role for c in fig.causes}
+    assert roles[("memory", "kv_cache_pressure")] == "primary" and roles[("scheduler", "queue_backlog")] == "symptom"
+
+
+def test_chain_tie_goes_to_the_latest_reading_and_healthy_readings_name_no_primary() -> None:
+    layers = kv_pressure_layers()
+    docs = [diagnosis_doc("degraded", layers, kv_primary(waiting=3)), diagnosis_doc("degraded", layers, kv_primary(waiting=5)),
+            diagnosis_doc("healthy", layers, kv_primary(waiting=9))]  # a primary outside degraded does not count
+    p = diagnosis_figures(docs).primary
+    assert p is not None and p.readings == 2 and p.chain.startswith("5 requests waiting")
+
+
+def test_headroom_mean_min_and_the_tightest_limit() -> None:
+    docs = [diagnosis_doc("healthy", healthy_layers(memory_room=0.6)), diagnosis_doc("healthy", healthy_layers(memory_room=0.2)),
+            diagnosis_doc("healthy", {"memory": ("ok", 0.2, None)})]
+    mem = diagnosis_figures(docs).layers["memory"]
+    assert mem.headroom_mean == pytest.approx(0.4) and mem.headroom_min == pytest.approx(0.2)
+    assert mem.limit == "memory limit; 20% headroom"
+    spec = diagnosis_figures(docs).layers["speculative_decoding"]
+    assert spec.headroom_mean is None and spec.headroom_min is None and spec.limit == ""

@@ -1,10 +1,21 @@
-"""Knee detection and first-saturated-layer selection on synthetic step tables."""
+"""Knee detection and the layer that gave out first (the primary at the knee, else layer statuses) on synthetic steps."""
 
 from __future__ import annotations
 
 import pytest
-from exporter.ramp.knee import KneeCriteria, baseline_saturated, find_knee, first_saturated_layer
-from tests.ramp.ramp_steps import table
+from exporter.ramp.knee import KneeCriteria, baseline_saturated, fallback_note, find_knee, first_saturated_layer
+from exporter.ramp.model import Step
+from tests.ramp.ramp_steps import (
+    KV_ROWS,
+    diagnosis_doc,
+    healthy_layers,
+    kv_pressure_docs,
+    kv_pressure_layers,
+    kv_primary,
+    primary,
+    steps_from_docs,
+    table,
+)
 
 CONC = [1, 2, 4, 8, 16, 32]
 
@@ -220,3 +231,136 @@ def test_a_layer_that_touched_warning_at_baseline_is_a_baseline_condition() -> N
     assert baseline_saturated(steps) == ["hardware"]
     sat = first_saturated_layer(steps, find_knee(steps))
     assert sat is not None and sat.layer == "memory"
+
+
+# ------------------------------------------------------------------ symptom-first: the primary gave out
+
+
+def test_kv_pressure_names_the_knee_primary_memory_and_the_baseline_is_healthy() -> None:
+    steps = steps_from_docs(KV_ROWS, kv_pressure_docs())
+    knee = find_knee(steps)
+    assert knee is not None and knee.concurrency == 8
+    assert steps[0].diagnosis.state == "healthy" and baseline_saturated(steps) == []
+    sat = first_saturated_layer(steps, knee)
+    assert sat is not None
+    assert (sat.layer, sat.cause, sat.source, sat.concurrency, sat.crossed) == ("memory", "kv_cache_pressure", "primary", 8, True)
+    assert (sat.readings, sat.degraded_readings, sat.state, sat.status) == (5, 6, "degraded", "bottleneck")
+    assert sat.chain == "6 requests waiting, queue p95 780 ms ← KV cache 93 % full, 7.5 preemptions/s"
+    assert sat.confidence == pytest.approx(0.918) and sat.explains == ["queueing"] and sat.note == ""
+    assert sat.advice and "rate(llm_kv_cache_preemptions_total)" in sat.evidence
+
+
+def test_a_minority_of_degraded_readings_at_the_knee_still_names_the_primary() -> None:
+    # the old failure: 55 preemptions at the last step, the memory layer ok by the step's median
+    # status, so "no layer reached warning"; 3 of 8 readings were degraded with memory primary
+    docs = kv_pressure_docs()
+    ok_memory = {**healthy_layers(), "memory": ("ok", 0.3, 0.1)}
+    docs[3] = [diagnosis_doc("healthy", ok_memory) for _ in range(5)]
+    docs[3] += [diagnosis_doc("degraded", ok_memory, kv_primary()) for _ in range(3)]
+    docs[2] = [diagnosis_doc("healthy", healthy_layers()) for _ in range(6)]
+    steps = steps_from_docs(KV_ROWS, docs)
+    knee = find_knee(steps)
+    assert knee is not None and knee.diagnosis.state == "healthy" and knee.diagnosis.layers["memory"].status == "ok"
+    sat = first_saturated_layer(steps, knee)
+    assert sat is not None and (sat.layer, sat.cause, sat.source, sat.readings) == ("memory", "kv_cache_pressure", "primary", 3)
+    assert sat.status == "ok" and sat.chain
+
+
+def test_knee_without_degraded_readings_uses_the_first_degraded_step_before_it() -> None:
+    rows = [(1, 100, 0.1), (2, 200, 0.1), (4, 400, 0.1), (8, 420, 0.1)]
+    busy = {"hardware": ("ok", 0.3, 0.2), "scheduler": ("warning", 0.6, 0.1)}
+    docs = [
+        [diagnosis_doc("healthy", healthy_layers()) for _ in range(4)],
+        [diagnosis_doc("healthy", healthy_layers()) for _ in range(4)],
+        [diagnosis_doc("degraded", busy, primary("scheduler", "serial_host_ceiling"))] * 2
+        + [diagnosis_doc("degraded", busy, primary("memory", "kv_cache_pressure"))],
+        [diagnosis_doc("healthy", busy) for _ in range(4)],
+    ]
+    steps = steps_from_docs(rows, docs)
+    knee = find_knee(steps)
+    assert knee is not None and knee.concurrency == 8
+    sat = first_saturated_layer(steps, knee)
+    assert sat is not None and (sat.layer, sat.cause, sat.concurrency, sat.source) == ("scheduler", "serial_host_ceiling", 4, "primary")
+    assert "knee step (concurrency 8)" in sat.note and "concurrency 4" in sat.note
+
+
+def _statuses_only_ramp(late: str = "healthy") -> list[Step]:
+    """Knee at 4; layer statuses cross (memory warning at 2, bottleneck at 4); the service healthy to 8."""
+    rows = [(1, 100, 0.1), (2, 200, 0.1), (4, 250, 0.1), (8, 260, 0.1), (16, 265, 0.1)]
+    both = {"memory": ("bottleneck", 0.9, 0.0), "scheduler": ("bottleneck", 0.9, 0.0)}
+    docs = [[diagnosis_doc("healthy", {"memory": ("ok", 0.1, 0.8), "scheduler": ("ok", 0.1, 0.9)})] * 3,
+            [diagnosis_doc("healthy", {"memory": ("warning", 0.5, 0.1), "scheduler": ("ok", 0.1, 0.9)})] * 3,
+            [diagnosis_doc("healthy", {"memory": ("bottleneck", 0.8, 0.0), "scheduler": ("ok", 0.2, 0.8)})] * 3,
+            [diagnosis_doc("healthy", both)] * 3,
+            [diagnosis_doc(late, both, primary("scheduler", "queue_backlog") if late == "degraded" else None)] * 3]
+    return steps_from_docs(rows, docs)
+
+
+def test_no_degraded_step_falls_back_to_layer_statuses_and_says_so() -> None:
+    steps = _statuses_only_ramp()
+    knee = find_knee(steps)
+    assert knee is not None and knee.concurrency == 4
+    sat = first_saturated_layer(steps, knee)
+    assert sat is not None and (sat.layer, sat.status, sat.concurrency, sat.source) == ("memory", "bottleneck", 4, "saturation")
+    assert sat.chain == "" and sat.confidence is None and sat.cause is None and sat.state == "healthy"
+    assert sat.note == "no reading at or before the knee (concurrency 4) was degraded; named from the layer statuses instead"
+
+
+def test_degraded_two_steps_after_the_knee_falls_back_and_the_note_names_it() -> None:
+    steps = _statuses_only_ramp(late="degraded")
+    sat = first_saturated_layer(steps, find_knee(steps))
+    assert sat is not None and (sat.layer, sat.source) == ("memory", "saturation")
+    assert "(the first degraded step came after it: concurrency 16, primary scheduler/queue_backlog)" in sat.note
+    assert sat.note.endswith("; named from the layer statuses instead")
+
+
+def test_degraded_only_in_the_step_that_confirms_the_knee_names_its_primary() -> None:
+    # kv_pressure with the knee one step early: 4 flattens (preemptions start, a memory warning,
+    # nobody suffers yet), 8 confirms it and is the first degraded step
+    rows = [(1, 210, 0.03), (2, 425, 0.013), (4, 600, 0.019), (8, 622, 0.886)]
+    docs = kv_pressure_docs()
+    steps = steps_from_docs(rows, docs)
+    knee = find_knee(steps)
+    assert knee is not None and knee.concurrency == 4 and knee.diagnosis.state == "healthy"
+    sat = first_saturated_layer(steps, knee)
+    assert sat is not None and (sat.layer, sat.cause, sat.source, sat.concurrency) == ("memory", "kv_cache_pressure", "primary", 8)
+    assert sat.chain and sat.note == ("no reading at or before the knee (concurrency 4) was degraded (the diagnosis lags "
+                                      "the load by its window); named from the step that confirmed the knee, concurrency 8")
+
+
+def test_an_older_exporter_without_state_falls_back_to_layer_statuses() -> None:
+    rows = [(1, 100, 0.1), (2, 110, 0.1)]
+    docs = [[diagnosis_doc(None, {"scheduler": ("ok", 0.1, None)})] * 3,
+            [diagnosis_doc(None, {"scheduler": ("bottleneck", 0.9, None)})] * 3]
+    steps = steps_from_docs(rows, docs)
+    sat = first_saturated_layer(steps, find_knee(steps))
+    assert sat is not None and (sat.layer, sat.source) == ("scheduler", "saturation") and "was degraded" in sat.note
+
+
+def test_the_same_primary_at_the_baseline_did_not_give_out_during_the_ramp() -> None:
+    rows = [(1, 100, 0.1), (2, 105, 0.1)]
+    degraded = [diagnosis_doc("degraded", kv_pressure_layers(), kv_primary()) for _ in range(3)]
+    steps = steps_from_docs(rows, [degraded, degraded])
+    assert steps[0].diagnosis.state == "degraded"
+    sat = first_saturated_layer(steps, find_knee(steps))
+    assert sat is not None and (sat.layer, sat.source, sat.concurrency, sat.crossed) == ("memory", "primary", 2, False)
+
+
+def test_healthy_ramp_without_knee_names_nothing() -> None:
+    rows = [(1, 100, 0.1), (2, 200, 0.1), (4, 400, 0.1)]
+    steps = steps_from_docs(rows, [[diagnosis_doc("healthy", healthy_layers())] * 3] * 3)
+    assert find_knee(steps) is None and first_saturated_layer(steps, None) is None
+    assert [s.diagnosis.state for s in steps] == ["healthy"] * 3
+
+
+def test_nothing_named_when_degraded_only_later_and_no_layer_warned() -> None:
+    rows = [(1, 100, 0.1), (2, 200, 0.1), (4, 210, 0.1), (8, 215, 0.1), (16, 216, 0.1)]
+    calm = [diagnosis_doc("healthy", healthy_layers())] * 3
+    late = [diagnosis_doc("degraded", {"scheduler": ("bottleneck", 1.0, 0.0)}, primary("scheduler", "serial_host_ceiling"))] * 3
+    steps = steps_from_docs(rows, [calm, calm, calm, calm, late])
+    knee = find_knee(steps)
+    assert knee is not None and knee.concurrency == 4
+    assert first_saturated_layer(steps, knee) is None
+    assert fallback_note(steps, knee, None) == (
+        "no reading at or before the knee (concurrency 4) was degraded (the first degraded step came after it: "
+        "concurrency 16, primary scheduler/serial_host_ceiling), and no layer reached warning at or before it")

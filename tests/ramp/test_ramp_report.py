@@ -8,8 +8,8 @@ from pathlib import Path
 from PIL import Image
 from exporter.ramp.knee import find_knee, first_saturated_layer
 from exporter.ramp.plot import PIXELS
-from exporter.ramp.report import build_report, write_all
-from tests.ramp.ramp_steps import table
+from exporter.ramp.report import build_report, render_markdown, write_all
+from tests.ramp.ramp_steps import KV_ROWS, kv_pressure_docs, steps_from_docs, table
 
 
 def synthetic():  # type: ignore[no-untyped-def]
@@ -60,3 +60,74 @@ def test_report_without_knee_and_with_error(tmp_path: Path) -> None:
     assert "No knee" in md and "Stopped early" in md
     with Image.open(tmp_path / "report.png") as img:
         assert img.size == PIXELS
+
+
+def test_report_names_the_knee_primary_with_its_chain_and_every_step_state(tmp_path: Path) -> None:
+    steps = steps_from_docs(KV_ROWS, kv_pressure_docs())
+    knee = find_knee(steps)
+    sat = first_saturated_layer(steps, knee)
+    report = build_report(steps, knee, sat, {"target": "http://t", "exporter": "http://e", "step_seconds": 4})
+    write_all(tmp_path, report, steps, knee, sat)
+    chain = "6 requests waiting, queue p95 780 ms ← KV cache 93 % full, 7.5 preemptions/s"
+
+    doc = json.loads((tmp_path / "report.json").read_text())
+    # the existing keys keep their meaning
+    assert doc["first_saturated_layer"] == "memory" and doc["cause"] == "kv_cache_pressure"
+    assert doc["baseline_saturated"] == []
+    # new: state, primary and chain per step and at the knee
+    assert doc["baseline_state"] == "healthy" and doc["knee_state"] == "degraded" and doc["chain"] == chain
+    assert doc["saturation"]["source"] == "primary" and doc["saturation"]["chain"] == chain
+    assert doc["saturation"]["readings"] == 5 and doc["saturation"]["degraded_readings"] == 6
+    assert doc["knee_primary"]["layer"] == "memory" and doc["knee_primary"]["readings"] == 5
+    assert doc["knee"]["diagnosis"]["state"] == "degraded" and doc["knee"]["diagnosis"]["primary"]["chain"] == chain
+    assert [(s["concurrency"], s["state"], s["primary"]) for s in doc["states"]] == [
+        (1, "healthy", None), (2, "healthy", None), (4, "healthy", None), (8, "degraded", "memory/kv_cache_pressure")]
+    assert doc["states"][3]["chain"] == chain and doc["states"][3]["states"]["degraded"] == 0.75
+    first = doc["steps"][0]["diagnosis"]
+    assert first["state"] == "healthy" and first["primary"] is None and first["states"]["healthy"] == 1.0
+    assert first["layers"]["hardware"]["headroom_mean"] == 0.3 and doc["note"] is None
+
+    md = (tmp_path / "report.md").read_text()
+    assert "Baseline (concurrency 1): **healthy (100%)**." in md
+    assert "**Gave out first: `memory`**, primary cause `kv_cache_pressure` at the knee" in md
+    assert "(named in 5 of 6 degraded readings, mean confidence 0.92; layer bottleneck, score 0.93)" in md
+    assert f"\nChain: {chain}\n" in md
+    assert "\n| 1 | healthy (100%) | - | - | - | - |" in md
+    assert f"\n| 8 | degraded (75%) | memory `kv_cache_pressure` | 5 of 6 | 0.92 | {chain} |" in md
+    assert "\n| 1 | 30% | - | 60% | 80% | - | - | - |" in md  # headroom per step: hardware, operator, memory, ...
+    assert "| 8 | memory | `kv_cache_pressure` | primary |" in md
+    with Image.open(tmp_path / "report.png") as img:
+        assert img.size == PIXELS
+
+
+def test_report_says_when_it_fell_back_to_layer_statuses(tmp_path: Path) -> None:
+    steps, knee, sat = synthetic()  # no state in the readings: nothing degraded
+    report = build_report(steps, knee, sat, {})
+    assert sat is not None and sat.source == "saturation"
+    assert report["baseline_state"] == "unknown" and report["chain"] is None
+    assert report["note"].startswith("no reading at or before the knee (concurrency 8) was degraded")
+    md = render_markdown(report, steps, knee, sat)
+    assert "First saturated layer: `memory`" in md and "\nNote: no reading at or before the knee" in md
+    assert "Gave out first" not in md and "Chain:" not in md
+
+
+def test_report_with_a_knee_and_no_layer_says_why() -> None:
+    steps = table([(1, 100, 0.1), (2, 110, 0.1)], [{"memory": ("ok", 0.1)}, {"memory": ("ok", 0.2)}])
+    knee = find_knee(steps)
+    report = build_report(steps, knee, None, {})
+    assert report["note"] == "no reading at or before the knee (concurrency 2) was degraded, and no layer reached warning at or before it"
+    assert f"No layer named: {report['note']}." in render_markdown(report, steps, knee, None)
+
+
+def test_progress_lines_print_state_and_primary() -> None:
+    from exporter.ramp.progress import live_line, state_text, step_line
+
+    steps = steps_from_docs(KV_ROWS, kv_pressure_docs())
+    knee = find_knee(steps)
+    assert state_text(steps[0]) == "healthy"
+    assert state_text(steps[3]) == "degraded 75%, primary memory/kv_cache_pressure (5 of 6 degraded)"
+    assert "[green]healthy[/]" in step_line(steps[0], knee)
+    assert "[red]degraded 75%, primary memory/kv_cache_pressure (5 of 6 degraded)[/]" in step_line(steps[3], knee)
+    live = live_line({}, kv_pressure_docs()[3][-1])
+    assert live == "degraded  primary memory/kv_cache_pressure"
+    assert live_line({}, kv_pressure_docs()[0][0]) == "healthy  worst hardware: ok"
