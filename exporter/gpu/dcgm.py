@@ -12,7 +12,7 @@ host engine; ``dcgm:HOST[:PORT]`` connects to a standalone ``nv-hostengine``
 (default port 5555).
 
 Fields are keyed by numeric id because DCGM 4.6 renamed the symbolic
-constants (ids unchanged; ../shared/reference/hardware-metrics.md).
+constants (ids unchanged; docs/reference/hardware-metrics.md).
 :func:`reading_from_dcgm` is pure: it turns ``{field_id: value}`` into a
 reading (replay CSV keys and units), dropping DCGM's blank sentinels, so it is
 tested without DCGM. The code that talks to DCGM stays thin.

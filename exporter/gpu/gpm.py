@@ -5,7 +5,7 @@ takes one new sample and computes the metrics between it and the previous
 one, so the window is exactly one ``--gpu-interval`` and no sample is taken
 twice. The two buffers are allocated once and swapped, never reallocated.
 
-Measured on an H200 (../shared/traces/h200/README.md): nvmlGpmSampleGet 58 us,
+Measured on an H200 (exporter/data/traces/README.md): nvmlGpmSampleGet 58 us,
 nvmlGpmMetricsGet (6 ids) 15 us median, cheap enough for every sample.
 """
 

@@ -2,7 +2,7 @@
 
 Why NVML: it ships with every driver, needs no daemon and, on Hopper and newer,
 GPM gives the SM / tensor / DRAM activity that NVML's "GPU util" hides
-(proven on an H200 with no DCGM installed, ../shared/traces/h200).
+(proven on an H200 with no DCGM installed, exporter/data/traces/README.md).
 
 Per sample and GPU: utilization rates, memory info, power and enforced limit,
 SM and memory clocks, clocks-event reasons, temperature (each 2-10 us), GPM
