@@ -9,7 +9,7 @@ so its own cost must be small enough to be scheduled (issue 13: target <= 3 %
 of one core). Set-up: ``serve`` with 8 replayed GPUs (copies of the recorded
 H200 trace, ``--gpu-source replay:``) at ``--gpu-interval 0.25``, two local
 HTTP engines serving a 55 KB vLLM exposition at ``--engine-interval 5``, the
-diagnosis at its default (the GPU interval) unless told otherwise, and
+diagnosis at its default (the GPU interval, at least 1 s) unless told otherwise, and
 /metrics scraped every 15 s as Prometheus would. The figure is the CPU time
 (user + system) of the exporter's process tree over the measured window,
 divided by its wall time.
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     load = os.getloadavg()
     fig = run(args.duration, args.warmup, args.diagnosis_interval)
-    diag = f"{args.diagnosis_interval:g} s" if args.diagnosis_interval else f"{GPU_INTERVAL:g} s (default)"
+    diag = f"{args.diagnosis_interval:g} s" if args.diagnosis_interval else f"{max(1.0, GPU_INTERVAL):g} s (default)"
     ok = fig["cpu_share_of_core"] <= TARGET
     print(f"{GPUS} replayed GPUs every {GPU_INTERVAL:g} s, 2 engines every {ENGINE_INTERVAL:g} s, diagnosis every {diag}")
     print(f"  CPU {fig['cpu_share_of_core'] * 100:.2f} % of one core over {fig['duration_s']:.0f} s ({fig['cpu_seconds']:.2f} CPU s); target <= {TARGET * 100:.0f} %: {'pass' if ok else 'MISS'}")

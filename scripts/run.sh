@@ -8,6 +8,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 bin=.venv/bin/llm-layer-exporter
+cat >&2 <<HINT
+[run] installed: $PWD/$bin
+[run] to use it from any shell:  source $PWD/.venv/bin/activate   (then: llm-layer-exporter --help)
+HINT
 if [ "$#" -gt 0 ] || [ -n "${LLM_EXPORTER_ENGINE:-}" ] || [ -n "${LLM_EXPORTER_CONFIG:-}" ]; then
   exec "$bin" serve "$@"
 fi

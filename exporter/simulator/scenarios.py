@@ -151,7 +151,7 @@ _SCENARIOS: list[Scenario] = [
         "spec acceptance rate (accepted / draft tokens) far below 0.5, throughput saturated, requests queue",
         {"spec_tokens": 4, "spec_acceptance": 0.2, "spec_draft_cost": 0.1, "num_gpu_blocks": 3584},
         # mixed lengths and staggered starts: the clients do not finish (and return) in lock-step waves
-        LoadProfile(concurrency=128, prompt_tokens=_MIXED_PROMPTS, max_tokens=_MIXED_OUTPUTS, shared_prefix_ratio=0.0,
+        LoadProfile(concurrency=160, prompt_tokens=_MIXED_PROMPTS, max_tokens=_MIXED_OUTPUTS, shared_prefix_ratio=0.0,
                     ramp_up_s=8.0),
     ),
     Scenario(
@@ -159,7 +159,7 @@ _SCENARIOS: list[Scenario] = [
         "one GPU of a 4-way tensor-parallel group does 2.5x the work of the others, under more clients than it serves",
         "SM active of GPU 0 far above the other GPUs (max / mean skew > 1.5), requests queue",
         {"gpus": 4, "tp_imbalance": 2.5, "num_gpu_blocks": 3584},
-        LoadProfile(concurrency=128, prompt_tokens=_MIXED_PROMPTS, max_tokens=_MIXED_OUTPUTS, shared_prefix_ratio=0.0,
+        LoadProfile(concurrency=160, prompt_tokens=_MIXED_PROMPTS, max_tokens=_MIXED_OUTPUTS, shared_prefix_ratio=0.0,
                     ramp_up_s=8.0),
     ),
     Scenario(
