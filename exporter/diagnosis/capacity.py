@@ -21,6 +21,8 @@ PROMPT = "llm_prompt_tokens_total"
 GENERATION = "llm_generation_tokens_total"
 FINISHED = "llm_requests_finished_total"
 PREDICTED = "llm_kv_cache_predicted_max_concurrency"
+#: the only families this source reads from its window
+_READS = frozenset({CAPACITY, PROMPT, GENERATION, FINISHED})
 
 
 def predicted_max_concurrency(window: Window, server: str) -> float | None:
@@ -52,7 +54,7 @@ class CapacitySource:
         self.store = store
         self.interval = interval
         self.timeout = timeout
-        self.window = Window(window_seconds)
+        self.window = Window(window_seconds, keep=lambda name: name in _READS)
 
     def sample(self) -> SampleResult:
         snap = self.store.snapshot()

@@ -93,7 +93,7 @@ class DiagnosisEngine:
         self.thresholds = thresholds or Thresholds()
         self.rules = rules
         self.configured_groups = dict(groups or {})
-        self.window = Window(self.thresholds.window_seconds)
+        self.window = Window(self.thresholds.window_seconds, keep=sig.reads)
         self._streak: dict[str, int] = {r.cause: 0 for r in rules}
         #: cause -> (last Holding reported, consecutive cycles its condition has failed since)
         self._held: dict[str, tuple[Holding, int]] = {}

@@ -121,6 +121,23 @@ FAILED_BASE = "increase(llm_requests_finished_total + llm_requests_rejected_tota
 
 SCOPES: tuple[str, ...] = ("gpu", "group", "service")
 
+#: the metric families the signals read from a snapshot (the diagnosis window keeps only these)
+_READ_PREFIXES: tuple[str, ...] = ("llm_gpu_", "llm_parallel_", "llm_process_")
+_READ_NAMES: frozenset[str] = frozenset({
+    "llm_scheduler_requests_waiting", "llm_scheduler_requests_running", "llm_scheduler_requests_waiting_by_reason",
+    "llm_scheduler_slots", "llm_scheduler_slots_busy", "llm_kv_cache_slot_context_tokens", "llm_kv_cache_used_tokens",
+    "llm_engine_sleep_state", "llm_kv_cache_usage_ratio", "llm_kv_cache_preemptions_total",
+    "llm_request_ttft_seconds", "llm_request_inter_token_seconds", "llm_scheduler_queue_seconds",
+    "llm_scheduler_iteration_tokens", "llm_engine_estimated_gpu_flops_total", "llm_engine_estimated_gpu_read_bytes_total",
+    "llm_generation_tokens_total", "llm_spec_decode_draft_tokens_total", "llm_spec_decode_accepted_tokens_total",
+    "llm_requests_finished_total", "llm_requests_rejected_total",
+})
+
+
+def reads(name: str) -> bool:
+    """Whether the signals read metric family ``name`` (what the diagnosis window keeps)."""
+    return name in _READ_NAMES or name.startswith(_READ_PREFIXES)
+
 
 @dataclass
 class Signals:

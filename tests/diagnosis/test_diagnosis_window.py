@@ -152,3 +152,42 @@ def test_recent_quantile_looks_back_until_it_has_enough_requests():
     assert value <= 0.1 and look == 5
     assert w.recent_quantile("llm_request_ttft_seconds", 0.95, 100)[1] == w.span  # never enough: the window
     assert Window(20).recent_quantile("llm_request_ttft_seconds", 0.95, 20) is None
+
+
+def test_the_slim_window_judges_exactly_what_the_whole_snapshots_would():
+    """The diagnosis window keeps only the families the signals read: same signals, fewer points."""
+    from exporter.diagnosis import signals as sig
+    from exporter.diagnosis.window import Window
+    from exporter.samples import Sample
+    from tests.diagnosis.diag_points import ENG, engine, gpu, histogram, process
+
+    def snap(i: int) -> Snapshot:
+        pts = (gpu(0, util=0.9, sm=0.6, tensor=0.2, dram=0.7, pcie=1e9) + process(0.5)
+               + engine(waiting=3 + i, running=8, kv=0.6, preemptions=2.0 * i, finished={"stop": 5.0 * i, "abort": i},
+                        drafted=100.0 * i, accepted=30.0 * i)
+               + [histogram("llm_request_ttft_seconds", [0.3] * (20 * i)),
+                  histogram("llm_scheduler_queue_seconds", [0.6] * (20 * i)),
+                  Sample("llm_scheduler_requests_waiting_by_reason", {**ENG, "reason": "capacity"}, 3.0 + i),
+                  Sample("llm_prefix_cache_hit_tokens_total", ENG, 100.0 * i)]  # not read: dropped by the slim window
+               + [Sample("llm_engine_config_info", {**ENG, "block_size": str(n)}, 1.0) for n in range(50)])
+        return Snapshot(1000.0 + i, pts, {})
+
+    whole, slim = Window(20.0), Window(20.0, keep=sig.reads)
+    for i in range(6):
+        whole.add(snap(i))
+        slim.add(snap(i))
+    assert sig.compute(slim).service == sig.compute(whole).service
+    assert sig.compute(slim).scopes["gpu"] == sig.compute(whole).scopes["gpu"]
+    assert sum(len(s.points) for s in slim.snapshots) < sum(len(s.points) for s in whole.snapshots) / 2
+
+
+def test_the_window_stays_bounded_whatever_an_engine_publishes():
+    from exporter.diagnosis.window import Window
+    from exporter.samples import Sample
+
+    w = Window(60.0, per_name_cap=256, max_points=10_000)
+    for i in range(40):
+        pts = [Sample("llm_scheduler_requests_running", {"rank": f"{i}-{n}"}, 1.0) for n in range(19_000)]
+        w.add(Snapshot(1000.0 + i, pts, {}))
+    assert all(len(s.points) <= 256 for s in w.snapshots)
+    assert sum(len(s.points) for s in w.snapshots) <= 10_000 and len(w) >= 2
