@@ -92,8 +92,10 @@ class Thresholds:
     queue_backlog_requests: float = 8.0
 
     # --- symptoms (what users feel; the verdict starts here) ---------------------------
-    #: queue-time p95 at or above this, with requests waiting, is the "queueing" symptom
-    queueing_p95_seconds: float = 0.5
+    #: queue-time p95 at or above this, with requests waiting, is the "queueing" symptom: at
+    #: least 5 % of the admitted requests waited past vLLM's first queue bucket (0.3 s); a queue
+    #: that never held anyone reads at most 0.285 (the interpolated p95 of that first bucket)
+    queueing_p95_seconds: float = 0.3
     #: the waiting queue growing at least this fast (requests/s over the window), while it
     #: never empties, is "throughput no longer follows the offered load"
     saturation_waiting_growth_per_second: float = 0.2

@@ -21,7 +21,7 @@ import pytest
 
 from tests.diagnosis.sim_stack import Stack, causes
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 #: scenario -> the (layer, cause) it must produce as the primary (a contract with exporter/simulator/scenarios.py)
 EXPECTED: list[tuple[str, str, str]] = [
