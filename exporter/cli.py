@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("exporter.demo", "simulator + load + exporter on 127.0.0.1, with a live view"),
     "diagnose": ("exporter.diagnosis.cli", "print the seven-layer verdict of a running exporter"),
     "ramp": ("exporter.ramp.cli", "ramp concurrency, find the knee and the layer that saturates first"),
+    "report": ("exporter.commands.report", "write an incident snapshot (HTML, Markdown, PNG charts, JSON) of the verdict"),
 }
 
 EXIT_USAGE = 2

@@ -1,0 +1,235 @@
+"""Where the report's numbers come from: the exporter's verdict, and the key series over time.
+
+Two sources for the charts:
+
+* ``--prometheus URL``: ``/api/v1/query_range`` for each key series over the
+  last ``--minutes`` (the history is already there).
+* otherwise: the exporter itself, polled (``/metrics`` and
+  ``/diagnosis?signals=1``) for ``--sample-seconds``; the same expressions are
+  evaluated over those readings (:mod:`exporter.report.series`).
+
+Every failure to reach a server is a ``RuntimeError`` with one readable line,
+worded as ``diagnose``'s fetch() words it (exporter/diagnosis/cli.py).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from exporter.report.series import HEADROOM, SCORE, STATE, SYMPTOM, Chart, Curves, Reading
+
+#: one chart's data: per panel, legend -> [(t, v)]; and per panel the query errors met
+PanelData = list[Curves]
+
+
+@dataclass
+class Collected:
+    verdict: dict[str, Any]
+    #: "prometheus" or "exporter"
+    source: str
+    #: the URL the charts were read from
+    source_url: str
+    start: float
+    end: float
+    #: chart stem -> per panel curves
+    data: dict[str, PanelData] = field(default_factory=dict)
+    #: problems met while collecting the series (the report lists them)
+    notes: list[str] = field(default_factory=list)
+    #: how many polls (exporter source) or queries (prometheus) succeeded / were tried
+    ok: int = 0
+    tried: int = 0
+
+    @property
+    def span_s(self) -> float:
+        return max(0.0, self.end - self.start)
+
+
+def base_url(url: str) -> str:
+    """The server's root URL: a trailing /metrics or /diagnosis is dropped, http:// added when missing."""
+    url = url.strip().rstrip("/")
+    for suffix in ("/metrics", "/diagnosis"):
+        if url.endswith(suffix):
+            url = url[: -len(suffix)]
+    if "://" not in url:
+        url = "http://" + url
+    return url
+
+
+def _get(session: Any, url: str, timeout: float, params: dict[str, str] | None = None, what: str = "the exporter") -> Any:
+    import requests
+
+    try:
+        response = session.get(url, params=params, timeout=timeout)
+    except requests.RequestException as err:
+        raise RuntimeError(f"cannot reach {what} at {url}: {type(err).__name__}") from None
+    return response
+
+
+def fetch_verdict(session: Any, base: str, timeout: float) -> dict[str, Any]:
+    """GET BASE/diagnosis?signals=1; raises RuntimeError with one readable line on any failure."""
+    url = base + "/diagnosis"
+    response = _get(session, url, timeout, {"signals": "1"})
+    if response.status_code != 200:
+        raise RuntimeError(f"{url} answered HTTP {response.status_code}")
+    try:
+        body = response.json()
+    except ValueError:
+        raise RuntimeError(f"{url} did not return JSON (is this an llm-layer-exporter?)") from None
+    if not isinstance(body, dict) or "layers" not in body or "bottlenecks" not in body:
+        raise RuntimeError(f"{url} returned JSON without layers/bottlenecks (is this an llm-layer-exporter?)")
+    return body
+
+
+def fetch_metrics(session: Any, base: str, timeout: float) -> str:
+    url = base + "/metrics"
+    response = _get(session, url, timeout)
+    if response.status_code != 200:
+        raise RuntimeError(f"{url} answered HTTP {response.status_code}")
+    return str(response.text)
+
+
+def parse_exposition(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Every sample by its sample name (buckets, counters' _total included; _created dropped)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name.endswith("_created"):
+                continue
+            out.setdefault(s.name, []).append((dict(s.labels), float(s.value)))
+    return out
+
+
+def verdict_samples(verdict: dict[str, Any]) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """The diagnosis metrics as the exporter would publish them, from a /diagnosis body."""
+    from exporter.diagnosis.symptoms import SYMPTOM_IDS
+    from exporter.diagnosis.verdict import STATES
+
+    def num(x: Any) -> float:
+        return float(x) if isinstance(x, (int, float)) else math.nan
+
+    layers = verdict.get("layers") or {}
+    held = {str(s.get("id")) for s in verdict.get("symptoms") or []}
+    state = verdict.get("state")
+    return {
+        SCORE: [({"layer": n}, num(info.get("score"))) for n, info in layers.items()],
+        HEADROOM: [({"layer": n}, num(info.get("headroom"))) for n, info in layers.items()],
+        STATE: [({"state": s}, 1.0 if s == state else 0.0) for s in STATES],
+        SYMPTOM: [({"symptom": s}, 1.0 if s in held else 0.0) for s in sorted(set(SYMPTOM_IDS) | held)],
+    }
+
+
+def sample_exporter(base: str, timeout: float, seconds: float, interval: float, charts: list[Chart],
+                    first: dict[str, Any], session: Any) -> Collected:
+    """Poll /metrics and /diagnosis?signals=1 for ``seconds`` (bounded: at most seconds/interval + 2 polls).
+
+    The verdict reported is the last one read. A poll that fails is counted and noted, not fatal:
+    the exporter answered once already."""
+    interval = max(0.05, interval)
+    readings: list[Reading] = []
+    verdict = first
+    notes: list[str] = []
+    start = time.time()
+    deadline = time.monotonic() + max(0.0, seconds)
+    polls = int(max(0.0, seconds) / interval) + 2
+    tried = ok = 0
+    for _ in range(polls):
+        tried += 1
+        at = time.time()
+        try:
+            values = parse_exposition(fetch_metrics(session, base, timeout))
+            body = fetch_verdict(session, base, timeout)
+        except (RuntimeError, ValueError) as err:
+            if len(notes) < 5:
+                notes.append(f"poll at {time.strftime('%H:%M:%S', time.gmtime(at))} UTC failed: {err}")
+        else:
+            ok += 1
+            verdict = body
+            for name, samples in verdict_samples(body).items():
+                values.setdefault(name, samples)  # /metrics has them already when served by a real exporter
+            readings.append((at, values))
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        time.sleep(min(interval, remaining))
+    end = readings[-1][0] if readings else time.time()
+    if tried > ok:
+        notes.append(f"{tried - ok} of {tried} polls of the exporter failed")
+    collected = Collected(verdict, "exporter", base, start if not readings else readings[0][0], end, notes=notes,
+                          ok=ok, tried=tried)
+    for chart in charts:
+        collected.data[chart.stem] = [_merge(expr.local(readings) for expr in panel.series) for panel in chart.panels]
+    return collected
+
+
+def _merge(parts: Any) -> Curves:
+    out: Curves = {}
+    for part in parts:
+        out.update(part)
+    return out
+
+
+def check_prometheus(session: Any, base: str, timeout: float) -> None:
+    """One instant query; raises RuntimeError (one line) unless Prometheus answers."""
+    url = base + "/api/v1/query"
+    response = _get(session, url, timeout, {"query": "vector(1)"}, what="Prometheus")
+    if response.status_code != 200:
+        raise RuntimeError(f"{url} answered HTTP {response.status_code}")
+    try:
+        body = response.json()
+    except ValueError:
+        raise RuntimeError(f"{url} did not return JSON (is this Prometheus?)") from None
+    if not isinstance(body, dict) or body.get("status") != "success":
+        raise RuntimeError(f"{url} did not answer a Prometheus query (is this Prometheus?)")
+
+
+def query_prometheus(session: Any, base: str, timeout: float, minutes: float, charts: list[Chart],
+                     verdict: dict[str, Any], now: float | None = None) -> Collected:
+    """Each key series over the last ``minutes``; a query Prometheus refuses is noted, not fatal."""
+    check_prometheus(session, base, timeout)
+    end = time.time() if now is None else now
+    start = end - max(1.0, minutes * 60.0)
+    step = max(1.0, round((end - start) / 240.0))  # ~240 points per curve
+    collected = Collected(verdict, "prometheus", base, start, end)
+    url = base + "/api/v1/query_range"
+    for chart in charts:
+        panels: PanelData = []
+        for panel in chart.panels:
+            curves: Curves = {}
+            for expr in panel.series:
+                collected.tried += 1
+                query = expr.promql()
+                response = _get(session, url, timeout,
+                                {"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"},
+                                what="Prometheus")
+                try:
+                    body = response.json()
+                except ValueError:
+                    body = None
+                if response.status_code != 200 or not isinstance(body, dict) or body.get("status") != "success":
+                    reason = body.get("error") if isinstance(body, dict) else None
+                    collected.notes.append(f"Prometheus refused {query!r}: HTTP {response.status_code}"
+                                           + (f" ({reason})" if reason else ""))
+                    continue
+                collected.ok += 1
+                for series in (body.get("data") or {}).get("result") or []:
+                    metric = series.get("metric") or {}
+                    by = getattr(expr, "by", None)
+                    legend = expr.label
+                    if by:
+                        key = metric.get(by, "")
+                        legend = f"{by}={key}" if expr.label == by else f"{expr.label} {by}={key}"
+                    points = []
+                    for t, v in series.get("values") or []:
+                        try:
+                            points.append((float(t), float(v)))
+                        except (TypeError, ValueError):
+                            continue
+                    curves[legend] = points
+            panels.append(curves)
+        collected.data[chart.stem] = panels
+    return collected
