@@ -1,14 +1,25 @@
 """`llm-layer-exporter serve`: wire config -> sources -> runners -> HTTP server.
 
 Start-up order matters: every bad setting is found before a thread starts
-(exit status 2, one line), runners start before the server so /readyz turns
-ready after the first sample, and shutdown stops runners after the server.
+(exit status 2, one line); then the listening socket is bound, so an address
+that cannot be used (in use, not on this host, a privileged port) is one line
+and exit status 4, before any "serving" line and before a runner starts;
+runners start before the server so /readyz turns ready after the first sample,
+and shutdown stops runners after the server.
+
+Exit statuses (also in ``serve --help``): 1 the HTTP server did not start, 2 a
+bad flag, environment variable or config value, 4 cannot listen on
+--listen-address; on SIGTERM or Ctrl-C the server shuts down and the process
+ends by that signal (143 / 130 in a shell).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
+import os
+import socket
 import sys
 
 from exporter.cli import UsageError
@@ -16,9 +27,50 @@ from exporter.config import Config, add_serve_arguments, load_config
 
 log = logging.getLogger("exporter")
 
+#: ``serve`` could not bind --listen-address (in use, not an address of this host, permission denied)
+EXIT_CANNOT_LISTEN = 4
+EPILOG = """exit status:
+  1    the HTTP server did not start
+  2    a bad flag, environment variable or config value (one line on stderr)
+  4    cannot listen on --listen-address: address in use, not available or
+       permission denied (one line on stderr, before anything starts)
+  143  SIGTERM, 130 Ctrl-C: the server shut down, the process ends by the signal"""
+
+
+class CannotListen(Exception):
+    """The listening socket could not be bound; the message is the one line to print."""
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_serve_arguments(parser)
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+
+
+def _reason(err: OSError) -> str:
+    if isinstance(err, socket.gaierror):
+        return f"cannot resolve the host ({err.strerror or err})"
+    known = {errno.EADDRINUSE: "address already in use", errno.EADDRNOTAVAIL: "address not available on this host",
+             errno.EACCES: "permission denied"}
+    if err.errno in known:
+        return known[err.errno]
+    return (os.strerror(err.errno) if err.errno else str(err)).lower()
+
+
+def bind_listen_socket(host: str, port: int, listen_address: str) -> socket.socket:
+    """Bind the server's socket now (the way uvicorn would), so a bad address fails before anything starts."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as err:
+        raise CannotListen(f"cannot listen on {listen_address}: {_reason(err)}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as err:
+        sock.close()
+        raise CannotListen(f"cannot listen on {listen_address}: {_reason(err)}") from None
+    return sock
 
 
 def setup_logging(level: str) -> None:
@@ -74,6 +126,13 @@ def run(args: argparse.Namespace) -> int:
 
     store = SnapshotStore()
     sources, routers = build_sources(config, store)
+    # bound here, handed to uvicorn below: an unusable address is one line and exit 4 before any
+    # runner starts and before the "serving on" line (uvicorn would log it and exit 3 much later)
+    try:
+        sock = bind_listen_socket(config.host, config.port, config.listen_address)
+    except CannotListen as err:
+        print(f"llm-layer-exporter serve: {err}", file=sys.stderr, flush=True)
+        return EXIT_CANNOT_LISTEN
     group = RunnerGroup(store)
     for source in sources:
         group.add(source)
@@ -91,17 +150,19 @@ def run(args: argparse.Namespace) -> int:
             **uv_kwargs,
         )
     )
+    bound = sock.getsockname()
     log.info(
         "serving on %s (gpu source %s, %d engine(s), %d source(s))",
-        config.listen_address,
+        config.listen_address if config.port else f"{config.host}:{bound[1]}",
         config.gpu_source,
         len(config.engines),
         len(sources),
     )
     group.start()
     try:
-        server.run()
+        server.run(sockets=[sock])
     finally:
+        sock.close()
         group.stop()
         auth = getattr(app.state, "auth", None)
         if auth is not None:

@@ -336,7 +336,7 @@ def _describe_backlog(v: View, t: Thresholds) -> str:
 
 
 def _describe_imbalance(v: View, t: Thresholds) -> str:
-    return f"one GPU's SMs x{v[s.GROUP_SKEW]:.2f} the group mean"
+    return f"one GPU's SMs ×{v[s.GROUP_SKEW]:.2f} the group mean"
 
 
 def _describe_spec(v: View, t: Thresholds) -> str:

@@ -72,8 +72,8 @@ def _free_port() -> int:
 def test_demo_runs_bounded_without_a_gpu_and_leaves_no_children() -> None:
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "exporter", "demo", "--no-tui", "--duration", "6", "--time-scale", "2",
-         "--listen-address", f"127.0.0.1:{port}"],
+        [sys.executable, "-m", "exporter", "demo", "--scenario", "healthy", "--no-tui", "--duration", "6",
+         "--time-scale", "2", "--listen-address", f"127.0.0.1:{port}"],
         env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     children: set[int] = set()
     try:
@@ -125,7 +125,8 @@ def test_demo_view_groups_exporter_metrics_by_layer() -> None:
     assert ("gpu_sm_active_ratio", "50% 25%") in rows["hardware"]
     assert ("gpu_throttle_reason_active", "sw_power_cap") in rows["hardware"]
     assert ("kv_cache_preemptions_total", "3/s") in rows["memory"]
-    assert ("request_ttft_seconds", "-") in rows["application"]  # no request finished between the two reads
+    # no request finished between the two reads: the mean since start, not "-"
+    assert ("request_ttft_seconds", "500 ms avg since start") in rows["application"]
     assert ("request_ttft_seconds", "500 ms avg") in demo.layer_rows(now, None)["application"]
     advice = "Lower max_num_seqs or give the KV cache more memory. " * 6  # long: must wrap, never be cut
     primary = {"layer": "memory", "cause": "kv_cache_pressure", "score": 0.8, "confidence": 0.91, "role": "primary",
@@ -151,7 +152,8 @@ def test_demo_sigterm_stops_every_child() -> None:
 
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "exporter", "demo", "--no-tui", "--time-scale", "2", "--listen-address", f"127.0.0.1:{port}"],
+        [sys.executable, "-m", "exporter", "demo", "--scenario", "healthy", "--no-tui", "--time-scale", "2",
+         "--listen-address", f"127.0.0.1:{port}"],
         env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         assert proc.stdout is not None
@@ -170,3 +172,42 @@ def test_demo_sigterm_stops_every_child() -> None:
             proc.wait(10)
     assert ticks == 2
     assert not [pid for pid in children if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+
+
+def test_demo_stops_with_one_line_when_its_port_is_taken() -> None:
+    """Checked before anything starts: one line, exit 4 (as `serve`), no child left behind."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = subprocess.run([sys.executable, "-m", "exporter", "demo", "--scenario", "healthy", "--no-tui",
+                              "--duration", "5", "--listen-address", f"127.0.0.1:{port}"],
+                             env=ENV, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 4, out
+    assert out.stdout == ""
+    assert out.stderr.strip().splitlines() == [
+        f"llm-layer-exporter demo: error: cannot listen on 127.0.0.1:{port}: address already in use "
+        "(pick another with --listen-address)"], out.stderr
+
+
+def test_demo_stops_with_one_line_when_its_exporter_cannot_start(tmp_path) -> None:
+    """The exporter exits at start-up (here: a config file it cannot read): one line, exit 1, no '-' view."""
+    port = _free_port()
+    env = {**ENV, "LLM_EXPORTER_CONFIG": str(tmp_path / "missing.yaml")}
+    proc = subprocess.Popen([sys.executable, "-m", "exporter", "demo", "--scenario", "healthy", "--no-tui",
+                             "--duration", "20", "--listen-address", f"127.0.0.1:{port}"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 1, (stdout, stderr)
+    errors = stderr.strip().splitlines()
+    assert len(errors) == 1 and errors[0].startswith(
+        "llm-layer-exporter demo: error: the exporter did not start (exit status 2): "), stderr
+    assert "missing.yaml" in errors[0]
+    assert not [line for line in stdout.splitlines() if line.startswith("t=")], stdout  # no view of '-' fields
+    sim_pid = int(stdout.split(", pid ")[1].split(",")[0])  # the simulator had started: it is stopped
+    assert not psutil.pid_exists(sim_pid) or psutil.Process(sim_pid).status() == psutil.STATUS_ZOMBIE
