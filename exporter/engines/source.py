@@ -38,6 +38,7 @@ from exporter.engines.budget import input_limit, published_series
 from exporter.engines.fetch import Request, get
 from exporter.engines.textparse import ParseError, SeriesLimitError
 from exporter.engines.urls import host_port, safe_url, split_userinfo
+from exporter.memtrim import LARGE_BYTES, release_free_memory
 from exporter.samples import Point, Sample, SampleResult, SourceError
 from exporter.schema import SERIES_DROP_REASONS
 
@@ -53,6 +54,8 @@ ACCEPT = "text/plain;version=0.0.4;q=1.0,application/openmetrics-text;q=0.5,*/*;
 #: Longest message a failed scrape leaves behind.
 MAX_MESSAGE = 300
 DROPPED = "llm_exporter_series_dropped_total"
+#: failures that mean a large body was read or parsed before it was refused
+_LARGE_REASONS = frozenset({"too_large", "too_many_series"})
 
 
 class EngineSource:
@@ -76,6 +79,7 @@ class EngineSource:
         self._dropping: set[str] = set()
         self._secrets: list[str] = [s for s in (self._url_auth or ()) if len(s) >= 3]
         self._tls: tuple[tuple[str | None, int], ssl.SSLContext] | None = None
+        self._body_bytes = 0
         if not cfg.tls_verify and not cfg.ca_bundle:
             log.warning("%s: TLS certificate verification is off (tls_verify: false)", self.name)
 
@@ -83,7 +87,10 @@ class EngineSource:
 
     def sample(self) -> SampleResult:
         """Scrape and normalise; raises ``SourceError`` with a bounded reason."""
+        self._body_bytes = 0
         outcome = self._attempt()
+        if self._body_bytes >= LARGE_BYTES or (not isinstance(outcome, SampleResult) and outcome[0] in _LARGE_REASONS):
+            release_free_memory()  # the large parse's pages go back to the OS (exporter/memtrim.py)
         if isinstance(outcome, SampleResult):
             return outcome
         reason, message = outcome
@@ -187,6 +194,7 @@ class EngineSource:
         response = get(request)
         self._check_status(response.status)
         body = response.body
+        self._body_bytes = len(body)
         del response
         try:
             return body.decode("utf-8")
