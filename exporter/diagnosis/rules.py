@@ -255,7 +255,7 @@ def _batching_window(v: View, t: Thresholds) -> bool:
         recent_p95(v, s.TTFT_P95_RECENT, s.TTFT_P95) >= t.batching_ttft_p95_seconds
         and gpu_idle(v, t)
         and v.get(s.UTIL_MAX_TTFT, v.get(s.UTIL_MAX_RECENT, 0.0)) < t.busy_utilization
-        and v.get(s.WAITING_MAX_TTFT, v.get(s.WAITING, 0.0)) < t.queue_backlog_requests
+        and v.get(s.WAITING_MAX_TTFT, v.get(s.WAITING, 0.0)) < t.batching_max_waiting
         and v.get(s.KV_USAGE_MAX, 0.0) < t.kv_usage_full
         and v.get(s.PREEMPTION_RATE, 0.0) <= t.preemption_rate_per_second
         and not host_saturated(v, t)

@@ -42,10 +42,15 @@ class Symptom:
 
 
 def latest_p95(v: View, recent: str, window: str) -> float | None:
-    """The recent quantile where enough requests were seen, else the window's; None if neither."""
-    if recent in v:
-        return v[recent]
-    return v.get(window)
+    """The worse of the recent quantile and the window's; None if neither is known.
+
+    The recent look (the last seconds, at least 20 requests) makes a symptom show
+    at once; the window's (20 s) keeps it while the service alternates between
+    slow bursts and fast lulls, as a CPU-bound front end or a preemption storm
+    does: users felt it within the window, so it is not cleared by one fast second.
+    """
+    found = [v[name] for name in (recent, window) if name in v]
+    return max(found) if found else None
 
 
 def ttft_high(v: View, t: Thresholds) -> bool:

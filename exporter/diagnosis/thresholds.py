@@ -129,6 +129,9 @@ class Thresholds:
     failure_min_requests: float = 5.0
     #: batching window: TTFT p95 at or above this while the GPU idles and nothing piles up
     batching_ttft_p95_seconds: float = 0.5
+    #: the most requests a batching window holds at once before the wait counts as a backlog: a
+    #: window of W s at R requests/s holds about R x W (3/s over a 0.8 s window peaks near 8)
+    batching_max_waiting: float = 16.0
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any] | None) -> Thresholds:
@@ -164,7 +167,7 @@ class Thresholds:
         positive = (
             "window_seconds", "recent_seconds", "slo_ttft_p95_seconds", "slo_itl_p95_seconds", "pcie_busy_bytes_per_second",
             "host_saturated_cpu", "host_saturated_demand", "queue_backlog_requests", "batching_ttft_p95_seconds",
-            "kv_queue_p95_seconds", "queueing_p95_seconds", "saturation_waiting_growth_per_second",
+            "kv_queue_p95_seconds", "queueing_p95_seconds", "saturation_waiting_growth_per_second", "batching_max_waiting",
         )
         for name in positive:
             if not getattr(self, name) > 0:

@@ -111,3 +111,12 @@ def test_page_leads_with_the_state_primary_and_chain(live_exporter, tmp_path):
     assert "symptom: TTFT p95" in dom
     assert dom.index('id="verdict"') < dom.index('id="layers"')
     assert re.search(r'data-layer="hardware" data-status="bottleneck"', dom)
+    # every value the JSON has is shown: no evidence cell, score or headroom reads "-" or "?"
+    assert "<td>-</td>" not in dom and '<div class="score">?</div>' not in dom.split('data-layer="memory"')[0]
+    shot = tmp_path / "page.png"
+    taken = subprocess.run(
+        [chromium(), *[f for f in CHROMIUM_FLAGS if f != "--dump-dom"], f"--user-data-dir={tmp_path / 'profile2'}",
+         f"--screenshot={shot}", "--window-size=1200,1400", base + "/"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert taken.returncode == 0 and shot.is_file() and shot.stat().st_size > 10_000, taken.stderr[-2000:]

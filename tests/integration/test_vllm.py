@@ -188,16 +188,26 @@ def load(vllm: Vllm) -> LoadReport:
     return report
 
 
+#: neutral families mapped from vLLM families it serves only in some versions or configurations
+_OPTIONAL = ("llm_scheduler_requests_waiting_by_reason", "llm_prompt_tokens_cached_total", "llm_engine_sleep_state",
+             "llm_engine_estimated_gpu_", "llm_request_preemptions", "llm_scheduler_iteration_tokens")
+
+
 def expected_vllm(text: str) -> Expected:
     """The documented vLLM >= 0.11 mapping (docs/reference section 8), applied to raw text."""
     raw = raw_series(text)
 
     def relabel(key: LabelKey) -> LabelKey:
-        names = {"model_name": "model", "engine": "rank", "finished_reason": "reason", "reason": "reason"}
+        names = {"model_name": "model", "engine": "rank", "finished_reason": "reason", "reason": "reason",
+                 "sleep_state": "state"}
         return frozenset((names[k], v) for k, v in key if k in names)
 
     def series(name: str) -> dict[LabelKey, float]:
         return {relabel(k): v for k, v in raw[name].items()}
+
+    def optional(name: str) -> dict[LabelKey, float]:
+        """A family vLLM serves only in some configurations (absent stays absent)."""
+        return {relabel(k): v for k, v in raw.get(name, {}).items()}
 
     scalars = {
         "llm_kv_cache_usage_ratio": series("vllm:kv_cache_usage_perc"),
@@ -213,7 +223,16 @@ def expected_vllm(text: str) -> Expected:
         "llm_spec_decode_accepted_tokens_total": series("vllm:spec_decode_num_accepted_tokens_total"),
         "llm_requests_finished_total": series("vllm:request_success_total"),
         "llm_requests_rejected_total": series("vllm:admission_rejections_total"),
+        # first-party evidence for the verdict (>= 0.11)
+        "llm_scheduler_requests_waiting_by_reason": optional("vllm:num_requests_waiting_by_reason"),
+        "llm_prompt_tokens_cached_total": optional("vllm:prompt_tokens_cached_total"),
+        "llm_engine_sleep_state": optional("vllm:engine_sleep_state"),
+        "llm_engine_estimated_gpu_flops_total": optional("vllm:estimated_flops_per_gpu_total"),
+        "llm_engine_estimated_gpu_read_bytes_total": optional("vllm:estimated_read_bytes_per_gpu_total"),
+        "llm_engine_estimated_gpu_write_bytes_total": optional("vllm:estimated_write_bytes_per_gpu_total"),
     }
+    # the optional families: expected exactly when the engine serves them
+    scalars = {name: values for name, values in scalars.items() if values or not name.startswith(_OPTIONAL)}
     cache_info = raw["vllm:cache_config_info"]
     scalars["llm_kv_cache_capacity_tokens"] = {
         relabel(k): float(dict(k)["kv_cache_size_tokens"]) for k in cache_info
@@ -230,7 +249,10 @@ def expected_vllm(text: str) -> Expected:
         "llm_scheduler_queue_seconds": hist("vllm:request_queue_time_seconds"),
         "llm_request_prefill_seconds": hist("vllm:request_prefill_time_seconds"),
         "llm_request_decode_seconds": hist("vllm:request_decode_time_seconds"),
+        "llm_request_preemptions": hist("vllm:request_num_preemptions"),
+        "llm_scheduler_iteration_tokens": hist("vllm:iteration_tokens_total"),
     }
+    hists = {name: values for name, values in hists.items() if values or not name.startswith(_OPTIONAL)}
     return Expected(
         scalars, hists,
         info_model_optional=frozenset({"llm_kv_cache_capacity_tokens", "llm_kv_cache_block_size_tokens"}),

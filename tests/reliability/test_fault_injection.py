@@ -20,7 +20,7 @@ import pytest
 from bench.exposition import vllm_exposition
 from tests.reliability.rel_helpers import TRACE, Metrics, Serve, SwitchableEngine, Watchdog, replay_copies
 
-INTERVAL = 0.5  # engine and GPU interval, seconds
+INTERVAL = 1.5  # engine and GPU interval, seconds (a timeout must be below its interval)
 FLAKY_TIMEOUT = 1.0
 FLAKY = "engine:flaky"
 STEADY = "engine:steady"
@@ -47,7 +47,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         config.write_text(
             "engines:\n"
             f"  - {{url: '{flaky.url}', name: flaky, interval: {INTERVAL}, timeout: {FLAKY_TIMEOUT}}}\n"
-            f"  - {{url: '{steady.url}', name: steady, interval: {INTERVAL}, timeout: 2}}\n"
+            f"  - {{url: '{steady.url}', name: steady, interval: {INTERVAL}, timeout: 1.4}}\n"
         )
         args = ["--config", str(config), "--gpu-source", "replay:" + ",".join(map(str, traces)), "--gpu-interval", str(INTERVAL)]
         with Serve(args) as serve:

@@ -170,7 +170,7 @@ def test_switching_scenario_live(url: str) -> None:
     assert_error(httpx.post(url + "/sim/scenario", json={"scenario": "melted"}), 400, "scenario")
     httpx.post(url + "/sim/scenario", json={"scenario": "healthy"})
     listing = httpx.get(url + "/sim/scenarios").json()
-    assert listing["current"] == "healthy" and len(listing["scenarios"]) == 11
+    assert listing["current"] == "healthy" and len(listing["scenarios"]) == 12
 
 
 def test_every_request_finishes_and_state_settles(url: str) -> None:
