@@ -35,6 +35,12 @@ def fetch(base_url: str, timeout: float) -> dict[str, Any]:
         response = requests.get(url, timeout=timeout)
     except requests.RequestException as err:
         raise RuntimeError(f"cannot reach the exporter at {url}: {type(err).__name__}") from None
+    return verdict_of(url, response)
+
+
+def verdict_of(url: str, response: Any) -> dict[str, Any]:
+    """The verdict in a /diagnosis answer; RuntimeError with one readable line when it is not one
+    (shared by ``diagnose`` and ``report``)."""
     if response.status_code != 200:
         raise RuntimeError(f"{url} answered HTTP {response.status_code}")
     try:

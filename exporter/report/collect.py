@@ -70,17 +70,10 @@ def _get(session: Any, url: str, timeout: float, params: dict[str, str] | None =
 
 def fetch_verdict(session: Any, base: str, timeout: float) -> dict[str, Any]:
     """GET BASE/diagnosis?signals=1; raises RuntimeError with one readable line on any failure."""
+    from exporter.diagnosis.cli import verdict_of
+
     url = base + "/diagnosis"
-    response = _get(session, url, timeout, {"signals": "1"})
-    if response.status_code != 200:
-        raise RuntimeError(f"{url} answered HTTP {response.status_code}")
-    try:
-        body = response.json()
-    except ValueError:
-        raise RuntimeError(f"{url} did not return JSON (is this an llm-layer-exporter?)") from None
-    if not isinstance(body, dict) or "layers" not in body or "bottlenecks" not in body:
-        raise RuntimeError(f"{url} returned JSON without layers/bottlenecks (is this an llm-layer-exporter?)")
-    return body
+    return verdict_of(url, _get(session, url, timeout, {"signals": "1"}))
 
 
 def fetch_metrics(session: Any, base: str, timeout: float) -> str:
