@@ -152,12 +152,15 @@ def test_verdict_on_a_real_engine_under_load(case: Case) -> None:
     exporter = None
     try:
         exporter, exporter_base = _start_exporter(case, engine_base)
-        with ClosedLoop(_sender(case, engine_base), case.clients, deadline_s=WARMUP_S + READINGS * SPACING_S + 120) as load:
-            # warm-up: the window fills with this load (bounded by the loop's own deadline)
-            first = read_verdicts(exporter_base, 1, 0.0, WARMUP_S + 30)
+        # each read has its own bound; the load outlives all of them, so no reading is taken after it stopped
+        # (on a slow 2-core runner a verdict can take several seconds to change: the bounds are generous)
+        first_s, warm_s, read_s = WARMUP_S + 30, WARMUP_S + 20, READINGS * SPACING_S * 6 + 60
+        with ClosedLoop(_sender(case, engine_base), case.clients, deadline_s=first_s + warm_s + read_s + 30) as load:
+            # warm-up: the window fills with this load
+            first = read_verdicts(exporter_base, 1, 0.0, first_s)
             assert first, f"no verdict from the exporter; log {exporter.log}"
-            read_verdicts(exporter_base, int(WARMUP_S), 1.0, WARMUP_S + 10)
-            verdicts = read_verdicts(exporter_base, READINGS, SPACING_S, READINGS * SPACING_S * 3 + 30)
+            read_verdicts(exporter_base, int(WARMUP_S), 1.0, warm_s)
+            verdicts = read_verdicts(exporter_base, READINGS, SPACING_S, read_s)
         assert len(verdicts) == READINGS, f"only {len(verdicts)} verdicts; exporter log {exporter.log}"
         assert load.completed > 0, f"no request completed: {dict(load.statuses)} {dict(load.errors)}"
         readings = Counter(primary_of(v) for v in verdicts)
