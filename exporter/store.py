@@ -16,6 +16,11 @@ nothing, so the store learns of each attempt's start (``begin_attempt``) and
 turns one older than its timeout into a ``timeout`` failure on its own, while
 it hangs: the source reads down, its values are dropped, and the error is
 counted once for that attempt.
+
+Why some points outlive staleness: a source's own bookkeeping counters (the
+exporter layer's ``_total`` series, e.g. ``llm_exporter_series_dropped_total``)
+must not vanish while the source is down, or every outage reads as a counter
+reset and the count of what was cut is lost exactly when it matters.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Iterator, Mapping
 
 from exporter.samples import HistogramSample, Point, Sample, SourceError
+from exporter.schema import SPECS
 
 STALE_AFTER_INTERVALS = 2.0
 
@@ -36,6 +42,12 @@ Clock = Callable[[], float]
 def wall_now() -> float:
     """Unix time, looked up on every call (so a test can step the wall clock)."""
     return time.time()
+
+
+#: counters a source keeps about itself, published from its last success even while it is down
+STICKY_COUNTERS: frozenset[str] = frozenset(
+    name for name, spec in SPECS.items() if spec.type == "counter" and spec.layer == "exporter"
+)
 
 
 @dataclass
@@ -186,6 +198,7 @@ class SnapshotStore:
             self._version += 1
 
     def unregister(self, name: str) -> None:
+        """Forget a source and its points (a removed discovered engine); a late write of it is ignored."""
         with self._lock:
             self._states.pop(name, None)
             self._version += 1
@@ -193,7 +206,9 @@ class SnapshotStore:
     def begin_attempt(self, name: str) -> None:
         """A sample attempt of ``name`` starts now (its deadline is now + its timeout)."""
         with self._lock:
-            st = self._states[name]
+            st = self._states.get(name)
+            if st is None:  # unregistered meanwhile
+                return
             st.in_flight_since = self._mono()
             st.overdue = False
 
@@ -201,7 +216,9 @@ class SnapshotStore:
         self, name: str, points: list[Point], duration: float, partial_errors: Iterable[SourceError] = ()
     ) -> None:
         with self._lock:
-            st = self._states[name]
+            st = self._states.get(name)
+            if st is None:  # unregistered while the attempt ran: its result is dropped
+                return
             st.up = True
             st.attempted = True
             st.last_duration = duration
@@ -217,7 +234,9 @@ class SnapshotStore:
     def record_failure(self, name: str, error: SourceError, duration: float) -> None:
         """A failed attempt; one that was already failed as overdue is not counted twice."""
         with self._lock:
-            st = self._states[name]
+            st = self._states.get(name)
+            if st is None:
+                return
             st.up = False
             st.attempted = True
             st.last_duration = duration
@@ -276,6 +295,8 @@ class SnapshotStore:
             if stale_at is not None and now <= stale_at:
                 points.extend(st.points)
                 valid_until = min(valid_until, stale_at)
+            else:  # down or stale: its own counters stay (see the module docstring)
+                points.extend(p for p in st.points if p.name in STICKY_COUNTERS)
             overdue_at = st.overdue_at()
             if overdue_at is not None:
                 valid_until = min(valid_until, overdue_at)

@@ -56,6 +56,8 @@ MAX_MESSAGE = 300
 DROPPED = "llm_exporter_series_dropped_total"
 #: failures that mean a large body was read or parsed before it was refused
 _LARGE_REASONS = frozenset({"too_large", "too_many_series"})
+#: scrapes after a large one that trim the heap as well (the store frees the large result on the next)
+TRIMS_AFTER_LARGE = 2
 
 
 class EngineSource:
@@ -80,6 +82,7 @@ class EngineSource:
         self._secrets: list[str] = [s for s in (self._url_auth or ()) if len(s) >= 3]
         self._tls: tuple[tuple[str | None, int], ssl.SSLContext] | None = None
         self._body_bytes = 0
+        self._trims_after_large = 0
         if not cfg.tls_verify and not cfg.ca_bundle:
             log.warning("%s: TLS certificate verification is off (tls_verify: false)", self.name)
 
@@ -89,8 +92,12 @@ class EngineSource:
         """Scrape and normalise; raises ``SourceError`` with a bounded reason."""
         self._body_bytes = 0
         outcome = self._attempt()
-        if self._body_bytes >= LARGE_BYTES or (not isinstance(outcome, SampleResult) and outcome[0] in _LARGE_REASONS):
-            release_free_memory()  # the large parse's pages go back to the OS (exporter/memtrim.py)
+        large = self._body_bytes >= LARGE_BYTES or (not isinstance(outcome, SampleResult) and outcome[0] in _LARGE_REASONS)
+        if large or self._trims_after_large:
+            # the large parse's pages go back to the OS (exporter/memtrim.py); and on the next scrapes
+            # too: a large result is freed only once a later one replaces it in the store
+            release_free_memory()
+        self._trims_after_large = TRIMS_AFTER_LARGE if large else max(0, self._trims_after_large - 1)
         if isinstance(outcome, SampleResult):
             return outcome
         reason, message = outcome

@@ -76,6 +76,9 @@ def parse(text: str, wanted: AbstractSet[str], max_series: int | None = None) ->
     ``max_series`` is given and exceeded (checked while reading, so a huge body
     stops early).
     """
+    if max_series is not None and _quick_sample_lines(text) > max_series and count_sample_lines(text) > max_series:
+        # refused before any line or label is materialised: a 200k-series body costs its text, nothing more
+        raise SeriesLimitError(max_series)
     if "\r" in text:
         text = text.replace("\r\n", "\n")
     lines = text.split("\n")
@@ -141,6 +144,20 @@ def parse(text: str, wanted: AbstractSet[str], max_series: int | None = None) ->
                 raise ParseError(later, "content after # EOF")
     names = {n for n, ok in name_ok.items() if ok}
     return Exposition(samples=samples, names=names, series=series)
+
+
+#: a line whose first non-blank character is not ``#``: a sample line, as :func:`parse` reads them
+_SAMPLE_LINE_RE = re.compile(r"^[ \t]*[^#\s]", re.MULTILINE)
+
+
+def _quick_sample_lines(text: str) -> int:
+    """An upper bound on the sample lines of ``text``, at C speed (lines minus ``#`` lines)."""
+    return text.count("\n") + 1 - text.count("\n#") - (1 if text.startswith("#") else 0)
+
+
+def count_sample_lines(text: str) -> int:
+    """Sample lines of ``text`` (what the input limit counts), without building a line list."""
+    return sum(1 for _ in _SAMPLE_LINE_RE.finditer(text))
 
 
 def _labels_and_rest(line: str, brace: int, lineno: int, label_ok: dict[str, bool]) -> tuple[Labels, str]:

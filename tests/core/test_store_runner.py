@@ -127,3 +127,20 @@ def test_group_runs_loops_in_threads_and_stops_them() -> None:
     group.stop()
     assert src.closed
     assert not any(r._thread.is_alive() for r in group.runners)
+
+
+def test_a_sources_own_counters_outlive_its_values_while_it_is_down() -> None:
+    """A down engine keeps publishing how many series it dropped (no reset in Prometheus), not its values."""
+    clock = FakeClock()
+    store = SnapshotStore(clock=clock)
+    dropped = Sample("llm_exporter_series_dropped_total", {"source": "engine:a", "reason": "budget"}, 7.0)
+    src = ScriptedSource([SampleResult([*_ok(3).points, dropped]), SourceError("connection", "refused")])
+    runner = SourceRunner(src, store)
+    runner.sample_once()
+    clock.now += 11
+    runner.sample_once()
+    snap = store.snapshot()
+    assert snap.values("llm_scheduler_requests_waiting") == []
+    assert snap.values("llm_exporter_series_dropped_total") == [7.0]
+    store.unregister("engine:a")  # a source that is gone takes its counters with it
+    assert store.snapshot().values("llm_exporter_series_dropped_total") == []
