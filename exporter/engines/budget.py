@@ -92,8 +92,9 @@ def cut_long_labels(points: list[Point], limit: int) -> tuple[list[Point], int]:
     return (points if out is None else out), cut
 
 
-def _label_order(point: Point) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted(point.labels.items()))
+def _label_order(point: Point) -> str:
+    """A sort key for a point's labels: one string (a tuple of pairs costs ~3x the memory for 60k points)."""
+    return "\x00".join(f"{k}\x01{v}" for k, v in sorted(point.labels.items()))
 
 
 def within_budget(points: list[Point], budget: int) -> tuple[list[Point], int]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import AbstractSet
+from typing import AbstractSet, Iterator
 
 #: Labels of one sample (a fresh dict per sample; callers may keep it).
 Labels = dict[str, str]
@@ -81,11 +81,9 @@ def parse(text: str, wanted: AbstractSet[str], max_series: int | None = None) ->
         raise SeriesLimitError(max_series)
     if "\r" in text:
         text = text.replace("\r\n", "\n")
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    elif lines[-1].strip() != "# EOF":
-        raise ParseError(len(lines), "truncated: the last line has no terminating newline")
+    if text and not text.endswith("\n") and text[text.rfind("\n") + 1 :].strip() != "# EOF":
+        raise ParseError(text.count("\n") + 1, "truncated: the last line has no terminating newline")
+    lines = _lines(text)  # one line at a time: no list of every line of a large body
 
     samples: dict[str, list[tuple[Labels, float]]] = {}
     name_ok: dict[str, bool] = {}
@@ -139,11 +137,23 @@ def parse(text: str, wanted: AbstractSet[str], max_series: int | None = None) ->
         samples.setdefault(name, []).append((labels, _value(rest, lineno)))
 
     if eof_line:
-        for later, line in enumerate(lines[eof_line:], start=eof_line + 1):
+        for later, line in enumerate(lines, start=eof_line + 1):
             if line.strip():
                 raise ParseError(later, "content after # EOF")
     names = {n for n, ok in name_ok.items() if ok}
     return Exposition(samples=samples, names=names, series=series)
+
+
+def _lines(text: str) -> Iterator[str]:
+    """The lines of ``text`` without their ``\\n``, made one by one (``str.split`` would make them all)."""
+    pos, end = 0, len(text)
+    while pos < end:
+        nl = text.find("\n", pos)
+        if nl == -1:
+            yield text[pos:]
+            return
+        yield text[pos:nl]
+        pos = nl + 1
 
 
 #: a line whose first non-blank character is not ``#``: a sample line, as :func:`parse` reads them
