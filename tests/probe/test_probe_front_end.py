@@ -1,0 +1,135 @@
+"""Time outside the engine through a slow proxy of our own, without a real engine.
+
+The fake engine (tests/probe/probe_http.py) reports its own prefill time for each request,
+as llama.cpp does; ``SlowProxy`` (tests/probe/proxies.py) holds the first byte of every
+answer for a fixed delay. Proven here:
+* in-process: the probe's time outside the engine equals the added delay within
+  ``TOLERANCE_S``, and is near 0 without the proxy;
+* end to end: a real ``python -m exporter serve`` subprocess, its engine scraped directly and
+  its probe pointed at the proxy (``probe.url``), publishes ``llm_probe_outside_engine_seconds``
+  near the delay and its diagnosis names ``application/front_end_overhead`` as the primary.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from exporter.config import EngineConfig
+from exporter.probe.config import ProbeConfig
+from exporter.probe.source import ProbeSource
+from exporter.store import SnapshotStore
+from tests.helpers import free_port
+from tests.probe.probe_http import Behaviour, ProbeHTTPServer
+from tests.probe.proxies import SlowProxy
+
+ROOT = Path(__file__).resolve().parents[2]
+DELAY_S = 0.6
+TOLERANCE_S = 0.1
+
+
+def _outside(base: str, probe_url: str | None, n: int = 4) -> list[float]:
+    cfg = EngineConfig(
+        url=base + "/metrics", name="fake", interval=1.0, timeout=0.5, probe=ProbeConfig(interval=2.0, timeout=1.8, url=probe_url)
+    )
+    src = ProbeSource(cfg, SnapshotStore())
+    out = []
+    for _ in range(n):
+        src.sample()
+        assert src.last is not None and src.last.result == "ok", src.last and src.last.detail
+        assert src.last_method == "engine_reported"
+        out.append(src.last_outside)
+    return out
+
+
+@pytest.mark.slow
+def test_outside_engine_time_equals_the_delay_a_slow_front_end_adds() -> None:
+    with ProbeHTTPServer(Behaviour(prompt_ms=2.0)) as server:
+        direct = _outside(server.url, None)
+        port = int(server.url.rsplit(":", 1)[1])
+        with SlowProxy(port, DELAY_S) as proxy:
+            through = _outside(server.url, proxy.url)
+    assert all(abs(x) < TOLERANCE_S for x in direct), direct
+    assert all(abs(x - DELAY_S) < TOLERANCE_S for x in through), through
+
+
+def _metric(text: str, name: str, **labels: str) -> list[float]:
+    out = []
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            out.append(float(line.rsplit(" ", 1)[1]))
+    return out
+
+
+@pytest.mark.slow
+def test_serve_through_a_slow_front_end_names_front_end_overhead(tmp_path: Path) -> None:
+    port = free_port()
+    with ProbeHTTPServer(Behaviour(prompt_ms=2.0)) as server, SlowProxy(int(server.url.rsplit(":", 1)[1]), DELAY_S) as proxy:
+        cfg = tmp_path / "exporter.yaml"
+        cfg.write_text(
+            "gpu_source: none\n"
+            f"listen_address: 127.0.0.1:{port}\n"
+            "engines:\n"
+            f"  - url: {server.url}/metrics\n"
+            "    name: fake\n"
+            "    interval: 1\n"
+            f"    probe: {{interval: 2s, timeout: 1.8s, url: '{proxy.url}'}}\n"
+            "diagnosis:\n"
+            "  slo_ttft_p95_seconds: 0.4\n"
+        )
+        env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        log = tmp_path / "serve.log"
+        with open(log, "w") as fh:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "exporter", "serve", "--config", str(cfg)],
+                cwd=ROOT,
+                env=env,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        try:
+            base = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 60
+            outside: list[float] = []
+            verdict: dict = {}
+            while time.monotonic() < deadline:
+                assert proc.poll() is None, log.read_text()[-3000:]
+                try:
+                    text = requests.get(base + "/metrics", timeout=5).text
+                    verdict = requests.get(base + "/diagnosis", timeout=5).json()
+                except requests.RequestException:
+                    time.sleep(0.5)
+                    continue
+                outside = _metric(text, "llm_probe_outside_engine_seconds", server="fake")
+                primary = (verdict.get("primary") or {}).get("cause")
+                if outside and primary == "front_end_overhead":
+                    break
+                time.sleep(0.5)
+            assert outside and abs(outside[0] - DELAY_S) < TOLERANCE_S, (outside, log.read_text()[-3000:])
+            assert verdict["state"] == "degraded" and verdict["primary"]["cause"] == "front_end_overhead", verdict
+            assert "outside the engine" in verdict["primary"]["chain"]
+            assert _metric(text, "llm_exporter_source_up", source="probe:fake") == [1.0]
+            assert _metric(text, "llm_probe_requests_total", result="ok")[0] >= 1
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+
+
+@pytest.mark.parametrize("delay", [0.0])
+def test_slow_proxy_passes_the_stream_through_unchanged(delay: float) -> None:
+    with ProbeHTTPServer(Behaviour(tokens=6)) as server, SlowProxy(int(server.url.rsplit(":", 1)[1]), delay) as proxy:
+        cfg = EngineConfig(url=server.url + "/metrics", name="fake", probe=ProbeConfig(interval=2.0, timeout=1.8, url=proxy.url))
+        src = ProbeSource(cfg, SnapshotStore())
+        src.sample()
+    assert src.last.result == "ok" and src.last.chunks == 6
