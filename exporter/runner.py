@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from exporter.samples import SourceError
 from exporter.sources import Source
@@ -158,11 +158,11 @@ class SourceRunner:
             self._fail(err, self._clock() - started)
             return False
         except Exception as exc:  # a bug in a source must not kill its loop
-            err = SourceError("internal", f"{type(exc).__name__}: {exc}")
+            crash = SourceError("internal", f"{type(exc).__name__}: {exc}")
             if not self._crash_logged:
                 log.exception("source %s raised unexpectedly", name)
                 self._crash_logged = True
-            self._fail(err, self._clock() - started)
+            self._fail(crash, self._clock() - started)
             return False
         duration = self._clock() - started
         if duration > self.source.timeout:
@@ -203,28 +203,63 @@ class SourceRunner:
 
 
 class RunnerGroup:
-    """Starts and stops a set of runners together, with one watchdog for all of them."""
+    """Starts and stops a set of runners together, with one watchdog for all of them.
+
+    Why sources can come and go while it runs: serving-pod discovery
+    (``exporter/kubernetes/discovery.py``) adds an engine source when a pod
+    appears and removes it when the pod goes. ``add`` on a started group starts
+    the runner at once; ``remove`` stops it, closes the source and drops its
+    results from the store. A source with a ``bind_runner_group(group)`` method
+    is handed the group when added (that is how discovery reaches it).
+    """
 
     def __init__(self, store: SnapshotStore, watch_period: float = WATCH_PERIOD_S) -> None:
         self.store = store
         self.runners: list[SourceRunner] = []
         self.watch_period = watch_period
+        self._lock = threading.Lock()
+        self._started = False
+        self._stopping = False
         self._stop = threading.Event()
         self._watchdog = threading.Thread(target=self._watch, name="source-watchdog", daemon=True)
 
     def add(self, source: Source) -> SourceRunner:
-        runner = SourceRunner(source, self.store)
-        self.runners.append(runner)
+        bind = getattr(source, "bind_runner_group", None)
+        if callable(bind):
+            bind(self)
+        with self._lock:
+            runner = SourceRunner(source, self.store)
+            self.runners.append(runner)
+            if self._started and not self._stopping:
+                runner.start()
         return runner
 
+    def remove(self, name: str, timeout: float = STOP_WAIT_S) -> bool:
+        """Stop and close the source named ``name`` and drop its results; False when there is none."""
+        with self._lock:
+            found = [r for r in self.runners if r.source.name == name]
+            self.runners = [r for r in self.runners if r.source.name != name]
+        for r in found:
+            r.stop(timeout)
+        if found:
+            self.store.unregister(name)
+        return bool(found)
+
+    def _current(self) -> list[SourceRunner]:
+        with self._lock:
+            return list(self.runners)
+
     def start(self) -> None:
-        for r in self.runners:
+        with self._lock:
+            self._started = True
+            runners = list(self.runners)
+        for r in runners:
             r.start()
         self._watchdog.start()
 
     def _watch(self) -> None:
         while not self._stop.wait(self.watch_period):
-            for r in self.runners:
+            for r in self._current():
                 try:
                     r.check_overdue()
                 except Exception:  # the watchdog must outlive any one source
@@ -233,10 +268,13 @@ class RunnerGroup:
     def stop(self, timeout: float = STOP_WAIT_S) -> None:
         """Stop every loop; wait at most ``timeout`` in all for samples still running."""
         self._stop.set()
-        for r in self.runners:
+        with self._lock:
+            self._stopping = True
+            runners = list(self.runners)
+        for r in runners:
             r.request_stop()
         deadline = time.monotonic() + timeout
-        for r in self.runners:
+        for r in runners:
             r.stop(max(0.0, deadline - time.monotonic()))
         if self._watchdog.is_alive():
             self._watchdog.join(timeout)

@@ -17,9 +17,11 @@ wants 100 %: it is still the ceiling, and only its demand shows it (measured
 here: the simulator's host-bound scheduler thread read 0.18-0.45 CPU and 0.99-1.00
 demand at a load average of 8 on 2 cores).
 
-The process is found by PID or by a command-line substring. A vanished PID is
-a source fault (``process_gone``), never a crash; with a substring the next
-sample looks for the process again (a restarted server gets a new PID).
+The process is found by PID, by a command-line substring or by a ``finder``
+callable (a discovered pod's container, through its cgroup: exporter/kubernetes).
+A vanished PID is a source fault (``process_gone``), never a crash; with a
+substring or a finder the next sample looks for the process again (a restarted
+server gets a new PID).
 
 Why the cost is bounded, and how (an engine has hundreds of threads, and the
 sampler must stay cheap on a node whose CPUs the engine keeps busy): psutil's
@@ -185,16 +187,19 @@ class ProcessSource:
         *,
         pid: int | None = None,
         substring: str | None = None,
+        finder: Callable[[], int | None] | None = None,
         interval: float = 1.0,
         timeout: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if pid is None and not substring:
-            raise ValueError("ProcessSource needs a pid or a command-line substring")
+        if pid is None and not substring and finder is None:
+            raise ValueError("ProcessSource needs a pid, a command-line substring or a finder")
         self.name = f"process:{server}"
         self.server = server
         self.pid = pid
         self.substring = substring
+        #: returns the root PID now, None when not found (a discovered pod's container: exporter/kubernetes)
+        self.finder = finder
         self.interval = interval
         self.timeout = timeout
         self._clock = clock
@@ -216,6 +221,15 @@ class ProcessSource:
             except _GONE:
                 pass
             self._forget()
+        if self.finder is not None:
+            found_pid = self.finder()
+            if found_pid is None:
+                raise SourceError("process_gone", f"no process found for {self.server}")
+            try:
+                self._proc = psutil.Process(found_pid)
+                return self._proc
+            except _GONE:
+                raise SourceError("process_gone", f"process {found_pid} of {self.server} exited") from None
         if self.pid is not None and not self._tried_pid:
             self._tried_pid = True
             try:

@@ -12,6 +12,12 @@ device calls (``FakeGpu.lose_after``) and brought back (``recover``), calls
 that answer NotSupported (``FakeGpu.not_supported``), GPM unsupported
 (``FakeGpu.gpm=False``), an old driver without the clocks-event symbol
 (``event_reasons_symbol=False``). ``calls`` counts every function called.
+
+Running compute processes (``FakeGpu.processes``) and MIG (``FakeGpu.mig_capable``,
+``mig_enabled``, ``mig_devices``) answer as nvml.h documents: MIG calls raise
+NotSupported on a GPU without MIG, an empty MIG slot raises NotFound, and on a
+MIG-enabled GPU the parent handle's process list needs privileges (NoPermission)
+while each MIG device handle lists its own processes.
 """
 
 from __future__ import annotations
@@ -34,6 +40,16 @@ _FORWARDED_PREFIXES = (
 )
 
 MIB = 1024 * 1024
+#: most MIG devices one GPU can hold (an A100/H100/H200 has 7 slots)
+MAX_MIG_DEVICES = 7
+
+
+@dataclass
+class FakeMig:
+    """One MIG device of a fake GPU: its own UUID and running compute processes."""
+
+    uuid: str
+    processes: list[tuple[int, int | None]] = field(default_factory=list)
 
 
 @dataclass
@@ -74,6 +90,12 @@ class FakeGpu:
     lost: bool = False
     device_calls: int = 0
     generation: int = 0
+    #: running compute processes: (host PID, used bytes, or None where NVML says "not available")
+    processes: list[tuple[int, int | None]] = field(default_factory=list)
+    #: MIG: capable (A100 and newer), enabled, and the MIG devices in its slots
+    mig_capable: bool = False
+    mig_enabled: bool = False
+    mig_devices: list[FakeMig] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -82,6 +104,14 @@ class _Handle:
 
     index: int
     generation: int
+
+
+@dataclass(frozen=True)
+class _MigHandle:
+    """Handle of one MIG device: its parent's handle and its slot."""
+
+    parent: _Handle
+    slot: int
 
 
 class _SampleBuffer(ctypes.Structure):
@@ -180,6 +210,8 @@ class FakeNvml:
     # ------------------------------------------------------------------ device reads
 
     def nvmlDeviceGetUUID(self, handle: Any) -> str:
+        if isinstance(handle, _MigHandle):
+            return self._mig("nvmlDeviceGetUUID", handle).uuid
         return self._device("nvmlDeviceGetUUID", handle).uuid
 
     def nvmlDeviceGetName(self, handle: Any) -> str:
@@ -297,3 +329,58 @@ class FakeNvml:
                 metric.value = 0.0
                 metric.nvmlReturn = _real.NVML_ERROR_NOT_SUPPORTED
         return request
+
+    # ------------------------------------------------------------------ MIG and processes
+
+    def _mig(self, name: str, handle: _MigHandle) -> FakeMig:
+        gpu = self._device(name, handle.parent)
+        if not gpu.mig_enabled or handle.slot >= len(gpu.mig_devices):
+            raise _err("NVMLError_InvalidArgument")  # the MIG device is gone (MIG reconfigured)
+        return gpu.mig_devices[handle.slot]
+
+    def nvmlDeviceGetMigMode(self, handle: Any) -> list[int]:
+        gpu = self._device("nvmlDeviceGetMigMode", handle)
+        if not gpu.mig_capable:
+            raise _err("NVMLError_NotSupported")
+        mode = _real.NVML_DEVICE_MIG_ENABLE if gpu.mig_enabled else _real.NVML_DEVICE_MIG_DISABLE
+        return [mode, mode]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any) -> int:
+        gpu = self._device("nvmlDeviceGetMaxMigDeviceCount", handle)
+        if not gpu.mig_capable:
+            raise _err("NVMLError_NotSupported")
+        return MAX_MIG_DEVICES
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: int) -> _MigHandle:
+        gpu = self._device("nvmlDeviceGetMigDeviceHandleByIndex", handle)
+        if not gpu.mig_capable:
+            raise _err("NVMLError_NotSupported")
+        if not 0 <= index < MAX_MIG_DEVICES:
+            raise _err("NVMLError_InvalidArgument")
+        if not gpu.mig_enabled or index >= len(gpu.mig_devices):
+            raise _err("NVMLError_NotFound")
+        return _MigHandle(handle, index)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]:
+        name = "nvmlDeviceGetComputeRunningProcesses"
+        if isinstance(handle, _MigHandle):
+            found = self._mig(name, handle).processes
+            instance = handle.slot
+        else:
+            gpu = self._device(name, handle)
+            if gpu.mig_enabled:  # aggregate over MIG devices: only with privileges (nvml.h)
+                raise _err("NVMLError_NoPermission")
+            found, instance = gpu.processes, _real.NVML_VALUE_NOT_AVAILABLE_uint.value
+        out = []
+        for pid, used in found:
+            info = _real.c_nvmlProcessInfo_v3_t(
+                pid=pid,
+                usedGpuMemory=_real.NVML_VALUE_NOT_AVAILABLE_ulonglong.value if used is None else used,
+                gpuInstanceId=instance,
+                computeInstanceId=0 if isinstance(handle, _MigHandle) else instance,
+            )
+            obj = _real.nvmlStructToFriendlyObject(info)
+            if obj.usedGpuMemory == _real.NVML_VALUE_NOT_AVAILABLE_ulonglong.value:
+                obj.usedGpuMemory = None  # as nvidia-ml-py does
+            out.append(obj)
+        return out

@@ -1,0 +1,278 @@
+"""Serving-pod discovery: annotated pods on this node become engine sources, no per-pod config.
+
+A pod is scraped when it carries::
+
+    metadata:
+      annotations:
+        llm-layer-exporter.io/scrape: "true"     # required
+        llm-layer-exporter.io/port: "8000"       # default: the first containerPort declared
+        llm-layer-exporter.io/path: /metrics     # default /metrics
+        llm-layer-exporter.io/engine: vllm       # auto (default), vllm, sglang, tgi, trtllm, llamacpp
+
+and is Running with a pod IP (not terminating). Each becomes ``EngineSource``
+``engine:<namespace>/<pod>`` (``server`` label ``<namespace>/<pod>``) scraping
+``http://<pod IP>:<port><path>``, its series labelled ``namespace`` and ``pod``
+(``PodLabelled``); with the process sampler on, also ``process:<namespace>/<pod>``,
+whose PID is found through the pod's cgroup (the root process of the container
+that declares the port, else the first container; needs ``hostPID: true``).
+
+Why a source: the refresh (every 30 s by default) runs on its own runner thread
+like any sample, with its timeout, and its health is ``llm_exporter_source_up
+{source="kubernetes:discovery"}``; it publishes no series of its own. The
+engine sources are added to and removed from the running ``RunnerGroup``
+(``bind_runner_group``, called by ``RunnerGroup.add``): a new pod starts
+scraping at once, a pod gone or an annotation removed stops its sources and
+drops their series, a changed annotation replaces them.
+
+Faults: a failed pod list fails this source and keeps the engines found before
+(a blip of the API server must not blank every engine); a bad annotation is one
+warning line per pod and value, logged again only after it changed, and the pod
+is skipped. At most ``MAX_TARGETS`` pods are scraped.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from exporter.config import ENGINE_TYPES, EngineConfig
+from exporter.kubernetes.cgroup import container_root_pid
+from exporter.kubernetes.pods import Pod, PodDirectory
+from exporter.samples import HistogramSample, Point, Sample, SampleResult, SourceError
+
+log = logging.getLogger(__name__)
+
+ANNOTATION_PREFIX = "llm-layer-exporter.io/"
+SCRAPE = ANNOTATION_PREFIX + "scrape"
+PORT = ANNOTATION_PREFIX + "port"
+PATH = ANNOTATION_PREFIX + "path"
+ENGINE = ANNOTATION_PREFIX + "engine"
+DEFAULT_INTERVAL_S = 30.0
+MAX_TARGETS = 64
+#: seconds between two scans of /proc for a discovered pod's process while it is not found
+FIND_EVERY_S = 10.0
+
+
+@dataclass(frozen=True)
+class Target:
+    """One annotated, running pod to scrape."""
+
+    uid: str
+    namespace: str
+    pod: str
+    url: str
+    engine: str
+    #: the container whose root process the process sampler follows
+    container: str
+
+    @property
+    def server(self) -> str:
+        return f"{self.namespace}/{self.pod}"
+
+
+def _truthy(value: str) -> bool:
+    return value.strip().lower() in ("true", "1", "yes", "on")
+
+
+def target_of(pod: Pod) -> Target | str | None:
+    """The target an annotated pod asks for, a problem (one line) when its annotations are bad,
+    or None when it does not ask (no ``scrape: "true"``) or is not running."""
+    ann = pod.annotations
+    if not _truthy(ann.get(SCRAPE, "")):
+        return None
+    if pod.phase != "Running" or not pod.ip or pod.terminating:
+        return None
+    where = f"pod {pod.namespace}/{pod.name}"
+    raw_port = ann.get(PORT, "").strip()
+    container = next((c for c in pod.containers if c.ports), pod.containers[0] if pod.containers else None)
+    if raw_port:
+        if not raw_port.isdigit() or not 0 < int(raw_port) < 65536:
+            return f"{where}: annotation {PORT}={raw_port!r} is not a port number 1-65535"
+        port = int(raw_port)
+        container = next((c for c in pod.containers if port in c.ports), container)
+    elif container is not None and container.ports:
+        port = container.ports[0]
+    else:
+        return f"{where}: no {PORT} annotation and no containerPort declared"
+    path = ann.get(PATH, "/metrics").strip() or "/metrics"
+    if not path.startswith("/") or any(ch in path for ch in " \t\r\n#"):
+        return f"{where}: annotation {PATH}={path[:80]!r} is not an absolute URL path"
+    engine = ann.get(ENGINE, "auto").strip().lower() or "auto"
+    if engine not in ENGINE_TYPES:
+        return f"{where}: annotation {ENGINE}={engine[:40]!r} is not one of {', '.join(ENGINE_TYPES)}"
+    host = f"[{pod.ip}]" if ":" in pod.ip else pod.ip
+    return Target(pod.uid, pod.namespace, pod.name, f"http://{host}:{port}{path}", engine, container.name if container else "")
+
+
+class PodLabelled:
+    """A source whose points get ``namespace`` and ``pod`` labels (declared for engine and
+    process metrics in --kubernetes mode: ``exporter.schema.KUBERNETES_ENGINE_LABELS``)."""
+
+    def __init__(self, inner: Any, namespace: str, pod: str) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.interval = inner.interval
+        self.timeout = inner.timeout
+        self.extra = {"namespace": namespace, "pod": pod}
+
+    def sample(self) -> SampleResult:
+        result = self.inner.sample()
+        extra = self.extra
+        points: list[Point] = []
+        for p in result.points:
+            if isinstance(p, HistogramSample):
+                points.append(replace(p, labels={**p.labels, **extra}))
+            elif isinstance(p, Sample):
+                points.append(Sample(p.name, {**p.labels, **extra}, p.value))
+        return SampleResult(points, result.partial_errors)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class PodProcessFinder:
+    """The root PID of a discovered pod's container, found through the cgroups under ``proc_root``.
+
+    The container's runtime ID is looked up in the latest pod list on every
+    search, so a restarted container is followed; a search that found nothing
+    is not repeated for ``FIND_EVERY_S`` seconds (one search reads every
+    process's cgroup file on the node).
+    """
+
+    def __init__(
+        self,
+        directory: PodDirectory,
+        uid: str,
+        container: str,
+        proc_root: str = "/proc",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.directory = directory
+        self.uid = uid
+        self.container = container
+        self.proc_root = proc_root
+        self._clock = clock
+        self._missed_at: float | None = None
+
+    def __call__(self) -> int | None:
+        now = self._clock()
+        if self._missed_at is not None and now - self._missed_at < FIND_EVERY_S:
+            return None
+        latest = self.directory.latest()
+        pod = latest.by_uid.get(self.uid) if latest is not None else None
+        runtime = next((c.runtime_id for c in pod.containers if c.name == self.container), "") if pod else ""
+        pid = container_root_pid(self.uid, runtime, self.proc_root) if runtime else None
+        self._missed_at = None if pid is not None else now
+        return pid
+
+
+class DiscoverySource:
+    """Source ``kubernetes:discovery``: keeps one engine (and process) source per annotated pod."""
+
+    name = "kubernetes:discovery"
+
+    def __init__(
+        self,
+        directory: PodDirectory,
+        *,
+        engine_interval: float = 5.0,
+        engine_timeout: float = 3.0,
+        engine_max_series: int = 20_000,
+        process_sampler: bool = True,
+        process_interval: float = 1.0,
+        proc_root: str = "/proc",
+        interval: float = DEFAULT_INTERVAL_S,
+        timeout: float = 10.0,
+        remove_wait: float = 2.0,
+    ) -> None:
+        self.directory = directory
+        self.engine_interval = engine_interval
+        self.engine_timeout = engine_timeout
+        self.engine_max_series = engine_max_series
+        self.process_sampler = process_sampler
+        self.process_interval = process_interval
+        self.proc_root = proc_root
+        self.interval = interval
+        self.timeout = timeout
+        self.remove_wait = remove_wait
+        self._group: Any = None
+        #: uid -> (target, names of the sources made for it)
+        self._active: dict[str, tuple[Target, list[str]]] = {}
+        #: uid -> the problem last logged for it
+        self._problems: dict[str, str] = {}
+
+    def bind_runner_group(self, group: Any) -> None:
+        """Called by ``RunnerGroup.add``: where discovered sources are started and stopped."""
+        self._group = group
+
+    @property
+    def targets(self) -> dict[str, Target]:
+        return {uid: t for uid, (t, _) in self._active.items()}
+
+    def sample(self) -> SampleResult:
+        if self._group is None:
+            raise SourceError("internal", "discovery is not attached to a runner group")
+        pods = self.directory.refresh().pods
+        wanted: dict[str, Target] = {}
+        problems: dict[str, str] = {}
+        for pod in pods:
+            found = target_of(pod)
+            if isinstance(found, str):
+                problems[pod.uid] = found
+            elif found is not None:
+                wanted[found.uid] = found
+        for uid, problem in problems.items():
+            if self._problems.get(uid) != problem:
+                log.warning("discovery: %s; pod skipped", problem)
+        self._problems = problems
+        partial: list[SourceError] = []
+        if len(wanted) > MAX_TARGETS:
+            partial.append(SourceError("too_many_series", f"{len(wanted)} annotated pods, scraping the first {MAX_TARGETS}"))
+            wanted = dict(sorted(wanted.items(), key=lambda kv: kv[1].server)[:MAX_TARGETS])
+        for uid in [u for u, (t, _) in self._active.items() if wanted.get(u) != t]:
+            self._remove(uid)
+        for uid, target in wanted.items():
+            if uid not in self._active:
+                self._add(target)
+        return SampleResult([], partial)
+
+    def _add(self, target: Target) -> None:
+        from exporter.engines.source import EngineSource
+
+        cfg = EngineConfig(
+            url=target.url,
+            name=target.server,
+            type=target.engine,
+            interval=self.engine_interval,
+            timeout=self.engine_timeout,
+            max_series=self.engine_max_series,
+        )
+        sources: list[Any] = [PodLabelled(EngineSource(cfg), target.namespace, target.pod)]
+        if self.process_sampler and target.container:
+            from exporter.process.sampler import ProcessSource
+
+            finder = PodProcessFinder(self.directory, target.uid, target.container, self.proc_root)
+            process = ProcessSource(
+                target.server, finder=finder, interval=self.process_interval, timeout=max(1.0, self.process_interval)
+            )
+            sources.append(PodLabelled(process, target.namespace, target.pod))
+        for source in sources:
+            self._group.add(source)
+        self._active[target.uid] = (target, [s.name for s in sources])
+        log.info("discovery: scraping %s (%s, engine %s)", target.server, target.url, target.engine)
+
+    def _remove(self, uid: str) -> None:
+        target, names = self._active.pop(uid)
+        for name in names:
+            self._group.remove(name, timeout=self.remove_wait)
+        log.info("discovery: stopped scraping %s", target.server)
+
+    def close(self) -> None:
+        """Forgets the discovered sources: the group that ran them stops them with the rest."""
+        self._active.clear()
+
+
+__all__ = ["ENGINE", "PATH", "PORT", "SCRAPE", "DiscoverySource", "PodLabelled", "PodProcessFinder", "Target", "target_of"]

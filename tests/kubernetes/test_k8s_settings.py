@@ -1,0 +1,191 @@
+"""The --kubernetes settings: flags > environment > config file, the pod-label allow-list, the
+label limit, and what `serve` builds from them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from exporter import schema
+from exporter.cli import build_parser
+from exporter.collector import render_text
+from exporter.config import load_config
+from exporter.errors import UsageError
+from exporter.kubernetes.settings import (
+    MAX_SERIES_LABELS,
+    TARGET_LABELS,
+    KubernetesConfig,
+    gpu_series_names,
+    pod_label_keys,
+    prometheus_label,
+)
+from exporter.samples import Sample
+from tests.kubernetes.k8s_fakes import NODE, LocalHTTP, PodResourcesServer, fake_nvml, local_pods, wait_until, write_gpu_proc
+
+
+def _load(argv: list[str], env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    argv = ["serve", "--gpu-source", "none", *argv]
+    return load_config(build_parser(argv).parse_args(argv), environ=env or {})
+
+
+@pytest.fixture
+def restore_schema() -> Iterator[None]:
+    before = dict(schema.SPECS)
+    yield
+    schema.SPECS.clear()
+    schema.SPECS.update(before)
+    schema.LABELS_VERSION += 1
+
+
+def test_off_by_default() -> None:
+    k = _load([]).kubernetes
+    assert k is not None and not k.enabled and k.label_plan() == {}
+
+
+def test_flags_environment_and_file(tmp_path: Path) -> None:
+    k = _load(["--kubernetes", "--kubernetes-pod-labels", "team,app.kubernetes.io/name"], {"NODE_NAME": NODE}).kubernetes
+    assert k.enabled and k.node_name == NODE and k.discovers and not k.gpu_labels
+    assert k.pod_labels == (("team", "label_team"), ("app.kubernetes.io/name", "label_app_kubernetes_io_name"))
+    env = {
+        "LLM_EXPORTER_KUBERNETES": "true",
+        "LLM_EXPORTER_KUBERNETES_GPU_LABELS": "true",
+        "LLM_EXPORTER_KUBERNETES_PODS_URL": "none",
+    }
+    k = _load([], env).kubernetes
+    assert k.enabled and k.gpu_labels and not k.pod_list and not k.discovers
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "kubernetes:\n  enabled: true\n  node_name: n1\n  pod_labels: [team]\n  discovery_interval: 15\n  pods_url: http://127.0.0.1:10255/pods\n"
+    )
+    k = _load(["--config", str(cfg), "--kubernetes-discovery-interval", "20"]).kubernetes
+    assert (k.node_name, k.pod_labels, k.discovery_interval, k.pods_url) == (
+        "n1",
+        (("team", "label_team"),),
+        20.0,
+        "http://127.0.0.1:10255/pods",
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "where"),
+    [
+        (["--kubernetes", "--kubernetes-pod-labels", "a/b/c"], {"NODE_NAME": NODE}, "--kubernetes-pod-labels"),
+        (["--kubernetes", "--kubernetes-pod-labels", ",".join(f"l{i}" for i in range(9))], {"NODE_NAME": NODE}, "at most 8"),
+        (["--kubernetes", "--kubernetes-pod-labels", "a.b,a_b"], {"NODE_NAME": NODE}, "both become"),
+        (["--kubernetes"], {}, "node name"),
+        (["--kubernetes=maybe"], {}, "--kubernetes"),
+        (["--kubernetes", "--kubernetes-pods-url", "ftp://x"], {"NODE_NAME": NODE}, "--kubernetes-pods-url"),
+        (["--kubernetes", "--kubernetes-discovery-interval", "0"], {"NODE_NAME": NODE}, "--kubernetes-discovery-interval"),
+    ],
+)
+def test_bad_settings_are_one_line(argv: list[str], env: dict[str, str], where: str) -> None:
+    with pytest.raises(UsageError) as err:
+        _load(argv, env)
+    assert where in str(err.value) and "\n" not in str(err.value)
+
+
+def test_unknown_file_keys_are_refused(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("kubernetes:\n  enable: true\n")
+    with pytest.raises(UsageError, match="unknown setting"):
+        _load(["--config", str(cfg)])
+
+
+def test_prometheus_label_names() -> None:
+    assert prometheus_label("app.kubernetes.io/name") == "label_app_kubernetes_io_name"
+    assert pod_label_keys(" team , team ") == (("team", "label_team"),)
+
+
+def test_every_series_stays_under_twenty_labels(restore_schema: None) -> None:
+    """The worst case the limits allow: GPU labels on, 8 pod labels, discovery on."""
+    longest = ",".join(f"example.com/l{i}" for i in range(8))
+    k = _load(["--kubernetes", "--kubernetes-gpu-labels", "--kubernetes-pod-labels", longest], {"NODE_NAME": NODE}).kubernetes
+    k.apply_labels()
+    worst = max(len(s.labels) for s in schema.SPECS.values())
+    assert worst + TARGET_LABELS + 1 < MAX_SERIES_LABELS
+    assert schema.SPECS["llm_gpu_pod_info"].labels[:5] == ("gpu", "uuid", "namespace", "pod", "container")
+    assert "label_example_com_l7" in schema.SPECS["llm_gpu_throttle_reason_active"].labels
+    assert "namespace" in schema.SPECS["llm_engine_config_info"].labels and "pod" in schema.SPECS["llm_process_threads"].labels
+    assert "pod" not in schema.SPECS["llm_bottleneck_score"].labels
+
+
+def test_the_label_limit_refuses_what_would_pass_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import exporter.kubernetes.settings as settings
+
+    monkeypatch.setattr(settings, "MAX_SERIES_LABELS", 12)
+    with pytest.raises(UsageError, match="under 12"):
+        _load(["--kubernetes", "--kubernetes-gpu-labels", "--kubernetes-pod-labels", "a,b,c,d"], {"NODE_NAME": NODE})
+
+
+def test_extended_labels_render_sorted_and_undo(restore_schema: None) -> None:
+    point = Sample(
+        "llm_gpu_pod_info", {"gpu": "0", "uuid": "GPU-1", "namespace": "ns", "pod": "p", "container": "c", "label_team": "t"}, 1.0
+    )
+    assert "label_team" not in render_text([point]).decode()
+    undo = KubernetesConfig(enabled=True, discovery=False, pod_labels=(("team", "label_team"),)).apply_labels()
+    assert (
+        'llm_gpu_pod_info{container="c",gpu="0",label_team="t",namespace="ns",pod="p",uuid="GPU-1"} 1.0'
+        in render_text([point]).decode()
+    )
+    undo()
+    assert "label_team" not in render_text([point]).decode()
+    assert "llm_gpu_pod_info" not in gpu_series_names()
+
+
+def test_serve_builds_attribution_and_discovery(tmp_path: Path, restore_schema: None) -> None:
+    """What `serve --kubernetes` wires, sampled through the real runner, store and collector."""
+    from exporter.commands.serve import build_sources
+    from exporter.kubernetes import build_kubernetes_sources
+    from exporter.runner import RunnerGroup
+    from exporter.store import SnapshotStore
+
+    proc = tmp_path / "proc"
+    write_gpu_proc(proc)
+    sock = tmp_path / "kubelet.sock"
+    with PodResourcesServer(sock), LocalHTTP() as api:
+        api.set("/pods", local_pods())
+        cfg = _load(
+            [
+                "--kubernetes",
+                "--kubernetes-pod-resources-socket",
+                str(sock),
+                "--kubernetes-pods-url",
+                api.url("/pods"),
+                "--kubernetes-proc-root",
+                str(proc),
+                "--kubernetes-interval",
+                "0.5",
+                "--kubernetes-pod-labels",
+                "team",
+                "--kubernetes-discovery-interval",
+                "0.5",
+                "--kubernetes-process-sampler",
+                "false",
+            ],
+            {"NODE_NAME": NODE},
+        )
+        store = SnapshotStore()
+        sources, _ = build_sources(cfg, store)
+        names = [s.name for s in sources]
+        assert "kubernetes:gpu" in names and "kubernetes:discovery" in names
+        # the same, with the fake GPUs (build_sources would find no NVML here)
+        sources = build_kubernetes_sources(cfg, [], nvml_module=fake_nvml())
+        group = RunnerGroup(store, watch_period=0.1)
+        for s in sources:
+            group.add(s)
+        group.start()
+        try:
+            assert wait_until(lambda: bool(store.snapshot().find("llm_gpu_process_memory_used_bytes")), 10)
+            text = render_text(store.snapshot().points).decode()
+        finally:
+            group.stop()
+    assert (
+        'llm_gpu_pod_info{container="jupyter",gpu="3",label_team="research",namespace="team-a",pod="notebook-1",uuid="GPU-'
+        in text
+    )
+    assert (
+        'llm_gpu_process_memory_used_bytes{container="embedder",gpu="3",label_team="search",namespace="team-b",pod="embed-2"}'
+        in text
+    )
