@@ -37,6 +37,9 @@ Stable public API (used by tests/integration and the ``schema`` command):
     ``engine_type`` is ``auto`` or one of ``FAMILIES``.
 ``coverage() -> dict[str, set[str]]``
     family -> neutral names its table can provide (absent = not exposed).
+``value_rewrites() -> dict[str, dict[str, dict[str, str]]]``
+    metric -> family -> {raw value (as docs show it): vocabulary value}, for the
+    labels the schema closes (docs/metrics.md "Label values").
 ``EngineSource(cfg: exporter.config.EngineConfig)``
     The Source for ``engine:<cfg.name>`` (import from ``exporter.engines.source``).
 ``ParseError``, ``SeriesLimitError``, ``FAMILIES``.
@@ -50,12 +53,13 @@ and a concept an engine does not expose is absent, never 0.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 
 from exporter.engines.budget import MAX_LABEL_LENGTH, cut_long_labels, input_limit, within_budget
 from exporter.engines.detect import detect_family, detect_generation, family_counts, served_variant
 from exporter.engines.mappings import FAMILIES, MAPPINGS
 from exporter.engines.normalize import apply, provided, wanted_names
+from exporter.engines.table import Series
 from exporter.engines.textparse import ParseError, SeriesLimitError, parse
 from exporter.samples import Point
 
@@ -66,6 +70,7 @@ __all__ = [
     "SeriesLimitError",
     "coverage",
     "normalize_exposition",
+    "value_rewrites",
 ]
 
 
@@ -81,7 +86,7 @@ class NormalizedResult:
     dropped: dict[str, int] = field(default_factory=dict)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _wanted(family: str) -> frozenset[str]:
     """Names the parser keeps for ``family`` (every served-prefix variant), or all families."""
     families = FAMILIES if family == "auto" else (family,)
@@ -140,3 +145,34 @@ def normalize_exposition(
 def coverage() -> dict[str, set[str]]:
     """family -> the neutral names its mapping table can provide."""
     return {family: provided(mapping) for family, mapping in MAPPINGS.items()}
+
+
+def value_rewrites() -> dict[str, dict[str, dict[str, str]]]:
+    """metric -> family -> {raw: value} for every closed label an engine table fills (for docs).
+
+    Keys read as docs show them: a raw value in backticks, a constant as
+    "no reason (`series`)", a row's default as "any other (`series`)".
+    """
+    from exporter.schema import FINISH_REASON_FALLBACK, SPECS
+
+    out: dict[str, dict[str, dict[str, str]]] = {}
+    for family, mapping in MAPPINGS.items():
+        for row in mapping.rows:
+            spec = SPECS[row.neutral]
+            for label, _allowed in spec.values:
+                table = out.setdefault(row.neutral, {}).setdefault(family, {})
+                rewrite = row.values.get(label)
+                series = [src for src in row.sources if isinstance(src, Series)]
+                for src in series:
+                    if label in src.labels:
+                        table[f"no {label} (`{src.name}`)"] = src.labels[label]
+                if rewrite is None:  # only constants: no raw value to rewrite
+                    continue
+                for raw, value in rewrite.values.items():
+                    table[f"`{raw}`"] = value
+                names = ", ".join(f"`{src.name}`" for src in series)
+                table[f"any other ({names})"] = rewrite.default or FINISH_REASON_FALLBACK
+    for families in out.values():
+        for family in MAPPINGS:
+            families.setdefault(family, {})
+    return out

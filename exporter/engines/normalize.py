@@ -14,13 +14,13 @@ also counted in ``problems.dropped["bad_histogram"]`` (in published series).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping, Union
 
-from exporter.engines.table import ConfigField, EngineMapping, InfoLabel, Match, Row, Series, Source, Sum
+from exporter.engines.table import ConfigField, EngineMapping, InfoLabel, Match, Rewrite, Row, Series, Source, Sum
 from exporter.engines.textparse import Exposition, Labels
 from exporter.samples import HistogramSample, Point, Sample
-from exporter.schema import SPECS
+from exporter.schema import FINISH_REASON_FALLBACK, SPECS
 
 #: A neutral label set, as sorted (name, value) pairs: hashable and order-free.
 Key = tuple[tuple[str, str], ...]
@@ -37,7 +37,7 @@ class Hist:
     count: float
 
 
-Value = Union[float, Hist]
+Value = float | Hist
 
 
 class Problems(list[str]):
@@ -97,6 +97,15 @@ def _selected(labels: Labels, match: Mapping[str, Match]) -> bool:
         elif got != want:
             return False
     return True
+
+
+def _excluded(labels: Labels, exclude: Mapping[str, Match]) -> bool:
+    """Whether a label carries one of the excluded values (a missing label never does)."""
+    for k, drop in exclude.items():
+        got = labels.get(k)
+        if got is not None and (got in drop if isinstance(drop, tuple) else got == drop):
+            return True
+    return False
 
 
 def _histograms(exp: Exposition, base: str, scale: float, problems: Problems) -> list[tuple[Labels, Value]]:
@@ -166,6 +175,8 @@ def _raw(exp: Exposition, src: Series, kind: str, problems: Problems) -> list[tu
         rows = [(labels, value * src.scale) for labels, value in exp.samples.get(src.name, ())]
     if src.match:
         rows = [(labels, v) for labels, v in rows if _selected(labels, src.match)]
+    if src.exclude:
+        rows = [(labels, v) for labels, v in rows if not _excluded(labels, src.exclude)]
     return rows
 
 
@@ -179,15 +190,22 @@ def _combine_values(a: Value, b: Value, how: str, problems: Problems, name: str)
         if [x for x, _ in a.buckets] != [x for x, _ in b.buckets]:
             problems.append(f"{name}: cannot merge histograms with different buckets; kept one")
             return a
-        return Hist(tuple((x, ca + cb) for (x, ca), (_, cb) in zip(a.buckets, b.buckets, strict=True)), a.sum + b.sum, a.count + b.count)
+        return Hist(
+            tuple((x, ca + cb) for (x, ca), (_, cb) in zip(a.buckets, b.buckets, strict=True)), a.sum + b.sum, a.count + b.count
+        )
     if isinstance(a, Hist) or isinstance(b, Hist):  # pragma: no cover - a table mixing kinds is a bug
         raise TypeError(f"{name}: cannot combine a histogram with a number")
     return max(a, b) if how == "max" else a + b
 
 
 def _neutral(
-    mapping: EngineMapping, spec_labels: frozenset[str], rows: list[tuple[Labels, Value]], src: Series | InfoLabel,
-    how: str, problems: Problems, name: str,
+    mapping: EngineMapping,
+    spec_labels: frozenset[str],
+    rows: list[tuple[Labels, Value]],
+    src: Series | InfoLabel,
+    how: str,
+    problems: Problems,
+    name: str,
 ) -> dict[Key, Value]:
     """Map source labels to neutral ones: replicas by max, then partitions by ``how``."""
     rank_label = next((r for r in mapping.rank_labels if any(r in labels for labels, _ in rows)), None)
@@ -228,8 +246,14 @@ def _number(text: str) -> float | None:
 
 
 def _evaluate(
-    mapping: EngineMapping, spec_labels: frozenset[str], kind: str, src: Source, how: str,
-    exp: Exposition, problems: Problems, name: str,
+    mapping: EngineMapping,
+    spec_labels: frozenset[str],
+    kind: str,
+    src: Source,
+    how: str,
+    exp: Exposition,
+    problems: Problems,
+    name: str,
 ) -> dict[Key, Value]:
     if isinstance(src, Series):
         return _neutral(mapping, spec_labels, _raw(exp, src, kind, problems), src, how, problems, name)
@@ -247,7 +271,10 @@ def _evaluate(
         if all(key in p for p in parts):
             acc = parts[0][key]
             for p in parts[1:]:
-                acc = op(acc, p[key])  # type: ignore[arg-type]
+                value = p[key]
+                if isinstance(acc, Hist) or isinstance(value, Hist):  # pragma: no cover - a table bug
+                    raise TypeError(f"{name}: Sum and Product combine numbers, not histograms")
+                acc = op(acc, value)
             out[key] = acc
     return out
 
@@ -258,8 +285,34 @@ def _row(mapping: EngineMapping, row: Row, exp: Exposition, problems: Problems) 
     for src in row.sources:
         found = _evaluate(mapping, spec_labels, spec.type, src, row.combine, exp, problems, row.neutral)
         if found:
-            return found
+            return _closed(row, found, problems) if spec.values else found
     return {}
+
+
+def rewrite_value(allowed: tuple[str, ...], rewrite: Rewrite | None, raw: str | None) -> str:
+    """One raw label value in a closed vocabulary: the row's rewrite, a vocabulary word as
+    is, else the row's default or the schema's bounded fallback (never the raw value)."""
+    if rewrite is not None and raw is not None and raw in rewrite.values:
+        return rewrite.values[raw]
+    if raw is not None and raw in allowed:
+        return raw
+    if rewrite is not None and rewrite.default is not None:
+        return rewrite.default
+    return FINISH_REASON_FALLBACK
+
+
+def _closed(row: Row, found: dict[Key, Value], problems: Problems) -> dict[Key, Value]:
+    """``found`` with every closed label rewritten into its vocabulary, merged by ``combine``."""
+    spec = SPECS[row.neutral]
+    out: dict[Key, Value] = {}
+    for key, value in found.items():
+        labels = dict(key)
+        for label, allowed in spec.values:
+            labels[label] = rewrite_value(allowed, row.values.get(label), labels.get(label))
+        nkey = tuple(sorted(labels.items()))
+        old = out.get(nkey)
+        out[nkey] = value if old is None else _combine_values(old, value, row.combine, problems, row.neutral)
+    return out
 
 
 # --------------------------------------------------------------------------- config info

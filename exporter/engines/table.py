@@ -22,6 +22,8 @@ Reading a row:
   of the same name wins); ``rename`` maps source labels to neutral ones for this
   source only. ``requires`` names a series that must also be
   served, else the source yields nothing (so a meaning is never half-present).
+  ``exclude`` drops series whose label has one of the given values (a series
+  without the label is kept): "every failure but the admission ones".
 * ``InfoLabel(name, label)``: a number read from a label of an info-style gauge
   (``vllm:cache_config_info{block_size="16"}``); non-numeric values ("None") are absent.
 * ``Sum(a, b)`` / ``Product(a, b)``: per label set, only where every part is present.
@@ -29,6 +31,13 @@ Reading a row:
   the schema does not carry are dropped first): ``"sum"`` (partitions such as
   SGLang's ``cache_source`` or ``is_streaming``) or ``"max"`` (ratios).
   Histograms are merged bucket by bucket (identical bounds required).
+* ``values``: neutral label -> ``Rewrite(raw -> value, default)``, for labels the
+  schema gives a closed vocabulary (``MetricSpec.values``, e.g. the finish reasons
+  of ``llm_requests_finished_total``). A raw value the rewrite does not name is
+  kept when it already is a vocabulary word, else it becomes ``default`` (the
+  schema's fallback, ``other``, when None); series that then share labels are
+  merged with ``combine``. Without a rewrite a closed label still falls back,
+  so an engine's raw value never reaches the wire.
 
 Ranks: an ``EngineMapping`` names its ``rank_labels``; the first one a series
 carries becomes the neutral ``rank`` label (ranks are kept, never summed away), the
@@ -38,11 +47,11 @@ collapsed with ``max`` before ``combine`` runs.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Union
 
 #: A label selector value: one exact value, or any of several.
-Match = Union[str, tuple[str, ...]]
+Match = str | tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -55,6 +64,7 @@ class Series:
     labels: Mapping[str, str] = field(default_factory=dict)
     rename: Mapping[str, str] = field(default_factory=dict)
     requires: str | None = None
+    exclude: Mapping[str, Match] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -69,17 +79,31 @@ class InfoLabel:
 class Sum:
     """The sum of several sources, only where all of them are present."""
 
-    parts: tuple["Source", ...]
+    parts: tuple[Source, ...]
 
 
 @dataclass(frozen=True)
 class Product:
     """The product of several sources, only where all of them are present."""
 
-    parts: tuple["Source", ...]
+    parts: tuple[Source, ...]
 
 
-Source = Union[Series, InfoLabel, Sum, Product]
+Source = Series | InfoLabel | Sum | Product
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """An engine's raw values of one label -> the schema's closed vocabulary for it.
+
+    Why per row: the same neutral reason comes from different words per engine
+    (Triton ``CANCELED``, TGI ``dropped``, vLLM ``abort``), and a failure counter's
+    unknown reason is still a failure (``default="error"``) while a success
+    counter's is not (the schema's fallback).
+    """
+
+    values: Mapping[str, str]
+    default: str | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +114,7 @@ class Row:
     sources: tuple[Source, ...]
     combine: str = "sum"
     note: str = ""
+    values: Mapping[str, Rewrite] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -102,7 +127,7 @@ class ConfigField:
     """
 
     label: str
-    sources: tuple[Union[InfoLabel, Series], ...]
+    sources: tuple[InfoLabel | Series, ...]
     values: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -145,23 +170,25 @@ class EngineMapping:
     #: label values that mean "unknown" for this engine (dropped, as if unlabeled)
     blank_values: tuple[str, ...] = ()
 
-    def with_prefix(self, old: str, new: str) -> "EngineMapping":
+    def with_prefix(self, old: str, new: str) -> EngineMapping:
         """The same table with every source name's ``old`` prefix replaced by ``new``."""
 
         def ren(name: str) -> str:
             return new + name[len(old) :] if name.startswith(old) else name
 
-        def src(s: Source) -> Source:
+        def leaf(s: Series | InfoLabel) -> Series | InfoLabel:
             if isinstance(s, Series):
                 return replace(s, name=ren(s.name), requires=ren(s.requires) if s.requires else None)
-            if isinstance(s, InfoLabel):
-                return replace(s, name=ren(s.name))
+            return replace(s, name=ren(s.name))
+
+        def src(s: Source) -> Source:
+            if isinstance(s, (Series, InfoLabel)):
+                return leaf(s)
             return replace(s, parts=tuple(src(p) for p in s.parts))
 
         rows = tuple(replace(r, sources=tuple(src(s) for s in r.sources)) for r in self.rows)
-        config = tuple(replace(c, sources=tuple(src(s) for s in c.sources)) for c in self.config)  # type: ignore[misc]
+        config = tuple(replace(c, sources=tuple(leaf(s) for s in c.sources)) for c in self.config)
         gens = tuple(
-            replace(g, any_of=tuple(ren(n) for n in g.any_of), none_of=tuple(ren(n) for n in g.none_of))
-            for g in self.generations
+            replace(g, any_of=tuple(ren(n) for n in g.any_of), none_of=tuple(ren(n) for n in g.none_of)) for g in self.generations
         )
         return replace(self, rows=rows, config=config, generations=gens)

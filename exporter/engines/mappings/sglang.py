@@ -16,7 +16,10 @@ Not mapped on purpose:
 * ``sglang:num_retracted_reqs`` (older gauge of the last batch): not cumulative.
 * ``sglang:per_stage_req_latency_seconds{stage}``: stage names are not a stable
   prefill/decode split.
-* ``sglang:num_requests_total`` has no finish reason: published as ``reason="unknown"``.
+* ``sglang:num_requests_total`` has no finish reason: published as ``reason="unknown"``
+  (the schema's word for "finished, the engine does not say how"). Its aborts also
+  finish, so ``sglang:num_aborted_requests_total`` is not added as ``abort`` (it
+  would count those requests twice).
 """
 
 from __future__ import annotations
@@ -73,7 +76,5 @@ MAPPING = EngineMapping(
         # --- speculative decoding
         Row("llm_spec_decode_drafts_total", (Series("sglang:spec_verify_calls_total"),)),
     ),
-    config=(
-        ConfigField("block_size", (Series("sglang:page_size"), InfoLabel("sglang:cache_config_info", "page_size"))),
-    ),
+    config=(ConfigField("block_size", (Series("sglang:page_size"), InfoLabel("sglang:cache_config_info", "page_size"))),),
 )

@@ -10,6 +10,16 @@ records, per request and step, the speculated tokens accepted: its ``_sum`` is t
 accepted tokens and its ``_count`` the verification steps (TGI records it even when
 speculation is off, with sum 0).
 
+Failures: ``tgi_request_failure{err}`` counts both refusals at admission
+(``validation``, ``overloaded``: ``llm_requests_rejected_total``, reason kept) and
+requests that got in and failed (every other ``err``: ``llm_requests_finished_total``
+with the err rewritten into the schema's finish reasons). TGI writes the err as
+literals in its router (``dropped``: the client went away while it was queued,
+``template``, ``incomplete``, ``generation``) and as ``InferError::error_type()``
+(``incomplete_generation``, ``template_error``, ``missing_template_variable``,
+``tool_error``, ...); an err this table does not know is still a failure: ``error``.
+``tgi_request_success`` says nothing of stop or length: ``success``.
+
 Not mapped on purpose: ``tgi_request_mean_time_per_token_duration`` (a per-request
 mean that includes prefill, not the per-token gap), ``tgi_request_inference_duration``
 (prefill and decode together).
@@ -17,11 +27,27 @@ mean that includes prefill, not the per-token gap), ``tgi_request_inference_dura
 
 from __future__ import annotations
 
-from exporter.engines.table import EngineMapping, Generation, Row, Series
+from exporter.engines.table import EngineMapping, Generation, Rewrite, Row, Series
 
 #: Failures refused at admission (``llm_requests_rejected_total``); the rest finished in error.
 ADMISSION_ERRORS = ("validation", "overloaded")
-FINISH_ERRORS = ("template", "incomplete", "dropped", "generation")
+#: ``err`` of the requests that got in and failed -> the schema's finish reasons
+FAILURE_REASONS = Rewrite(
+    {
+        "dropped": "abort",
+        "cancelled": "abort",
+        "generation": "error",
+        "incomplete": "error",
+        "incomplete_generation": "error",
+        "incomplete_generation_stream": "error",
+        "template": "error",
+        "template_error": "error",
+        "missing_template_variable": "error",
+        "tool_error": "error",
+        "stream_serialization_error": "error",
+    },
+    default="error",
+)
 
 MAPPING = EngineMapping(
     family="tgi",
@@ -39,7 +65,12 @@ MAPPING = EngineMapping(
         Row("llm_requests_finished_total", (Series("tgi_request_success", labels={"reason": "success"}),)),
         Row(
             "llm_requests_finished_total",
-            (Series("tgi_request_failure", match={"err": FINISH_ERRORS}, rename={"err": "reason"}),),
+            (
+                Series(
+                    "tgi_request_failure", exclude={"err": ADMISSION_ERRORS}, rename={"err": "reason"}, labels={"reason": "error"}
+                ),
+            ),
+            values={"reason": FAILURE_REASONS},
         ),
         Row(
             "llm_requests_rejected_total",

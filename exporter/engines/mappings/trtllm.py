@@ -19,16 +19,30 @@ Not mapped on purpose:
   request once per pipeline step.
 * trtllm-serve <= 1.1 unprefixed names (``request_success_total``, ...): cannot be
   told apart from other engines; configure a newer build.
+* trtllm-serve ``trtllm_request_error_total{http_code}``: an HTTP status, which does
+  not tell a refused request from one that failed while it ran.
+
+Finish reasons: Triton counts successes without a reason (``success``) and failures by
+``reason`` (docs "Failure Count Categories"): ``REJECTED`` never got in (rejected, kept
+apart), ``CANCELED`` is ``abort``, ``BACKEND`` and ``OTHER`` are ``error``, and a
+failure whose reason this table does not know (or, before 23.12, any failure: no
+label) is still ``error``. trtllm-serve's ``finished_reason`` is the LLM API's
+``CompletionOutput.finish_reason`` (``stop``, ``length``, ``timeout``, ``cancelled``;
+``unknown`` until one is set).
 """
 
 from __future__ import annotations
 
-from exporter.engines.table import EngineMapping, Generation, Product, Row, Series
+from exporter.engines.table import EngineMapping, Generation, Product, Rewrite, Row, Series
 
 KV = "nv_trt_llm_kv_cache_block_metrics"
 REQ = "nv_trt_llm_request_metrics"
-#: Triton failure reasons of requests that ran (REJECTED ones never got in)
-TRITON_FINISH_ERRORS = ("CANCELED", "BACKEND", "OTHER")
+#: Triton failures refused before they ran (``llm_requests_rejected_total``)
+TRITON_ADMISSION_ERRORS = "REJECTED"
+#: Triton failure reasons of requests that ran -> the schema's finish reasons
+TRITON_FAILURE_REASONS = Rewrite({"CANCELED": "abort", "BACKEND": "error", "OTHER": "error"}, default="error")
+#: trtllm-serve ``finished_reason`` -> the schema's finish reasons (Triton's successes are ``success``)
+SERVE_FINISH_REASONS = Rewrite({"stop": "stop", "length": "length", "timeout": "timeout", "cancelled": "abort"})
 
 
 def _kv(kind: str) -> Series:
@@ -63,17 +77,17 @@ MAPPING = EngineMapping(
         Row(
             "llm_requests_finished_total",
             (Series("nv_inference_request_success", labels={"reason": "success"}), Series("trtllm_request_success_total")),
+            values={"reason": SERVE_FINISH_REASONS},
         ),
         Row(
             "llm_requests_finished_total",
-            (
-                Series("nv_inference_request_failure", match={"reason": TRITON_FINISH_ERRORS}),
-                Series("nv_inference_request_failure", labels={"reason": "error"}),  # before reasons existed
-            ),
+            # before 23.12 the failure counter had no reason: all of it is "error"
+            (Series("nv_inference_request_failure", exclude={"reason": TRITON_ADMISSION_ERRORS}, labels={"reason": "error"}),),
+            values={"reason": TRITON_FAILURE_REASONS},
         ),
         Row(
             "llm_requests_rejected_total",
-            (Series("nv_inference_request_failure", match={"reason": "REJECTED"}),),
+            (Series("nv_inference_request_failure", match={"reason": TRITON_ADMISSION_ERRORS}),),
         ),
         # --- memory
         Row("llm_kv_cache_usage_ratio", (_kv("fraction"), Series("trtllm_kv_cache_utilization")), combine="max"),

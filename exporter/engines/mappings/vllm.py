@@ -11,13 +11,20 @@ Not mapped on purpose:
 * ``vllm:request_time_per_output_token_seconds``: a per-request mean, not the
   per-token gap ``llm_request_inter_token_seconds`` means.
 * V0 ``vllm:gpu_prefix_cache_hit_rate``: a windowed gauge (-1 when unused), not a counter.
+
+Finish reasons: ``finished_reason`` is the FinishReason of V0 and V1 (``stop``,
+``length``, ``abort``, since 0.10 ``error``, since 0.33 ``repetition``: repetition
+detection ended a degenerate answer, a stop condition, not a failure). A reason
+this table does not know becomes the schema's ``other``.
 """
 
 from __future__ import annotations
 
-from exporter.engines.table import ConfigField, EngineMapping, Generation, InfoLabel, Product, Row, Series
+from exporter.engines.table import ConfigField, EngineMapping, Generation, InfoLabel, Product, Rewrite, Row, Series
 
 CACHE_INFO = "vllm:cache_config_info"
+#: ``finished_reason`` -> the schema's finish reasons (exporter/schema.py FINISH_REASONS)
+RAW_FINISH_REASONS = Rewrite({"stop": "stop", "length": "length", "abort": "abort", "error": "error", "repetition": "stop"})
 
 MAPPING = EngineMapping(
     family="vllm",
@@ -42,7 +49,12 @@ MAPPING = EngineMapping(
         Row("llm_request_e2e_seconds", (Series("vllm:e2e_request_latency_seconds"),)),
         Row("llm_prompt_tokens_total", (Series("vllm:prompt_tokens_total"),), note="includes prefix-cache hits"),
         Row("llm_generation_tokens_total", (Series("vllm:generation_tokens_total"),)),
-        Row("llm_requests_finished_total", (Series("vllm:request_success_total"),), note="finished_reason -> reason"),
+        Row(
+            "llm_requests_finished_total",
+            (Series("vllm:request_success_total"),),
+            note="finished_reason -> reason",
+            values={"reason": RAW_FINISH_REASONS},
+        ),
         Row("llm_requests_rejected_total", (Series("vllm:admission_rejections_total"),)),
         # --- memory
         Row(
