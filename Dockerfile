@@ -3,12 +3,17 @@
 # llm-layer-exporter image: `docker build -t llm-layer-exporter .`
 #
 # Stages:
-#   builder  builds the project wheel and installs it (with its dependencies) into /opt/venv
+#   builder  builds the project wheel and installs it (with its dependencies) into /opt/venv:
+#            the runtime only (serve, diagnose, schema), or with EXTRAS=tools also the tools
 #   runtime  the same slim Python base, /opt/venv copied in, no compilers, no pip cache,
 #            numeric non-root user, the exporter as entrypoint
 #
 # Build arguments:
 #   PYTHON_IMAGE        base of both stages (a specific tag, never `latest`)
+#   EXTRAS              empty (default): the production image, the runtime only - no rich,
+#                       httpx or matplotlib. `tools`: also demo, simulate, ramp, report (the
+#                       `tools` extra of pyproject.toml), e.g. the compose demo's simulator:
+#                       `docker build --build-arg EXTRAS=tools -t llm-layer-exporter:tools .`
 #   DCGM_PACKAGE        empty (default): no DCGM; `--gpu-source auto` then uses NVML.
 #                       `datacenter-gpu-manager-4-core`: installs DCGM 4 (Python bindings
 #                       + libdcgm.so.4) from NVIDIA's CUDA apt repository for Debian 12,
@@ -21,6 +26,7 @@
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS builder
+ARG EXTRAS=""
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
@@ -29,9 +35,10 @@ RUN python -m venv /opt/venv
 COPY pyproject.toml README.md ./
 COPY exporter ./exporter
 # Build the project wheel first, then install it from the local wheel directory:
-# the runtime stage gets an installed venv, never the source tree.
+# the runtime stage gets an installed venv, never the source tree. EXTRAS=tools: wheel[tools].
 RUN /opt/venv/bin/pip wheel --no-deps --wheel-dir /wheels . \
- && /opt/venv/bin/pip install /wheels/llm_layer_exporter-*.whl \
+ && set -- /wheels/llm_layer_exporter-*.whl \
+ && /opt/venv/bin/pip install "$1${EXTRAS:+[${EXTRAS}]}" \
  && /opt/venv/bin/pip uninstall -y pip \
  && /opt/venv/bin/llm-layer-exporter --version
 
@@ -73,8 +80,8 @@ WORKDIR /tmp
 EXPOSE 9750
 
 # /healthz of `serve` on the default port. Containers that run another command of this
-# image (simulate, ramp) or serve behind --web-config-file TLS override or disable it,
-# or set LLM_EXPORTER_HEALTHCHECK_URL.
+# image (simulate, ramp: an image built with EXTRAS=tools) or serve behind
+# --web-config-file TLS override or disable it, or set LLM_EXPORTER_HEALTHCHECK_URL.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
   CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen(os.environ['LLM_EXPORTER_HEALTHCHECK_URL'], timeout=4)"]
 

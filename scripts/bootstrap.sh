@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Create .venv with the exporter installed (and, with --test, the test tools).
+# Create .venv with the exporter and its tools extra installed (demo, simulate, ramp, report:
+# scripts/run.sh's demo needs them), and, with --test, the test extra (which includes the tools).
 # Works on a fresh Debian 12 machine: installs python3-venv when the stdlib venv
 # or ensurepip is missing (needs root or sudo for that step only).
 # Prints one line per phase with its duration, so minutes of pip are not silent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-extras=""
+extras="[tools]"
 [ "${1:-}" = "--test" ] && extras="[test]"
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The README's first command: install into .venv, then run the main job.
+# The README's first command: install into .venv (with the tools extra, which the demo needs;
+# scripts/bootstrap.sh), then run the main job.
 #   - an inference server given (arguments, or LLM_EXPORTER_ENGINE / LLM_EXPORTER_CONFIG)
 #     or an NVIDIA GPU present  -> `llm-layer-exporter serve "$@"` on :9750
 #   - neither                   -> the built-in demo (simulated server + load + exporter

@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from exporter.cli import UsageError
+from exporter.errors import UsageError
 
 DEFAULT_URL = "http://127.0.0.1:9750"
 EXIT_UNREACHABLE = 1
@@ -22,14 +22,26 @@ EXIT_UNREACHABLE = 1
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--exporter", default=DEFAULT_URL, metavar="URL", help=f"the exporter's base URL (default {DEFAULT_URL})")
-    parser.add_argument("--prometheus", default=None, metavar="URL",
-                        help="Prometheus' base URL: chart the last --minutes from it (default: sample the exporter)")
-    parser.add_argument("--out", required=True, metavar="DIR", help="directory to write report.html, report.md, *.png, diagnosis.json")
+    parser.add_argument(
+        "--prometheus",
+        default=None,
+        metavar="URL",
+        help="Prometheus' base URL: chart the last --minutes from it (default: sample the exporter)",
+    )
+    parser.add_argument(
+        "--out", required=True, metavar="DIR", help="directory to write report.html, report.md, *.png, diagnosis.json"
+    )
     parser.add_argument("--minutes", type=float, default=15.0, metavar="N", help="span of the Prometheus charts (default 15)")
-    parser.add_argument("--sample-seconds", type=float, default=30.0, metavar="S",
-                        help="without --prometheus: how long to poll the exporter for the charts (default 30)")
-    parser.add_argument("--sample-interval", type=float, default=1.0, metavar="S",
-                        help="without --prometheus: seconds between polls (default 1)")
+    parser.add_argument(
+        "--sample-seconds",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="without --prometheus: how long to poll the exporter for the charts (default 30)",
+    )
+    parser.add_argument(
+        "--sample-interval", type=float, default=1.0, metavar="S", help="without --prometheus: seconds between polls (default 1)"
+    )
     parser.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS", help="HTTP timeout per request (default 5)")
 
 
@@ -62,8 +74,9 @@ def run(args: argparse.Namespace) -> int:
             if args.prometheus:
                 collected = query_prometheus(session, base_url(args.prometheus), args.timeout, args.minutes, specs, verdict)
             else:
-                collected = sample_exporter(exporter, args.timeout, args.sample_seconds, args.sample_interval, specs,
-                                            verdict, session)
+                collected = sample_exporter(
+                    exporter, args.timeout, args.sample_seconds, args.sample_interval, specs, verdict, session
+                )
         except RuntimeError as err:
             print(f"llm-layer-exporter report: {err}", file=sys.stderr)
             return EXIT_UNREACHABLE
@@ -80,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
     write_report(out_dir, collected.verdict, ctx)
     primary = collected.verdict.get("primary")
     what = f"primary {primary.get('layer')} / {primary.get('cause')}" if primary else "no primary"
-    print(f"{out_dir / 'report.html'}: {collected.verdict.get('state', 'unknown')}, {what}; "
-          f"report.md, diagnosis.json and {len(files)} charts ({collected.source}, {collected.span_s:.0f} s)")
+    print(
+        f"{out_dir / 'report.html'}: {collected.verdict.get('state', 'unknown')}, {what}; "
+        f"report.md, diagnosis.json and {len(files)} charts ({collected.source}, {collected.span_s:.0f} s)"
+    )
     return 0

@@ -17,9 +17,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def render(fmt: str) -> str:
     if fmt == "json":
         return schema.to_json() + "\n"
-    from exporter.engines import coverage
+    from exporter.engines import coverage, value_rewrites
 
-    return schema.to_markdown(coverage())
+    return schema.to_markdown(coverage(), value_rewrites())
 
 
 def run(args: argparse.Namespace) -> int:

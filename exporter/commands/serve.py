@@ -21,9 +21,17 @@ import logging
 import os
 import socket
 import sys
+from typing import TYPE_CHECKING
 
-from exporter.cli import UsageError
 from exporter.config import Config, add_serve_arguments, load_config
+from exporter.errors import UsageError
+
+if TYPE_CHECKING:
+    from fastapi import APIRouter
+
+    from exporter.sources import Source
+    from exporter.store import SnapshotStore
+    from exporter.tlscontext import UvicornTLS
 
 log = logging.getLogger("exporter")
 
@@ -50,8 +58,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _reason(err: OSError) -> str:
     if isinstance(err, socket.gaierror):
         return f"cannot resolve the host ({err.strerror or err})"
-    known = {errno.EADDRINUSE: "address already in use", errno.EADDRNOTAVAIL: "address not available on this host",
-             errno.EACCES: "permission denied"}
+    known = {
+        errno.EADDRINUSE: "address already in use",
+        errno.EADDRNOTAVAIL: "address not available on this host",
+        errno.EACCES: "permission denied",
+    }
     if err.errno in known:
         return known[err.errno]
     return (os.strerror(err.errno) if err.errno else str(err)).lower()
@@ -81,29 +92,19 @@ def setup_logging(level: str) -> None:
     )
 
 
-def build_sources(config: Config, store):  # type: ignore[no-untyped-def]
-    """Every source this config asks for, plus the derived ones; and contributed routers."""
-    from exporter.diagnosis import build_diagnosis
-    from exporter.gpu import build_gpu_source
+def build_sources(config: Config, store: SnapshotStore) -> tuple[list[Source], list[APIRouter]]:
+    """Every source that is switched on and asked for, then the derived ones; and contributed routers.
 
-    try:  # first: a bad `diagnosis:` section must stop start-up before any GPU probe
-        bundle = build_diagnosis(config, store)
-    except ValueError as err:
-        raise UsageError(str(err)) from None
-    sources = []
-    gpu = build_gpu_source(config.gpu_source, config.gpu_interval, config.gpu_timeout)
-    if gpu is not None:
-        sources.append(gpu)
-    if config.engines:
-        from exporter.engines.source import EngineSource
+    The table, its order and the switches are exporter/registry.py's; a source that is
+    off is never constructed.
+    """
+    from exporter import registry
 
-        sources.extend(EngineSource(e) for e in config.engines)
-    if any(e.pid or e.process for e in config.engines):
-        from exporter.process import build_process_sources
-
-        sources.extend(build_process_sources(config))
-    sources.extend(bundle.sources)
-    return sources, [bundle.router]
+    off = [name for name in registry.SOURCES if not registry.enabled(config, name)]
+    if off:
+        log.info("sources switched off: %s", ", ".join(off))
+    built = registry.build(config, store)
+    return built.sources + built.derived, built.routers
 
 
 def run(args: argparse.Namespace) -> int:
@@ -138,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
         group.add(source)
     app = create_app(store, routers, web_config)
     # the context was built (files loaded, versions and ciphers set) when the web config was read
-    uv_kwargs = web_config.tls.uvicorn_kwargs() if web_config and web_config.tls else {}
+    uv_kwargs: UvicornTLS = web_config.tls.uvicorn_kwargs() if web_config and web_config.tls else {}
     server = uvicorn.Server(
         uvicorn.Config(
             app,

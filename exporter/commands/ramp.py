@@ -4,6 +4,9 @@ Exit status: 0 when every step ran (knee or not), 1 when the ramp could not
 start or stopped early (unreachable target or exporter, a model the server
 rejects, a step with only errors) - the report of the steps done so far is
 still written -, 2 for bad flags, 130 when interrupted.
+
+A tool command (the ``tools`` extra: rich for the live bars, httpx for the load);
+the ramp itself is exporter/ramp/, imported when the command runs.
 """
 
 from __future__ import annotations
@@ -13,10 +16,12 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from exporter.cli import UsageError
-from exporter.ramp.knee import SOURCE_PRIMARY, KneeCriteria, fallback_note
+from exporter.errors import UsageError
+
+if TYPE_CHECKING:
+    from exporter.ramp.knee import KneeCriteria
 
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
@@ -64,35 +69,68 @@ _OPTIONS = (
     _Option("--step-seconds", float, 30.0, "length of each step (default 30)", _POSITIVE),
     _Option("--prompt-tokens", int, 512, "prompt length in tokens (default 512)", _AT_LEAST_1),
     _Option("--output-tokens", int, 128, "max_tokens of each request (default 128)", _AT_LEAST_1),
-    _Option("--shared-prefix-ratio", float, 0.0,
-            "share of requests whose prompt starts with a shared prefix (default 0.0)", _SHARE),
-    _Option("--shared-prefix-tokens", int, None, "length of that shared prefix (default: half the prompt)",
-            _Rule(lambda v, args: v is None or 0 <= v <= args.prompt_tokens, "expected 0 to --prompt-tokens")),
-    _Option("--report", Path, Path("ramp-report"),
-            "directory for report.json, report.md, report.png (default ./ramp-report)"),
+    _Option(
+        "--shared-prefix-ratio", float, 0.0, "share of requests whose prompt starts with a shared prefix (default 0.0)", _SHARE
+    ),
+    _Option(
+        "--shared-prefix-tokens",
+        int,
+        None,
+        "length of that shared prefix (default: half the prompt)",
+        _Rule(lambda v, args: v is None or 0 <= v <= args.prompt_tokens, "expected 0 to --prompt-tokens"),
+    ),
+    _Option("--report", Path, Path("ramp-report"), "directory for report.json, report.md, report.png (default ./ramp-report)"),
     _Option("--request-timeout", float, 60.0, "per-request timeout in seconds (default 60)", _POSITIVE),
-    _Option("--max-requests-per-step", int, 100_000, "upper bound on the requests of one step (default 100000)",
-            _AT_LEAST_1),
-    _Option("--sample-interval", float, 1.0,
-            "seconds between two reads of the exporter during a step (default 1)", _POSITIVE),
-    _Option("--warmup-fraction", float, 0.25,
-            "share of each step whose exporter samples count only for counters (default 0.25)", _SHARE_BELOW_1),
-    _Option("--knee-scaling", float, 0.5,
-            "knee when relative throughput gain / relative concurrency gain falls below this (default 0.5)",
-            _POSITIVE),
-    _Option("--ttft-jump", float, 2.0,
-            "knee when TTFT p95 grows by at least this factor over the previous step (default 2)",
-            _Rule(lambda v, _: v > 1, "expected a factor above 1")),
-    _Option("--ttft-jump-min-ms", float, 50.0, "... and by at least this many milliseconds (default 50)",
-            _Rule(lambda v, _: v >= 0, "expected 0 or more")),
-    _Option("--max-error-share", float, 0.05,
-            "knee when more than this share of a step's requests fail (default 0.05)", _SHARE_BELOW_1),
+    _Option("--max-requests-per-step", int, 100_000, "upper bound on the requests of one step (default 100000)", _AT_LEAST_1),
+    _Option("--sample-interval", float, 1.0, "seconds between two reads of the exporter during a step (default 1)", _POSITIVE),
+    _Option(
+        "--warmup-fraction",
+        float,
+        0.25,
+        "share of each step whose exporter samples count only for counters (default 0.25)",
+        _SHARE_BELOW_1,
+    ),
+    _Option(
+        "--knee-scaling",
+        float,
+        0.5,
+        "knee when relative throughput gain / relative concurrency gain falls below this (default 0.5)",
+        _POSITIVE,
+    ),
+    _Option(
+        "--ttft-jump",
+        float,
+        2.0,
+        "knee when TTFT p95 grows by at least this factor over the previous step (default 2)",
+        _Rule(lambda v, _: v > 1, "expected a factor above 1"),
+    ),
+    _Option(
+        "--ttft-jump-min-ms",
+        float,
+        50.0,
+        "... and by at least this many milliseconds (default 50)",
+        _Rule(lambda v, _: v >= 0, "expected 0 or more"),
+    ),
+    _Option(
+        "--max-error-share",
+        float,
+        0.05,
+        "knee when more than this share of a step's requests fail (default 0.05)",
+        _SHARE_BELOW_1,
+    ),
     _Option("--seed", int, 0, "prompt generator seed (default 0)"),
 )
 
 #: report config keys that are LoadSettings fields of the same name
-_LOAD_KEYS = ("step_seconds", "prompt_tokens", "output_tokens", "shared_prefix_ratio", "shared_prefix_tokens",
-              "request_timeout_s", "max_requests_per_step")
+_LOAD_KEYS = (
+    "step_seconds",
+    "prompt_tokens",
+    "output_tokens",
+    "shared_prefix_ratio",
+    "shared_prefix_tokens",
+    "request_timeout_s",
+    "max_requests_per_step",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -100,8 +138,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--target", required=True, help="OpenAI-compatible server root, e.g. http://127.0.0.1:8000")
     p.add_argument("--exporter", required=True, help="the exporter watching that server, e.g. http://127.0.0.1:9750")
     p.add_argument("--model", help="model name (default: the first one /v1/models lists)")
-    p.add_argument("--concurrency", type=_concurrency_list, default=[1, 2, 4, 8, 16, 32],
-                   help="concurrency of each step, strictly increasing (default 1,2,4,8,16,32)")
+    p.add_argument(
+        "--concurrency",
+        type=_concurrency_list,
+        default=[1, 2, 4, 8, 16, 32],
+        help="concurrency of each step, strictly increasing (default 1,2,4,8,16,32)",
+    )
     for opt in _OPTIONS:
         p.add_argument(opt.flag, type=opt.type, default=opt.default, help=opt.help)
     p.add_argument("--no-progress", action="store_true", help="print one line per step instead of live bars")
@@ -114,6 +156,8 @@ def _validate(args: argparse.Namespace) -> None:
 
 
 def _criteria(args: argparse.Namespace) -> KneeCriteria:
+    from exporter.ramp.knee import KneeCriteria
+
     return KneeCriteria(args.knee_scaling, args.ttft_jump, args.ttft_jump_min_ms / 1000.0, args.max_error_share)
 
 
@@ -137,7 +181,8 @@ def _config(args: argparse.Namespace, target: str, exporter: str, model: str | N
 
 
 def _prefix_tokens(args: argparse.Namespace) -> int:
-    return args.prompt_tokens // 2 if args.shared_prefix_tokens is None else args.shared_prefix_tokens
+    tokens: int = args.prompt_tokens // 2 if args.shared_prefix_tokens is None else args.shared_prefix_tokens
+    return tokens
 
 
 def run(args: argparse.Namespace) -> int:
@@ -178,7 +223,8 @@ def run(args: argparse.Namespace) -> int:
             console.print(f"[bold red]ramp: error:[/] {err}\nreport (no steps) written to {report_dir}/")
             return EXIT_FAILED
         loader = make_step_loader(
-            LoadSettings(base_url=target, model=model, seed=args.seed, **{k: config[k] for k in _LOAD_KEYS}))
+            LoadSettings(base_url=target, model=model, seed=args.seed, **{k: config[k] for k in _LOAD_KEYS})
+        )
         settings = RampSettings(
             concurrency=args.concurrency,
             step_seconds=args.step_seconds,
@@ -191,8 +237,7 @@ def run(args: argparse.Namespace) -> int:
             f"{args.step_seconds:g} s per step"
         )
         if args.no_progress:
-            outcome = run_ramp(settings, loader, probe, _LineObserver(console, step_line),
-                               on_step=lambda o: save(o, final=False))
+            outcome = run_ramp(settings, loader, probe, _LineObserver(console, step_line), on_step=lambda o: save(o, final=False))
         else:
             with RichObserver(len(args.concurrency), console) as observer:
                 outcome = run_ramp(settings, loader, probe, observer, on_step=lambda o: save(o, final=False))
@@ -222,6 +267,8 @@ class _LineObserver:
 
 
 def _print_verdict(console: Any, outcome: Any, report_dir: Path) -> None:
+    from exporter.ramp.knee import SOURCE_PRIMARY, fallback_note
+
     if outcome.error:
         console.print(f"[bold red]ramp: error:[/] {outcome.error}")
     if outcome.knee is None:

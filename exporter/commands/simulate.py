@@ -6,6 +6,9 @@ out takes the scenario's value; a flag given wins over the scenario, also
 after a live ``POST /sim/scenario`` switch. Once listening, one line
 ``... listening on http://HOST:PORT`` goes to stdout (``--listen-address
 127.0.0.1:0`` picks a free port, which that line names).
+
+A tool command (the ``tools`` extra); the simulator itself is exporter/simulator/.
+``python -m exporter.simulator`` runs ``main`` here.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ import sys
 import threading
 from typing import Any
 
-from exporter.simulator.settings import DIALECTS, SimConfig
+from exporter.errors import UsageError
 
+#: the ready line's start; exporter/simulator/process.py waits for it in the child's stdout
 READY_PREFIX = "llm-layer-exporter simulate: listening on "
 
 
@@ -39,9 +43,15 @@ def _scenario_names() -> tuple[str, ...]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from exporter.simulator.settings import DIALECTS, SimConfig
+
     parser.add_argument("--scenario", default="healthy", choices=_scenario_names(), help="bottleneck scenario (default healthy)")
     parser.add_argument("--dialect", default="vllm", choices=DIALECTS, help="whose /metrics names to speak (default vllm)")
-    parser.add_argument("--listen-address", default="127.0.0.1:8000", help="HOST:PORT to serve on; port 0 picks a free one (default 127.0.0.1:8000)")
+    parser.add_argument(
+        "--listen-address",
+        default="127.0.0.1:8000",
+        help="HOST:PORT to serve on; port 0 picks a free one (default 127.0.0.1:8000)",
+    )
     parser.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"), help="uvicorn log level")
     parser.add_argument("--list-scenarios", action="store_true", help="print the scenarios and their signatures, then exit")
     knobs = parser.add_argument_group("engine knobs (default: the scenario's value)")
@@ -49,12 +59,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         kind = str(f.type)
         conv: Any = {"int": int, "float": float, "bool": _bool}.get(kind, str)
         metavar = {"int": "N", "float": "X", "bool": "BOOL"}.get(kind, "TEXT")
-        knobs.add_argument("--" + f.name.replace("_", "-"), dest=f"knob_{f.name}", type=conv, default=None, metavar=metavar,
-                           help=f"{f.metadata.get('help', '')} (default {f.default})")
+        knobs.add_argument(
+            "--" + f.name.replace("_", "-"),
+            dest=f"knob_{f.name}",
+            type=conv,
+            default=None,
+            metavar=metavar,
+            help=f"{f.metadata.get('help', '')} (default {f.default})",
+        )
 
 
 def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The knobs given on the command line (those left out are absent)."""
+    from exporter.simulator.settings import SimConfig
+
     out = {}
     for f in dataclasses.fields(SimConfig):
         value = getattr(args, f"knob_{f.name}", None)
@@ -71,7 +89,6 @@ def split_address(value: str) -> tuple[str, int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from exporter.cli import UsageError
     from exporter.simulator import scenarios
     from exporter.simulator.server import Simulator, SimulatorServer
 
@@ -97,8 +114,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"llm-layer-exporter simulate: error: {err}", file=sys.stderr)
             return 1
         cfg = simulator.engine.config
-        print(f"{READY_PREFIX}{server.base_url} (scenario={args.scenario} dialect={args.dialect} gpus={cfg.gpus} "
-              f"time_scale={cfg.time_scale:g} pid={os.getpid()})", flush=True)
+        print(
+            f"{READY_PREFIX}{server.base_url} (scenario={args.scenario} dialect={args.dialect} gpus={cfg.gpus} "
+            f"time_scale={cfg.time_scale:g} pid={os.getpid()})",
+            flush=True,
+        )
         try:
             server.wait(stop)
         except KeyboardInterrupt:
@@ -111,8 +131,6 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m exporter.simulator`` (same flags as ``llm-layer-exporter simulate``)."""
-    from exporter.cli import UsageError
-
     parser = argparse.ArgumentParser(prog="python -m exporter.simulator", description=__doc__.splitlines()[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
