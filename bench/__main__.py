@@ -1,9 +1,9 @@
 """`python -m bench`: run the benchmarks, print a table against the targets, write JSON.
 
-    python -m bench            # full run (steady state over 5 minutes)
-    python -m bench --quick    # steady state over 60 s, fewer repeats
-    python -m bench --only normalize
-    python -m bench --soak 30  # 30-minute RSS / fd drift run (not part of CI)
+python -m bench            # full run (steady state over 5 minutes)
+python -m bench --quick    # steady state over 60 s, fewer repeats
+python -m bench --only normalize
+python -m bench --soak 30  # 30-minute RSS / fd drift run (not part of CI)
 """
 
 from __future__ import annotations
@@ -48,36 +48,94 @@ def _time_to_verdict(script: Path, results: dict[str, object], quick: bool) -> l
     healthy = verdict.get("healthy", {})
     return [
         _row("cycles to the right primary", f"{len(cycles)}/{len(scenarios)} named, {worst} cycles", "-", None),
-        _row("primary held (>= 95 % of 20 readings)", f"{len(steady)}/{len(scenarios)}", "all", bool(scenarios) and len(steady) == len(scenarios)),
-        _row("healthy readings not healthy", f"{healthy.get('not_healthy_readings', '?')} of {healthy.get('cycles', '?')}", "0",
-             healthy.get("not_healthy_readings") == 0),
+        _row(
+            "primary held (>= 95 % of 20 readings)",
+            f"{len(steady)}/{len(scenarios)}",
+            "all",
+            bool(scenarios) and len(steady) == len(scenarios),
+        ),
+        _row(
+            "healthy readings not healthy",
+            f"{healthy.get('not_healthy_readings', '?')} of {healthy.get('cycles', '?')}",
+            "0",
+            healthy.get("not_healthy_readings") == 0,
+        ),
     ]
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--quick", action="store_true", help="shorter steady-state run and fewer repeats")
     ap.add_argument("--only", choices=("latency", "normalize", "steady", "verdict"), action="append")
     ap.add_argument("--soak", type=float, metavar="MINUTES", help="run only the soak (RSS and fd drift) for MINUTES")
     args = ap.parse_args(argv)
     RESULTS.mkdir(exist_ok=True)
     load = os.getloadavg()
-    results: dict[str, object] = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "loadavg": load, "cpus": os.cpu_count(), "python": platform.python_version()}
+    results: dict[str, object] = {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "loadavg": load,
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+    }
     rows = []
     if args.soak:
         soak = steady_state.run(duration=args.soak * 60, warmup=30, report_every=60)
         results["soak"] = soak
-        rows.append(_row("soak RSS drift", f"{soak['rss_drift_mib']:.2f} MiB over {soak['duration_s'] / 60:.0f} min", "< 5 MiB", soak["rss_drift_mib"] < 5))
-        rows.append(_row("soak open fds", f"{soak['open_fds_start']:.0f} -> {soak['open_fds_end']:.0f}", "flat", soak["open_fds_end"] <= soak["open_fds_start"] + 2))
+        rows.append(
+            _row(
+                "soak RSS drift",
+                f"{soak['rss_drift_mib']:.2f} MiB over {soak['duration_s'] / 60:.0f} min",
+                "< 5 MiB",
+                soak["rss_drift_mib"] < 5,
+            )
+        )
+        rows.append(
+            _row(
+                "soak open fds",
+                f"{soak['open_fds_start']:.0f} -> {soak['open_fds_end']:.0f}",
+                "flat",
+                soak["open_fds_end"] <= soak["open_fds_start"] + 2,
+            )
+        )
     else:
         only = set(args.only or ("latency", "normalize", "steady", "verdict"))
         if "latency" in only:
             lat = metrics_latency.run(scrapes=500, cold_scrapes=100 if args.quick else 200)
             results["metrics_latency"] = lat
-            rows.append(_row(f"/metrics p50, back-to-back ({lat['exposition_kib']:.0f} KiB, {lat['series_lines']:.0f} lines)", f"{lat['exporter_p50_ms']:.2f} ms (reference {lat['reference_p50_ms']:.2f} ms)", "-", None))
-            rows.append(_row(f"/metrics p99, back-to-back, {lat['scrapes']:.0f} scrapes", f"{lat['exporter_p99_ms']:.2f} ms vs {lat['reference_p99_ms']:.2f} ms ({lat['p99_ratio']:.2f}x)", "<= 2x", lat["p99_ratio"] <= 2))
-            rows.append(_row("/metrics p50, cold (every scrape rendered afresh)", f"{lat['cold_exporter_p50_ms']:.2f} ms (reference {lat['cold_reference_p50_ms']:.2f} ms)", "-", None))
-            rows.append(_row(f"/metrics p99, cold, {lat['cold_scrapes']:.0f} scrapes", f"{lat['cold_exporter_p99_ms']:.2f} ms vs {lat['cold_reference_p99_ms']:.2f} ms ({lat['cold_p99_ratio']:.2f}x)", "<= 2x", lat["cold_p99_ratio"] <= 2))
+            rows.append(
+                _row(
+                    f"/metrics p50, back-to-back ({lat['exposition_kib']:.0f} KiB, {lat['series_lines']:.0f} lines)",
+                    f"{lat['exporter_p50_ms']:.2f} ms (reference {lat['reference_p50_ms']:.2f} ms)",
+                    "-",
+                    None,
+                )
+            )
+            rows.append(
+                _row(
+                    f"/metrics p99, back-to-back, {lat['scrapes']:.0f} scrapes",
+                    f"{lat['exporter_p99_ms']:.2f} ms vs {lat['reference_p99_ms']:.2f} ms ({lat['p99_ratio']:.2f}x)",
+                    "<= 2x",
+                    lat["p99_ratio"] <= 2,
+                )
+            )
+            rows.append(
+                _row(
+                    "/metrics p50, cold (every scrape rendered afresh)",
+                    f"{lat['cold_exporter_p50_ms']:.2f} ms (reference {lat['cold_reference_p50_ms']:.2f} ms)",
+                    "-",
+                    None,
+                )
+            )
+            rows.append(
+                _row(
+                    f"/metrics p99, cold, {lat['cold_scrapes']:.0f} scrapes",
+                    f"{lat['cold_exporter_p99_ms']:.2f} ms vs {lat['cold_reference_p99_ms']:.2f} ms ({lat['cold_p99_ratio']:.2f}x)",
+                    "<= 2x",
+                    lat["cold_p99_ratio"] <= 2,
+                )
+            )
         if "normalize" in only:
             norm = normalize_cost.run(repeat=5 if args.quick else 11)
             results["normalize"] = norm
@@ -93,8 +151,22 @@ def main(argv: list[str] | None = None) -> int:
         if "steady" in only:
             st = steady_state.run(duration=60 if args.quick else 300)
             results["steady_state"] = st
-            rows.append(_row(f"steady CPU over {st['duration_s']:.0f} s", f"{st['cpu_share_of_core'] * 100:.2f} % of a core", "<= 2 %", st["cpu_share_of_core"] <= 0.02))
-            rows.append(_row("steady RSS", f"{st['rss_mib']:.1f} MiB (max {st['rss_max_mib']:.1f})", "<= 80 MB", st["rss_max_mib"] * 2**20 <= 80e6))
+            rows.append(
+                _row(
+                    f"steady CPU over {st['duration_s']:.0f} s",
+                    f"{st['cpu_share_of_core'] * 100:.2f} % of a core",
+                    "<= 2 %",
+                    st["cpu_share_of_core"] <= 0.02,
+                )
+            )
+            rows.append(
+                _row(
+                    "steady RSS",
+                    f"{st['rss_mib']:.1f} MiB (max {st['rss_max_mib']:.1f})",
+                    "<= 80 MB",
+                    st["rss_max_mib"] * 2**20 <= 80e6,
+                )
+            )
         verdict_script = Path(__file__).resolve().parent / "time_to_verdict.py"
         if "verdict" in only and verdict_script.exists():
             rows.extend(_time_to_verdict(verdict_script, results, args.quick))
@@ -103,7 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     end_load = os.getloadavg()
     results["loadavg_end"] = end_load
     width = [max(len(r[i]) for r in rows + [("figure", "value", "target", "result")]) for i in range(4)]
-    print(f"load average (1/5/15 min) at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, at end: {end_load[0]:.2f} {end_load[1]:.2f} {end_load[2]:.2f}, on {os.cpu_count()} cores")
+    print(
+        f"load average (1/5/15 min) at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, at end: {end_load[0]:.2f} {end_load[1]:.2f} {end_load[2]:.2f}, on {os.cpu_count()} cores"
+    )
     for r in [("figure", "value", "target", "result"), *rows]:
         print("  ".join(c.ljust(w) for c, w in zip(r, width)))
     out_path = RESULTS / f"bench-{int(time.time())}.json"

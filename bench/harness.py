@@ -1,5 +1,7 @@
-"""Shared benchmark plumbing: start an exporter and fake engines, scrape, percentiles.
+"""Shared benchmark plumbing: the busy node (replayed GPUs, fake engines), an exporter on it, CPU, percentiles.
 
+The parts are the tests' kit (tests/support): the fake engine, the synthetic vLLM
+exposition, the child-process runner (its output in a file, never a pipe).
 Everything binds 127.0.0.1 and every process started here is stopped by the
 context managers, even when a benchmark fails half-way.
 """
@@ -7,28 +9,21 @@ context managers, even when a benchmark fails half-way.
 from __future__ import annotations
 
 import contextlib
-import http.server
-import os
 import shutil
-import socket
-import subprocess
-import sys
 import tempfile
-import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
+import psutil
 import requests
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.exposition import vllm_exposition
+from tests.support.fake_engine import FakeEngine
+from tests.support.ports import free_port
+from tests.support.processes import ROOT, Child, exporter_argv
+
 TRACE = ROOT / "exporter" / "data" / "traces" / "kernels.csv"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -37,34 +32,6 @@ def percentile(values: list[float], q: float) -> float:
         return float("nan")
     k = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
     return ordered[k]
-
-
-class _StaticHandler(http.server.BaseHTTPRequestHandler):
-    body = b""
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(self.body)))
-        self.end_headers()
-        self.wfile.write(self.body)
-
-    def log_message(self, *args: object) -> None:
-        return
-
-
-@contextlib.contextmanager
-def static_engine(text: str) -> Iterator[str]:
-    """A real HTTP server answering every GET with `text`; yields its /metrics URL."""
-    handler = type("Handler", (_StaticHandler,), {"body": text.encode()})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @contextlib.contextmanager
@@ -83,50 +50,64 @@ def replay_copies(gpus: int) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def exporter(args: list[str], ready_sources: int = 1, timeout: float = 60.0) -> Iterator[tuple[subprocess.Popen, str]]:
-    """`llm-layer-exporter serve ARGS` as a subprocess; yields (process, base URL).
+def busy_node(gpus: int = 8) -> Iterator[tuple[str, list[str]]]:
+    """The benchmarks' node: `gpus` replayed GPUs and two engines serving a 55 KB vLLM exposition.
 
-    Its output goes to a temporary file, never to a pipe nobody reads: a full
-    pipe would block the exporter's logging and with it the thread that logs.
+    Yields (the --gpu-source value, the two engines' /metrics URLs).
     """
+    text = vllm_exposition(1)
+    with replay_copies(gpus) as gpu_source, FakeEngine(text) as e1, FakeEngine(text) as e2:
+        yield gpu_source, [e1.url, e2.url]
+
+
+def engine_flags(urls: list[str]) -> list[str]:
+    """``--engine URL`` for each URL."""
+    return [arg for url in urls for arg in ("--engine", url)]
+
+
+@contextlib.contextmanager
+def exporter(args: list[str], ready_sources: int = 1, timeout: float = 60.0) -> Iterator[tuple[Child, str]]:
+    """`llm-layer-exporter serve ARGS` as a subprocess, once `ready_sources` sources are up; yields (child, base URL)."""
     port = free_port()
-    cmd = [sys.executable, "-m", "exporter", "serve", "--listen-address", f"127.0.0.1:{port}", *args]
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    log = tempfile.TemporaryFile()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
 
-    def log_tail() -> str:
-        log.seek(0)
-        return log.read().decode(errors="replace")[-2000:]
+    def ready() -> bool:
+        up = [
+            line
+            for line in requests.get(base + "/metrics", timeout=2).text.splitlines()
+            if line.startswith("llm_exporter_source_up{")
+        ]
+        return len(up) >= ready_sources and not any(line.endswith(" 0.0") for line in up)
 
-    try:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"exporter exited with {proc.returncode}: {log_tail()}")
-            try:
-                text = requests.get(base + "/metrics", timeout=2).text
-                if text.count("llm_exporter_source_up{") >= ready_sources and ' 0.0\n' not in _up_lines(text):
-                    break
-            except requests.RequestException:
-                pass
-            time.sleep(0.2)
-        else:
-            raise RuntimeError(f"exporter did not become ready in time: {log_tail()}")
-        yield proc, base
-    finally:
-        proc.terminate()
+    with Child(exporter_argv("serve", "--listen-address", f"127.0.0.1:{port}", *args), "bench-exporter") as child:
+        child.wait_ready(ready, timeout, f"{ready_sources} sources up")
+        yield child, base
+
+
+@contextlib.contextmanager
+def measured_exporter(args: list[str], gpus: int, warmup: float) -> Iterator[tuple[psutil.Process, requests.Session, str]]:
+    """`serve ARGS` on the busy node, warmed up for `warmup` s, with a keep-alive scrape session open.
+
+    Yields (its process, the session, its base URL), ready for a CPU baseline.
+    """
+    with busy_node(gpus) as (gpu_source, engines):
+        with exporter(["--gpu-source", gpu_source, *engine_flags(engines), *args], ready_sources=3) as (child, base):
+            session = requests.Session()
+            time.sleep(warmup)
+            session.get(base + "/metrics", timeout=5)  # open the keep-alive connection before the baseline
+            yield psutil.Process(child.pid), session, base
+
+
+def tree_cpu_seconds(proc: psutil.Process) -> float:
+    """User + system CPU seconds of ``proc`` and its children (gone children count 0)."""
+    total = 0.0
+    for p in [proc, *proc.children(recursive=True)]:
         try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        log.close()
-
-
-def _up_lines(text: str) -> str:
-    return "\n".join(line for line in text.splitlines() if line.startswith("llm_exporter_source_up{")) + "\n"
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
 
 
 def time_scrapes(url: str, n: int) -> list[float]:

@@ -28,8 +28,8 @@ import requests
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.exposition import vllm_exposition
-from bench.harness import exporter, free_port, percentile, replay_copies, static_engine
+from bench.harness import busy_node, engine_flags, exporter, percentile
+from tests.support.ports import free_port
 
 
 class _FamiliesCollector:
@@ -53,9 +53,8 @@ def _timed_get(session: requests.Session, url: str) -> tuple[float, bytes]:
 
 
 def run(scrapes: int = 500, cold_scrapes: int = 500, spacing: float = 0.35) -> dict[str, float]:
-    engine_text = vllm_exposition(1)
-    with replay_copies(8) as gpu_source, static_engine(engine_text) as e1, static_engine(engine_text) as e2:
-        args = ["--gpu-source", gpu_source, "--gpu-interval", "1", "--engine", e1, "--engine", e2, "--engine-interval", "5"]
+    with busy_node(8) as (gpu_source, engines):
+        args = ["--gpu-source", gpu_source, "--gpu-interval", "1", *engine_flags(engines), "--engine-interval", "5"]
         with exporter(args, ready_sources=3) as (_, base):
             time.sleep(1.5)
             exporter_text = requests.get(base + "/metrics", timeout=5).text

@@ -21,11 +21,7 @@ import argparse
 import os
 import time
 
-import psutil
-import requests
-
-from bench.exposition import vllm_exposition
-from bench.harness import exporter, replay_copies, static_engine
+from bench.harness import measured_exporter, tree_cpu_seconds
 
 GPUS = 8
 GPU_INTERVAL = 0.25
@@ -34,53 +30,35 @@ SCRAPE_EVERY = 15.0
 TARGET = 0.03
 
 
-def _tree_cpu_seconds(proc: psutil.Process) -> float:
-    total = 0.0
-    for p in [proc, *proc.children(recursive=True)]:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system
-        except psutil.NoSuchProcess:
-            pass
-    return total
-
-
 def run(duration: float = 60.0, warmup: float = 15.0, diagnosis_interval: float | None = None) -> dict[str, float]:
-    text = vllm_exposition(1)
-    with replay_copies(GPUS) as gpu_source, static_engine(text) as e1, static_engine(text) as e2:
-        args = [
-            "--gpu-source", gpu_source, "--gpu-interval", str(GPU_INTERVAL), "--gpu-timeout", "0.2",
-            "--engine", e1, "--engine", e2, "--engine-interval", str(ENGINE_INTERVAL),
-        ]
-        if diagnosis_interval:
-            args += ["--diagnosis-interval", str(diagnosis_interval)]
-        with exporter(args, ready_sources=3) as (popen, base):
-            proc = psutil.Process(popen.pid)
-            session = requests.Session()
-            time.sleep(warmup)
-            session.get(base + "/metrics", timeout=5)
-            cpu0, t0 = _tree_cpu_seconds(proc), time.monotonic()
-            next_scrape = t0 + SCRAPE_EVERY
-            while time.monotonic() - t0 < duration:
-                if time.monotonic() >= next_scrape:
-                    session.get(base + "/metrics", timeout=5)
-                    next_scrape += SCRAPE_EVERY
-                time.sleep(0.5)
-            elapsed = time.monotonic() - t0
-            cpu = _tree_cpu_seconds(proc) - cpu0
-            body = session.get(base + "/metrics", timeout=5).text
-            down = [line for line in body.splitlines() if line.startswith("llm_exporter_source_up{") and line.endswith(" 0.0")]
-            return {
-                "duration_s": elapsed,
-                "cpu_seconds": cpu,
-                "cpu_share_of_core": cpu / elapsed,
-                "rss_mib": proc.memory_info().rss / 2**20,
-                "sources_down_at_end": float(len(down)),
-            }
+    args = ["--gpu-interval", str(GPU_INTERVAL), "--gpu-timeout", "0.2", "--engine-interval", str(ENGINE_INTERVAL)]
+    if diagnosis_interval:
+        args += ["--diagnosis-interval", str(diagnosis_interval)]
+    with measured_exporter(args, GPUS, warmup) as (proc, session, base):
+        cpu0, t0 = tree_cpu_seconds(proc), time.monotonic()
+        next_scrape = t0 + SCRAPE_EVERY
+        while time.monotonic() - t0 < duration:
+            if time.monotonic() >= next_scrape:
+                session.get(base + "/metrics", timeout=5)
+                next_scrape += SCRAPE_EVERY
+            time.sleep(0.5)
+        elapsed = time.monotonic() - t0
+        cpu = tree_cpu_seconds(proc) - cpu0
+        body = session.get(base + "/metrics", timeout=5).text
+        down = [line for line in body.splitlines() if line.startswith("llm_exporter_source_up{") and line.endswith(" 0.0")]
+        return {
+            "duration_s": elapsed,
+            "cpu_seconds": cpu,
+            "cpu_share_of_core": cpu / elapsed,
+            "rss_mib": proc.memory_info().rss / 2**20,
+            "sources_down_at_end": float(len(down)),
+        }
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m bench.node_cost", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python3 -m bench.node_cost", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--duration", type=float, default=60.0, help="measured seconds (default 60)")
     ap.add_argument("--warmup", type=float, default=15.0, help="seconds before measuring (default 15)")
     ap.add_argument("--diagnosis-interval", type=float, default=None, help="default: the GPU interval, as serve does")
@@ -90,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     diag = f"{args.diagnosis_interval:g} s" if args.diagnosis_interval else f"{max(1.0, GPU_INTERVAL):g} s (default)"
     ok = fig["cpu_share_of_core"] <= TARGET
     print(f"{GPUS} replayed GPUs every {GPU_INTERVAL:g} s, 2 engines every {ENGINE_INTERVAL:g} s, diagnosis every {diag}")
-    print(f"  CPU {fig['cpu_share_of_core'] * 100:.2f} % of one core over {fig['duration_s']:.0f} s ({fig['cpu_seconds']:.2f} CPU s); target <= {TARGET * 100:.0f} %: {'pass' if ok else 'MISS'}")
+    print(
+        f"  CPU {fig['cpu_share_of_core'] * 100:.2f} % of one core over {fig['duration_s']:.0f} s ({fig['cpu_seconds']:.2f} CPU s); target <= {TARGET * 100:.0f} %: {'pass' if ok else 'MISS'}"
+    )
     print(f"  RSS {fig['rss_mib']:.1f} MiB; sources down at the end: {fig['sources_down_at_end']:.0f}")
     print(f"  load average at start {load[0]:.2f} on {os.cpu_count()} cores")
     return 0 if ok else 1

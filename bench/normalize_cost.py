@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.exposition import sample_count, vllm_exposition
+from tests.support.exposition import sample_count, vllm_exposition
 
 
 def _median_seconds(fn: Callable[[], object], repeat: int) -> float:

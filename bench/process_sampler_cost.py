@@ -18,7 +18,7 @@ import contextlib
 import subprocess
 import sys
 import time
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import psutil
 
@@ -87,13 +87,17 @@ def run(threads: int = 300, repeat: int = 50) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m bench.process_sampler_cost", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python3 -m bench.process_sampler_cost", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--threads", type=int, default=300)
     ap.add_argument("--repeat", type=int, default=50)
     args = ap.parse_args(argv)
     fig = run(args.threads, args.repeat)
     print(f"process with {fig['threads']:.0f} threads:")
-    print(f"  ProcessSource.sample():           {fig['sample_cpu_ms']:.2f} ms CPU per sample ({fig['core_share_at_1s'] * 100:.2f} % of a core at a 1 s interval)")
+    print(
+        f"  ProcessSource.sample():           {fig['sample_cpu_ms']:.2f} ms CPU per sample ({fig['core_share_at_1s'] * 100:.2f} % of a core at a 1 s interval)"
+    )
     print(f"  psutil threads() + schedstat each: {fig['psutil_per_thread_cpu_ms']:.2f} ms CPU (the former way)")
     return 0
 

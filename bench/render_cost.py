@@ -19,17 +19,16 @@ from prometheus_client.exposition import generate_latest
 
 from exporter.collector import _FamiliesCollector, families_from_points, render_text
 
+
 def run(renders: int = 200) -> dict[str, float]:
-    from bench.exposition import vllm_exposition
-    from bench.harness import percentile, replay_copies, static_engine
+    from bench.harness import busy_node, percentile
     from exporter.collector import meta_points
     from exporter.commands.serve import build_sources
     from exporter.config import Config, EngineConfig
     from exporter.runner import SourceRunner
     from exporter.store import SnapshotStore
 
-    text = vllm_exposition(1)
-    with replay_copies(8) as gpu, static_engine(text) as e1, static_engine(text) as e2:
+    with busy_node(8) as (gpu, (e1, e2)):
         config = Config(gpu_source=gpu, engines=[EngineConfig(url=e1, name="e1"), EngineConfig(url=e2, name="e2")])
         store = SnapshotStore()
         sources, _ = build_sources(config, store)
@@ -75,6 +74,8 @@ def run(renders: int = 200) -> dict[str, float]:
 
 if __name__ == "__main__":
     fig = run()
-    print(f"cold render of {fig['bytes'] / 1024:.0f} KiB, byte-identical: "
-          f"prometheus_client p50 {fig['current_p50_ms']:.2f} ms p99 {fig['current_p99_ms']:.2f} ms; "
-          f"direct p50 {fig['direct_p50_ms']:.2f} ms p99 {fig['direct_p99_ms']:.2f} ms")
+    print(
+        f"cold render of {fig['bytes'] / 1024:.0f} KiB, byte-identical: "
+        f"prometheus_client p50 {fig['current_p50_ms']:.2f} ms p99 {fig['current_p99_ms']:.2f} ms; "
+        f"direct p50 {fig['direct_p50_ms']:.2f} ms p99 {fig['direct_p99_ms']:.2f} ms"
+    )

@@ -34,8 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.diagnosis.sim_stack import Stack
-from tests.diagnosis.test_diagnosis_scenarios import EXPECTED
+from tests.diagnosis.test_diagnosis_scenarios import EXPECTED  # noqa: E402 - needs the root on sys.path first
+from tests.support.stack import ScenarioStack  # noqa: E402
 
 MIN_STEADY_SHARE = 0.95
 
@@ -53,11 +53,17 @@ def _burners(n: int) -> list:
 
 
 def measure(args: argparse.Namespace) -> dict:
-    results: dict = {"time_scale": args.time_scale, "interval_s": 1.0, "burners": args.burn,
-                     "loadavg_start": os.getloadavg(), "cpus": os.cpu_count(), "scenarios": []}
+    results: dict = {
+        "time_scale": args.time_scale,
+        "interval_s": 1.0,
+        "burners": args.burn,
+        "loadavg_start": os.getloadavg(),
+        "cpus": os.cpu_count(),
+        "scenarios": [],
+    }
     burners = _burners(args.burn)
     try:
-        with Stack(gpus=4, time_scale=args.time_scale) as stack:
+        with ScenarioStack(gpus=4, time_scale=args.time_scale) as stack:
             healthy = stack.verdicts(args.healthy_seconds)
             loud = [v["state"] + (f":{_primary(v)}" if _primary(v) else "") for v in healthy if v["state"] != "healthy"]
             results["healthy"] = {"cycles": len(healthy), "not_healthy_readings": len(loud), "examples": loud[:10]}
@@ -70,13 +76,22 @@ def measure(args: argparse.Namespace) -> dict:
                 steady = stack.next_verdicts(args.steady_cycles + 2)[2:] if cycles else []
                 right = sum(1 for v in steady if _primary(v) == f"{layer}/{cause}")
                 others = sorted({p for v in seen + steady if (p := _primary(v)) and p != f"{layer}/{cause}"})
-                row = {"scenario": scenario, "expected": f"{layer}/{cause}", "cycles": cycles,
-                       "seconds": round(time.monotonic() - started, 1) if cycles else None,
-                       "steady_share": round(right / len(steady), 3) if steady else None, "steady_readings": len(steady),
-                       "healthy_before": quiet, "other_primaries_seen": others}
+                row = {
+                    "scenario": scenario,
+                    "expected": f"{layer}/{cause}",
+                    "cycles": cycles,
+                    "seconds": round(time.monotonic() - started, 1) if cycles else None,
+                    "steady_share": round(right / len(steady), 3) if steady else None,
+                    "steady_readings": len(steady),
+                    "healthy_before": quiet,
+                    "other_primaries_seen": others,
+                }
                 results["scenarios"].append(row)
-                print(f"  {scenario:24} {row['expected']:50} cycles={cycles} steady={row['steady_share']}",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"  {scenario:24} {row['expected']:50} cycles={cycles} steady={row['steady_share']}",
+                    file=sys.stderr,
+                    flush=True,
+                )
     finally:
         for b in burners:
             b.kill()
@@ -89,27 +104,41 @@ def table(results: dict) -> str:
     head = ("scenario", "expected primary", "cycles to it", "seconds", "steady share", "other primaries seen")
     rows = [head]
     for r in results["scenarios"]:
-        rows.append((r["scenario"], r["expected"], str(r["cycles"] if r["cycles"] is not None else f">{results.get('max_cycles', '?')}"),
-                     str(r["seconds"] if r["seconds"] is not None else "-"),
-                     f"{100 * r['steady_share']:.0f} % of {r['steady_readings']}" if r["steady_share"] is not None else "-",
-                     ", ".join(r["other_primaries_seen"]) or "-"))
+        rows.append(
+            (
+                r["scenario"],
+                r["expected"],
+                str(r["cycles"] if r["cycles"] is not None else f">{results.get('max_cycles', '?')}"),
+                str(r["seconds"] if r["seconds"] is not None else "-"),
+                f"{100 * r['steady_share']:.0f} % of {r['steady_readings']}" if r["steady_share"] is not None else "-",
+                ", ".join(r["other_primaries_seen"]) or "-",
+            )
+        )
     width = [max(len(row[i]) for row in rows) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, width)) for row in rows]
     h = results["healthy"]
     lines.append(f"healthy: {h['not_healthy_readings']} readings not healthy of {h['cycles']}")
-    lines.append(f"time scale {results['time_scale']}, 1 s intervals, {results['burners']} busy processes beside, load average "
-                 f"{results['loadavg_start'][0]:.1f} -> {results['loadavg_end'][0]:.1f} on {results['cpus']} CPUs")
+    lines.append(
+        f"time scale {results['time_scale']}, 1 s intervals, {results['burners']} busy processes beside, load average "
+        f"{results['loadavg_start'][0]:.1f} -> {results['loadavg_end'][0]:.1f} on {results['cpus']} CPUs"
+    )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "time_to_verdict.json", help="where to write the JSON")
+    ap.add_argument(
+        "--json", type=Path, default=ROOT / "bench" / "results" / "time_to_verdict.json", help="where to write the JSON"
+    )
     ap.add_argument("--time-scale", type=float, default=4.0, help="simulator speed-up (default 4)")
     ap.add_argument("--max-cycles", type=int, default=30, help="give up on a scenario after this many cycles (default 30)")
     ap.add_argument("--healthy-seconds", type=float, default=30.0, help="how long to watch healthy for false alarms (default 30)")
-    ap.add_argument("--settle-seconds", type=float, default=20.0,
-                    help="healthy time before each switch (default 20: the default diagnosis window)")
+    ap.add_argument(
+        "--settle-seconds",
+        type=float,
+        default=20.0,
+        help="healthy time before each switch (default 20: the default diagnosis window)",
+    )
     ap.add_argument("--only", action="append", help="measure only this scenario (repeatable)")
     ap.add_argument("--steady-cycles", type=int, default=20, help="readings after the first naming (default 20)")
     ap.add_argument("--burn", type=int, default=0, help="busy-looping processes beside the stack (default 0)")

@@ -1,33 +1,138 @@
-"""A whole stack on 127.0.0.1 for the scenario tests and the time-to-verdict benchmark.
+"""The simulator + exporter stack: real subprocesses on free 127.0.0.1 ports, and its scenario driver.
 
-Three real parts, as a user would run them: the simulator (``simulate``, its own
-process, so the process sampler watches a real scheduler thread), the exporter
-(``serve`` reading the simulator's /metrics, its /sim/gpu and its PID), and the
-load generator driving each scenario's own load profile from a thread here.
-Every part is bounded: processes are terminated on exit, load runs stop on an
-event, every wait has a deadline.
+Why subprocesses: the parts talk HTTP exactly as a user runs them, and the
+simulator in its own process gives the exporter's process sampler a real
+scheduler thread to watch (``--engine-pid``). Every part is a ``Child``
+(tests/support/processes.py): its output in a log file, every start bounded (a
+part that exits fails it at once, with its log), ``close()`` stops every part
+``start()`` spawned, newest first.
+
+``ProcessStack`` is the two processes (tests/ramp/ramp_stack.py adds a diagnosis
+config); ``ScenarioStack`` adds each scenario's own load from the load generator
+on a thread here and reads verdicts, for the scenario tests and
+bench/time_to_verdict.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import subprocess
-import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import requests
 
 from exporter.loadgen import run_load
 from exporter.simulator import scenarios
-from tests.helpers import free_port, wait_for
+from tests.support.ports import free_port
+from tests.support.processes import ROOT, Child, exporter_argv
 
-ROOT = Path(__file__).resolve().parents[2]
+__all__ = ["ROOT", "START_TIMEOUT_S", "LoadThread", "ProcessStack", "ScenarioStack", "causes"]
+
 log = logging.getLogger(__name__)
+#: seconds a part has to answer its health endpoint
+START_TIMEOUT_S = 60.0
+
+
+class ProcessStack:
+    """``with ProcessStack("healthy") as s: s.sim_url, s.exp_url`` - simulator, then an exporter watching it."""
+
+    def __init__(
+        self,
+        scenario: str = "healthy",
+        sim_args: Sequence[str] = (),
+        exp_args: Sequence[str] = (),
+        time_scale: float = 1.0,
+        interval: float = 1.0,
+        dialect: str = "vllm",
+    ) -> None:
+        self.scenario = scenario
+        #: extra ``simulate`` / ``serve`` flags
+        self.sim_args = list(sim_args)
+        self.exp_args = list(exp_args)
+        self.time_scale = time_scale
+        #: the exporter's GPU, engine and process sampling interval
+        self.interval = interval
+        self.dialect = dialect
+        self.sim_port = free_port()
+        self.exp_port = free_port()
+        self.sim_url = f"http://127.0.0.1:{self.sim_port}"
+        self.exp_url = f"http://127.0.0.1:{self.exp_port}"
+        self.procs: list[Child] = []
+
+    def spawn(self, name: str, args: Sequence[str]) -> Child:
+        """``python -m exporter ARGS`` from the repository root; stopped by ``close()``."""
+        child = Child(exporter_argv(*args), name)
+        self.procs.append(child)
+        return child.start()
+
+    def start_simulator(self) -> Child:
+        sim = self.spawn(
+            "simulator",
+            [
+                "simulate",
+                "--scenario",
+                self.scenario,
+                "--dialect",
+                self.dialect,
+                "--listen-address",
+                f"127.0.0.1:{self.sim_port}",
+                "--time-scale",
+                str(self.time_scale),
+                *self.sim_args,
+            ],
+        )
+        sim.wait_http(self.sim_url + "/health", START_TIMEOUT_S)
+        return sim
+
+    def start_exporter(self, sim: Child) -> Child:
+        """``serve`` reading the simulator's /sim/gpu, /metrics and PID."""
+        iv = str(self.interval)
+        exp = self.spawn(
+            "exporter",
+            [
+                "serve",
+                "--listen-address",
+                f"127.0.0.1:{self.exp_port}",
+                "--gpu-source",
+                f"sim:{self.sim_url}",
+                "--gpu-interval",
+                iv,
+                "--engine",
+                self.sim_url + "/metrics",
+                "--engine-interval",
+                iv,
+                "--engine-pid",
+                str(sim.pid),
+                "--process-interval",
+                iv,
+                *self.exp_args,
+            ],
+        )
+        exp.wait_http(self.exp_url + "/readyz", START_TIMEOUT_S)
+        return exp
+
+    def start(self) -> Self:
+        self.start_exporter(self.start_simulator())
+        return self
+
+    def close(self) -> None:
+        for proc in reversed(self.procs):
+            proc.stop(grace_s=15.0)
+        self.procs.clear()
+
+    def __enter__(self) -> Self:
+        try:
+            return self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class LoadThread:
@@ -59,7 +164,7 @@ class LoadThread:
         """Stop every load but the newest (or all), waiting for each to wind down."""
         victims = self._runs[:-1] if keep_last else self._runs
         self._runs = self._runs[-1:] if keep_last else []
-        for stop, future in victims:
+        for stop, _ in victims:
             self.loop.call_soon_threadsafe(stop.set)
         for _, future in victims:
             try:
@@ -74,78 +179,32 @@ class LoadThread:
         self.loop.close()
 
 
-class Stack:
-    """simulator + exporter + load; ``with Stack(...) as s: s.switch("kv_pressure")``."""
+class ScenarioStack(ProcessStack):
+    """simulator + exporter + load, starting in ``healthy``; ``with ScenarioStack() as s: s.switch("kv_pressure")``."""
 
-    def __init__(self, gpus: int = 4, time_scale: float = 4.0, interval: float = 1.0, dialect: str = "vllm",
-                 config: Path | None = None) -> None:
+    def __init__(
+        self, gpus: int = 4, time_scale: float = 4.0, interval: float = 1.0, dialect: str = "vllm", config: Path | None = None
+    ) -> None:
+        super().__init__(
+            "healthy",
+            ["--gpus", str(gpus)],
+            ["--config", str(config)] if config else [],
+            time_scale=time_scale,
+            interval=interval,
+            dialect=dialect,
+        )
         self.gpus = gpus
         self.config = config
-        self.time_scale = time_scale
-        self.interval = interval
-        self.dialect = dialect
-        self.sim_port = free_port()
-        self.exp_port = free_port()
-        self.sim_url = f"http://127.0.0.1:{self.sim_port}"
-        self.exp_url = f"http://127.0.0.1:{self.exp_port}"
-        self.procs: list[subprocess.Popen[bytes]] = []
         self.load = LoadThread()
-        self.scenario = "healthy"
 
-    # ------------------------------------------------------------------ lifecycle
-
-    def _spawn(self, args: list[str]) -> subprocess.Popen[bytes]:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        proc = subprocess.Popen([sys.executable, "-m", "exporter", *args], cwd=ROOT, env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        self.procs.append(proc)
-        return proc
-
-    def start(self) -> Stack:
-        sim = self._spawn(["simulate", "--scenario", "healthy", "--dialect", self.dialect,
-                           "--listen-address", f"127.0.0.1:{self.sim_port}", "--gpus", str(self.gpus),
-                           "--time-scale", str(self.time_scale)])
-        if not wait_for(lambda: requests.get(self.sim_url + "/health", timeout=2).ok, timeout=60):
-            raise RuntimeError("simulator did not start: " + self._stderr(sim))
-        iv = str(self.interval)
-        exp = self._spawn(["serve", "--listen-address", f"127.0.0.1:{self.exp_port}",
-                           "--gpu-source", f"sim:{self.sim_url}", "--gpu-interval", iv,
-                           "--engine", self.sim_url + "/metrics", "--engine-interval", iv,
-                           "--engine-pid", str(sim.pid), "--process-interval", iv]
-                          + (["--config", str(self.config)] if self.config else []))
-        if not wait_for(lambda: requests.get(self.exp_url + "/readyz", timeout=2).ok, timeout=60):
-            raise RuntimeError("exporter did not start: " + self._stderr(exp))
+    def start(self) -> Self:
+        super().start()
         self.load.start("healthy", self.sim_url, self.time_scale)
         return self
 
     def close(self) -> None:
         self.load.close()
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(10)
-            if proc.stderr:
-                proc.stderr.close()
-
-    def __enter__(self) -> Stack:
-        try:
-            return self.start()
-        except BaseException:
-            self.close()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @staticmethod
-    def _stderr(proc: subprocess.Popen[bytes]) -> str:
-        if proc.poll() is None:
-            return "(still running, not answering)"
-        return (proc.stderr.read() if proc.stderr else b"").decode(errors="replace")[-2000:]
+        super().close()
 
     # ------------------------------------------------------------------ driving
 
@@ -209,8 +268,9 @@ class Stack:
             time.sleep(poll)
         return out
 
-    def switch_and_count(self, scenario: str, layer: str, cause: str, max_cycles: int,
-                         poll: float = 0.1, primary_only: bool = False) -> tuple[int | None, list[dict[str, Any]]]:
+    def switch_and_count(
+        self, scenario: str, layer: str, cause: str, max_cycles: int, poll: float = 0.1, primary_only: bool = False
+    ) -> tuple[int | None, list[dict[str, Any]]]:
         """Switch, then count diagnosis cycles until ``layer/cause`` is reported.
 
         Cycle 1 is the first verdict computed from a snapshot taken after the
@@ -226,7 +286,11 @@ class Stack:
             if v["timestamp"] > switched_at and (not seen or v["timestamp"] != seen[-1]["timestamp"]):
                 seen.append(v)
                 p = v.get("primary")
-                named = (p is not None and (p["layer"], p["cause"]) == (layer, cause)) if primary_only else (layer, cause) in causes(v)
+                named = (
+                    (p is not None and (p["layer"], p["cause"]) == (layer, cause))
+                    if primary_only
+                    else (layer, cause) in causes(v)
+                )
                 if named:
                     return len(seen), seen
             time.sleep(poll)
