@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from alerts.causes import CAUSES, LAYER_DASHBOARD
+from alerts.causes import CAUSES, LAYER_DASHBOARD, Cause
 from alerts.recording import SERVER_MODEL, slo_error_ratio_record, slo_metrics
 from alerts.settings import Settings, duration_seconds
 
@@ -109,11 +109,16 @@ def _service_degraded_alert(s: Settings) -> Alert:
             "(runbook_url), the chain from symptom to cause at http://{{ $labels.instance }}/diagnosis, and 'LLM / Overview'."
         ),
         fire=Case(
-            (primary(kv, f"1x{n}"),) + every_cause_but_kv
+            (primary(kv, f"1x{n}"),)
+            + every_cause_but_kv
             # active for the primary and for a contributing cause, which must not page
             + (active(kv, f"1x{n}"), active(queue, f"1x{n}"))
             # another exporter, another primary: one page each, each with its own runbook section
-            + (primary(queue, f"1x{n}", OTHER_INSTANCE), primary(kv, f"0x{n}", OTHER_INSTANCE), active(queue, f"1x{n}", OTHER_INSTANCE)),
+            + (
+                primary(queue, f"1x{n}", OTHER_INSTANCE),
+                primary(kv, f"0x{n}", OTHER_INSTANCE),
+                active(queue, f"1x{n}", OTHER_INSTANCE),
+            ),
             (
                 {"job": job, "instance": INSTANCE, "layer": kv.layer, "cause": kv.cause},
                 {"job": job, "instance": OTHER_INSTANCE, "layer": queue.layer, "cause": queue.cause},
@@ -122,7 +127,8 @@ def _service_degraded_alert(s: Settings) -> Alert:
         quiet=Case(
             # no primary (healthy, or a warning cause holds on its own): every cause id at 0,
             # although llm_bottleneck_active reports kv_cache_pressure
-            (primary(kv, f"0x{n}"),) + every_cause_but_kv
+            (primary(kv, f"0x{n}"),)
+            + every_cause_but_kv
             + (active(kv, f"1x{n}"),)
             # a primary for one cycle only, shorter than for:
             + (primary(queue, blip, OTHER_INSTANCE), primary(kv, f"0x{n}", OTHER_INSTANCE))
@@ -138,6 +144,9 @@ def _service_degraded_alert(s: Settings) -> Alert:
 def _cause_alerts(s: Settings) -> list[Alert]:
     out = []
     for c in CAUSES:
+        if c.pages:
+            out.append(_outage_alert(s, c))
+            continue
         n = _samples(s.for_["bottleneck_cause"])
         other = next(o for o in CAUSES if o.cause != c.cause)
         me = "llm_bottleneck_active" + _labels(s.exporter_job, layer=c.layer, cause=c.cause)
@@ -156,13 +165,56 @@ def _cause_alerts(s: Settings) -> list[Alert]:
                     f"Confirm on '{c.dashboard}' and the 'LLM / Overview' cause timeline. A ticket: while this exporter's "
                     f"{PAGE} page fires, Alertmanager mutes it."
                 ),
-                fire=Case(((me, f"1x{n}"), (neighbour, f"0x{n}")), ({"job": s.exporter_job, "instance": INSTANCE, "layer": c.layer, "cause": c.cause},)),
+                fire=Case(
+                    ((me, f"1x{n}"), (neighbour, f"0x{n}")),
+                    ({"job": s.exporter_job, "instance": INSTANCE, "layer": c.layer, "cause": c.cause},),
+                ),
                 # healthy: 0 throughout; a one-sample blip shorter than for:; another cause active
                 quiet=Case(((me, blip), (neighbour, f"1x{n}"))),
                 eval_time=_minutes_after(s.for_["bottleneck_cause"], 4),
             )
         )
     return out
+
+
+#: what an outage cause's alert carries in ``kind``: a page of its own, not muted by the per-exporter page
+OUTAGE_KIND = "outage"
+
+
+def _outage_alert(s: Settings, c: Cause) -> Alert:
+    """A cause that is an outage, not a slowdown (``Cause.pages``: engine_unresponsive): its own page.
+
+    Why not a ticket under LLMServiceDegraded: a hung engine may leave nothing the diagnosis can
+    call a symptom (its histograms stop moving), so there may be no primary to page on; and when
+    there is, the page names this cause, and Alertmanager mutes that page under this one
+    (alerts/alertmanager_config.py), so the incident still pages once.
+    """
+    for_ = s.for_["engine_unresponsive"]
+    n = _samples(for_)
+    other = next(o for o in CAUSES if o.cause != c.cause)
+    me = "llm_bottleneck_active" + _labels(s.exporter_job, layer=c.layer, cause=c.cause)
+    neighbour = "llm_bottleneck_active" + _labels(s.exporter_job, layer=other.layer, cause=other.cause)
+    blip = " ".join(["0", "0", "1"] + ["0"] * (n - 3))
+    return Alert(
+        name=c.alert,
+        expr=f'max by (job, instance, layer, cause) (llm_bottleneck_active{{layer="{c.layer}", cause="{c.cause}"}}) == 1',
+        for_=for_,
+        labels={"severity": s.severity_page, "layer": c.layer, "kind": OUTAGE_KIND},
+        summary=f"{c.summary} ({{{{ $labels.instance }}}})",
+        description=(
+            f"{c.what} The diagnosis on exporter {{{{ $labels.instance }}}} reports {c.layer}/{c.cause}. "
+            f"A page of its own: {PAGE} does not mute it (it mutes {PAGE} when that names this cause). Collect a "
+            "py-spy dump of the engine core, nvidia-smi and the engine's last log lines before restarting it; "
+            f"confirm on '{c.dashboard}' (canary probe panels) and 'LLM / Overview'."
+        ),
+        fire=Case(
+            ((me, f"1x{n}"), (neighbour, f"0x{n}")),
+            ({"job": s.exporter_job, "instance": INSTANCE, "layer": c.layer, "cause": c.cause},),
+        ),
+        # healthy: 0 throughout; a one-sample blip shorter than for:; another cause active
+        quiet=Case(((me, blip), (neighbour, f"1x{n}"))),
+        eval_time=_minutes_after(for_, 4),
+    )
 
 
 def _burn_alerts(s: Settings) -> list[Alert]:
@@ -179,7 +231,9 @@ def _burn_alerts(s: Settings) -> list[Alert]:
             bad_then_good_split = eval_min - 2 * int(duration_seconds(b.short) // 60)
             n = eval_min + 5
 
-            def series(server: str, bucket_values: str, hist: str = hist, le: str = le, n: int = n) -> tuple[tuple[str, str], ...]:
+            def series(
+                server: str, bucket_values: str, hist: str = hist, le: str = le, n: int = n
+            ) -> tuple[tuple[str, str], ...]:
                 lab = {"server": server, "model": "m", "engine": "vllm", "rank": "0"}
                 return (
                     (f"{hist}_bucket" + _labels(s.exporter_job, le=le, **lab), bucket_values),
@@ -200,7 +254,10 @@ def _burn_alerts(s: Settings) -> list[Alert]:
                         f"(objective {s.slo_objective:.2%}). Confirm on 'LLM / Application & SLO', then check the "
                         "bottleneck verdict on 'LLM / Overview'."
                     ),
-                    fire=Case(series("burning", f"0+50x{n}"), ({"job": s.exporter_job, "instance": INSTANCE, "server": "burning", "model": "m"},)),
+                    fire=Case(
+                        series("burning", f"0+50x{n}"),
+                        ({"job": s.exporter_job, "instance": INSTANCE, "server": "burning", "model": "m"},),
+                    ),
                     quiet=Case(
                         series("healthy", f"0+99.9x{n}")
                         # bad for a while, then recovered: the long window still burns, the short one does not
@@ -306,7 +363,9 @@ def _symptom_alerts(s: Settings) -> list[Alert]:
                 "Samples of source {{ $labels.source }} on {{ $labels.instance }} fail with reason {{ $labels.reason }} "
                 "again and again; its values are missing or stale. Check the exporter log and the source's endpoint or driver."
             ),
-            fire=Case(((err, f"0+{per_minute:g}x{n}"),), ({"job": job, "instance": INSTANCE, "source": "gpu", "reason": "timeout"},)),
+            fire=Case(
+                ((err, f"0+{per_minute:g}x{n}"),), ({"job": job, "instance": INSTANCE, "source": "gpu", "reason": "timeout"},)
+            ),
             # healthy: no errors; one stray error does not make a sustained rate
             quiet=Case(((err, " ".join(["0", "0", "1"] + ["1"] * (n - 3))),)),
             eval_time=_minutes_after(s.for_["source_errors"], 8),
@@ -392,7 +451,10 @@ def groups(s: Settings) -> list[dict[str, Any]]:
 
     all_alerts = alerts(s)
     return [
-        {"name": "llm-layer-exporter.bottleneck", "rules": [rule(a) for a in all_alerts if a.labels["kind"] in ("incident", "diagnosis")]},
+        {
+            "name": "llm-layer-exporter.bottleneck",
+            "rules": [rule(a) for a in all_alerts if a.labels["kind"] in ("incident", "diagnosis", OUTAGE_KIND)],
+        },
         {"name": "llm-layer-exporter.symptoms", "rules": [rule(a) for a in all_alerts if a.labels["kind"] == "symptom"]},
     ]
 

@@ -14,6 +14,8 @@ Routing (first match wins):
   4. otherwise (tickets) the team owning the layer (alertmanager.layer_receivers).
 
 Inhibitions (target muted while a source fires on the same exporter: equal job, instance):
+  * LLMServiceDegraded naming an outage cause (engine_unresponsive), muted by that
+    cause's own page (LLMEngineUnresponsive, which nothing mutes): one page per incident;
   * every per-cause ticket (kind="diagnosis"), muted by LLMServiceDegraded: one
     incident, one notification; the page names the primary, /diagnosis the rest;
   * TTFT/ITL burn-rate symptoms, muted by LLMServiceDegraded (the page names the
@@ -48,7 +50,12 @@ def document(s: Settings) -> dict[str, object]:
     for receiver, layers in sorted(by_receiver.items()):
         layer_routes.append({"receiver": receiver, "matchers": [f'layer=~"{"|".join(sorted(layers))}"']})
     routes: list[dict[str, object]] = [
-        {"receiver": PAGER, "matchers": [f'alertname="{PAGE}"'], "group_by": ["alertname", "job", "instance"], "repeat_interval": "1h"}
+        {
+            "receiver": PAGER,
+            "matchers": [f'alertname="{PAGE}"'],
+            "group_by": ["alertname", "job", "instance"],
+            "repeat_interval": "1h",
+        }
     ]
     if "exporter" in s.layer_receivers:
         routes.append({"receiver": s.layer_receivers["exporter"], "matchers": ['layer="exporter"']})
@@ -85,6 +92,17 @@ def document(s: Settings) -> dict[str, object]:
                 "target_matchers": ['alertname="LLMExporterSourceErrors"'],
                 "equal": ["job", "instance", "source"],
             },
+        ]
+        # an outage cause pages on its own (alerts/alerting.py _outage_alert); the per-exporter page
+        # naming that same cause is muted under it, so the incident pages once
+        + [
+            {
+                "source_matchers": [f'alertname="{c.alert}"'],
+                "target_matchers": [f'alertname="{PAGE}"', f'cause="{c.cause}"'],
+                "equal": ["job", "instance"],
+            }
+            for c in CAUSES
+            if c.pages
         ],
         "receivers": [_webhook(name, s.webhook_url) for name in teams],
     }

@@ -22,6 +22,9 @@ class Cause:
     summary: str
     what: str
     dashboard: str
+    #: an outage, not a slowdown: its alert pages on its own (severity page, ``kind="outage"``) and is
+    #: not muted by the per-exporter page; it mutes that page instead when the page names it
+    pages: bool = False
 
 
 #: Dashboard title per layer (kept in step with dashboards/boards/*).
@@ -36,27 +39,139 @@ LAYER_DASHBOARD: dict[str, str] = {
 }
 
 
-def _c(layer: str, cause: str, alert: str, summary: str, what: str) -> Cause:
-    return Cause(layer, cause, alert, summary, what, LAYER_DASHBOARD[layer])
+def _c(layer: str, cause: str, alert: str, summary: str, what: str, pages: bool = False) -> Cause:
+    return Cause(layer, cause, alert, summary, what, LAYER_DASHBOARD[layer], pages)
 
 
 CAUSES: tuple[Cause, ...] = (
-    _c("hardware", "compute_bound", "LLMComputeBound", "GPU compute is the limit", "SMs and tensor pipes are saturated; more throughput needs fewer FLOPs per token or more GPUs."),
-    _c("hardware", "memory_bandwidth_bound", "LLMMemoryBandwidthBound", "GPU memory bandwidth is the limit", "DRAM is busy while tensor pipes idle, the decode signature; larger batches, quantised weights or KV cache help."),
-    _c("hardware", "pcie_transfer_bound", "LLMPCIeTransferBound", "PCIe transfers hold the GPU", "'GPU util' is high while SMs idle and PCIe moves data: KV swap/offload or host copies stall the GPU."),
-    _c("hardware", "power_or_thermal_throttling", "LLMGPUThrottling", "GPU clocks are throttled by power or heat", "The SM clock sits below its maximum with a power or thermal throttle reason set; work takes longer per step."),
-    _c("hardware", "memory_capacity_exhausted", "LLMGPUMemoryExhausted", "GPU memory is exhausted", "Framebuffer memory is nearly full; the next allocation can fail or force the engine to shrink its KV cache."),
-    _c("operator", "launch_bound_small_kernels", "LLMLaunchBoundSmallKernels", "Small kernels leave the GPU launch-bound", "'GPU util' is far above SM active without PCIe traffic or a saturated host: many tiny kernels; CUDA graphs or larger batches help."),
-    _c("operator", "tensor_cores_unused", "LLMTensorCoresUnused", "Tensor cores are not used", "SMs are busy but tensor pipes idle: the model runs in a dtype or kernel path that skips tensor cores."),
-    _c("memory", "kv_cache_pressure", "LLMKVCachePressure", "KV cache pressure preempts requests", "The KV cache is nearly full and requests are preempted and recomputed; throughput drops and latency climbs."),
-    _c("memory", "kv_fragmentation_or_capacity_misjudged", "LLMKVFragmentation", "Requests wait while the KV cache is far from full", "Requests queue although KV usage is well below full: fragmentation, a block size or max-num-seqs limit, not memory, holds them."),
-    _c("scheduler", "serial_host_ceiling", "LLMSerialHostCeiling", "A single host thread caps the service", "One thread of the serving process runs at a full core while SMs idle and work queues: the serial scheduler loop is the ceiling."),
-    _c("scheduler", "queue_backlog", "LLMQueueBacklog", "The request queue is growing", "Requests arrive faster than the engine finishes them; the queue and TTFT keep growing."),
-    _c("parallel", "gpu_imbalance", "LLMGPUImbalance", "GPUs of one parallel group are unevenly loaded", "One GPU of the group is much busier than the others; the group runs at the pace of its slowest member."),
-    _c("speculative_decoding", "low_acceptance", "LLMSpecDecodeLowAcceptance", "Speculative decoding drafts are mostly rejected", "The target model rejects most draft tokens, so drafting costs more than it saves."),
-    _c("application", "batching_window_too_large", "LLMBatchingWindowTooLarge", "The batching window delays requests", "TTFT is high while the GPU idles: requests wait for a batch to fill instead of being served."),
-    _c("application", "retries_and_timeouts", "LLMRetriesAndTimeouts", "Clients time out and retry", "Aborted and retried requests pile up, adding load that produces no answers."),
-    _c("application", "slo_breach", "LLMSLOBreach", "Latency is above its SLO", "TTFT or ITL p95 is above the configured SLO according to the diagnosis."),
+    _c(
+        "hardware",
+        "compute_bound",
+        "LLMComputeBound",
+        "GPU compute is the limit",
+        "SMs and tensor pipes are saturated; more throughput needs fewer FLOPs per token or more GPUs.",
+    ),
+    _c(
+        "hardware",
+        "memory_bandwidth_bound",
+        "LLMMemoryBandwidthBound",
+        "GPU memory bandwidth is the limit",
+        "DRAM is busy while tensor pipes idle, the decode signature; larger batches, quantised weights or KV cache help.",
+    ),
+    _c(
+        "hardware",
+        "pcie_transfer_bound",
+        "LLMPCIeTransferBound",
+        "PCIe transfers hold the GPU",
+        "'GPU util' is high while SMs idle and PCIe moves data: KV swap/offload or host copies stall the GPU.",
+    ),
+    _c(
+        "hardware",
+        "power_or_thermal_throttling",
+        "LLMGPUThrottling",
+        "GPU clocks are throttled by power or heat",
+        "The SM clock sits below its maximum with a power or thermal throttle reason set; work takes longer per step.",
+    ),
+    _c(
+        "hardware",
+        "memory_capacity_exhausted",
+        "LLMGPUMemoryExhausted",
+        "GPU memory is exhausted",
+        "Framebuffer memory is nearly full; the next allocation can fail or force the engine to shrink its KV cache.",
+    ),
+    _c(
+        "operator",
+        "launch_bound_small_kernels",
+        "LLMLaunchBoundSmallKernels",
+        "Small kernels leave the GPU launch-bound",
+        "'GPU util' is far above SM active without PCIe traffic or a saturated host: many tiny kernels; CUDA graphs or larger batches help.",
+    ),
+    _c(
+        "operator",
+        "tensor_cores_unused",
+        "LLMTensorCoresUnused",
+        "Tensor cores are not used",
+        "SMs are busy but tensor pipes idle: the model runs in a dtype or kernel path that skips tensor cores.",
+    ),
+    _c(
+        "memory",
+        "kv_cache_pressure",
+        "LLMKVCachePressure",
+        "KV cache pressure preempts requests",
+        "The KV cache is nearly full and requests are preempted and recomputed; throughput drops and latency climbs.",
+    ),
+    _c(
+        "memory",
+        "kv_fragmentation_or_capacity_misjudged",
+        "LLMKVFragmentation",
+        "Requests wait while the KV cache is far from full",
+        "Requests queue although KV usage is well below full: fragmentation, a block size or max-num-seqs limit, not memory, holds them.",
+    ),
+    _c(
+        "scheduler",
+        "serial_host_ceiling",
+        "LLMSerialHostCeiling",
+        "A single host thread caps the service",
+        "One thread of the serving process runs at a full core while SMs idle and work queues: the serial scheduler loop is the ceiling.",
+    ),
+    _c(
+        "scheduler",
+        "queue_backlog",
+        "LLMQueueBacklog",
+        "The request queue is growing",
+        "Requests arrive faster than the engine finishes them; the queue and TTFT keep growing.",
+    ),
+    _c(
+        "parallel",
+        "gpu_imbalance",
+        "LLMGPUImbalance",
+        "GPUs of one parallel group are unevenly loaded",
+        "One GPU of the group is much busier than the others; the group runs at the pace of its slowest member.",
+    ),
+    _c(
+        "speculative_decoding",
+        "low_acceptance",
+        "LLMSpecDecodeLowAcceptance",
+        "Speculative decoding drafts are mostly rejected",
+        "The target model rejects most draft tokens, so drafting costs more than it saves.",
+    ),
+    _c(
+        "application",
+        "batching_window_too_large",
+        "LLMBatchingWindowTooLarge",
+        "The batching window delays requests",
+        "TTFT is high while the GPU idles: requests wait for a batch to fill instead of being served.",
+    ),
+    _c(
+        "application",
+        "retries_and_timeouts",
+        "LLMRetriesAndTimeouts",
+        "Clients time out and retry",
+        "Aborted and retried requests pile up, adding load that produces no answers.",
+    ),
+    _c(
+        "application",
+        "slo_breach",
+        "LLMSLOBreach",
+        "Latency is above its SLO",
+        "TTFT or ITL p95 is above the configured SLO according to the diagnosis.",
+    ),
+    # --- the canary probe (exporter/probe, docs/probe.md) ---
+    _c(
+        "application",
+        "front_end_overhead",
+        "LLMFrontEndOverhead",
+        "Clients wait far longer than the engine says",
+        "The canary probe's time to first token is far above the engine's own for the same request: the time is spent in front of the engine (gateway, proxy, API server, network).",
+    ),
+    _c(
+        "application",
+        "engine_unresponsive",
+        "LLMEngineUnresponsive",
+        "The engine is hung: requests get no answer",
+        "The canary probe timed out while the engine's /metrics still answered with every counter frozen: the engine core is hung. An outage, not a slowdown.",
+        pages=True,
+    ),
 )
 
 

@@ -22,7 +22,13 @@ if str(ROOT) not in sys.path:  # run as a script: make `alerts` and `exporter` i
 
 import yaml  # noqa: E402
 
-from alerts import alerting, alertmanager_config, recording, unittests  # noqa: E402
+from alerts import (  # noqa: E402
+    alerting,
+    alertmanager_config,
+    fleet,  # noqa: E402  (issue 15: rules across replicas and nodes)
+    recording,
+    unittests,
+)
 from alerts.causes import CAUSES  # noqa: E402
 from alerts.promql import problems  # noqa: E402
 from alerts.settings import HERE, Settings, load  # noqa: E402
@@ -38,6 +44,9 @@ OUTPUTS = {
     "alerting": HERE / "alerting_rules.yml",
     "alertmanager": HERE / "alertmanager.yml",
     "tests": HERE / "tests" / "alerts_test.yml",
+    # fleet rules (alerts/fleet.py): their own rule file and promtool test file
+    "fleet": HERE / "fleet_rules.yml",
+    "fleet_tests": HERE / "tests" / "fleet_test.yml",
 }
 
 
@@ -64,12 +73,14 @@ def render(s: Settings) -> dict[str, str]:
         "alerting": dump({"groups": alerting.groups(s)}),
         "alertmanager": dump(alertmanager_config.document(s)),
         "tests": dump(unittests.document(s)),
+        "fleet": dump({"groups": fleet.groups(s)}),
+        "fleet_tests": dump(fleet.test_document(s)),
     }
 
 
 def known_series(s: Settings) -> set[str]:
     """Names a rule or panel may read: the schema's series, our recording rules, Prometheus' own."""
-    return schema.all_series_names() | recording.record_names(s) | PROMETHEUS_SERIES
+    return schema.all_series_names() | recording.record_names(s) | fleet.record_names(s) | PROMETHEUS_SERIES
 
 
 def runbook_anchors(text: str) -> dict[str, str]:
@@ -90,7 +101,7 @@ def lint(s: Settings) -> list[str]:
     """Everything wrong with the rules that a load in Prometheus would not catch."""
     errors: list[str] = []
     known = known_series(s)
-    for group in recording.groups(s) + alerting.groups(s):
+    for group in recording.groups(s) + alerting.groups(s) + fleet.groups(s):
         for rule in group["rules"]:
             name = rule.get("record") or rule.get("alert")
             errors += [f"{name}: {p}" for p in problems(str(rule["expr"]), known)]
@@ -111,6 +122,7 @@ def lint(s: Settings) -> list[str]:
     names = [a.name for a in alerting.alerts(s)]
     if len(names) != len(set(names)):
         errors.append("duplicate alert names")
+    errors += fleet.lint(s, sections, set(names))
     errors += _diagnosis_contract()
     return errors
 

@@ -16,13 +16,29 @@ import re
 #: Words PromQL uses as operators or modifiers; never metric names.
 KEYWORDS = frozenset(
     {
-        "and", "or", "unless", "by", "without", "on", "ignoring", "group_left",
-        "group_right", "offset", "bool", "inf", "nan", "atan2", "start", "end",
+        "and",
+        "or",
+        "unless",
+        "by",
+        "without",
+        "on",
+        "ignoring",
+        "group_left",
+        "group_right",
+        "offset",
+        "bool",
+        "inf",
+        "nan",
+        "atan2",
+        "start",
+        "end",
     }
 )
 
 #: Functions newer than Prometheus 2.42 (Debian bookworm), which must not appear.
-TOO_NEW_FUNCTIONS = frozenset({"limitk", "limit_ratio", "sort_by_label", "sort_by_label_desc", "info", "double_exponential_smoothing"})
+TOO_NEW_FUNCTIONS = frozenset(
+    {"limitk", "limit_ratio", "sort_by_label", "sort_by_label_desc", "info", "double_exponential_smoothing"}
+)
 
 _STRING = re.compile(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'|`[^`]*`')
 _MATCHERS = re.compile(r"\{[^{}]*\}")

@@ -17,16 +17,18 @@ from typing import Any
 
 from alerts.promql import le_matcher
 from alerts.settings import Settings
+from exporter.schema import FAILED_FINISH_REASONS
+from exporter.schema import HARMFUL_THROTTLE_REASONS as HARMFUL_THROTTLE_REASONS
 
 SERVER_MODEL = "job, instance, server, model"
 INSTANCE_GPU = "job, instance, gpu, uuid"
 INSTANCE_CAUSE = "job, instance, layer, cause"
 
-#: Throttle reasons that mean "slower than it could be" (not idle or user settings).
-HARMFUL_THROTTLE_REASONS = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
+# Throttle reasons that mean "slower than it could be": the schema's table (HARMFUL_THROTTLE_REASONS above).
 
-#: Finish reasons that mean the user got no (complete) answer.
-FAILED_REASONS = "abort|error|timeout|cancelled"
+#: Finish reasons that mean the user got no (complete) answer: the schema's one set, which
+#: the diagnosis' failed share reads too (engine raw reasons are rewritten into it).
+FAILED_REASONS = "|".join(FAILED_FINISH_REASONS)
 
 #: Latency histograms that get p50/p95/p99 rules, and those that only need p95.
 _QUANTILE_HISTOGRAMS = {
@@ -121,7 +123,10 @@ def groups(s: Settings) -> list[dict[str, Any]]:
 
     harmful = "|".join(HARMFUL_THROTTLE_REASONS)
     hardware = [
-        Rule("instance_gpu:llm_gpu_throttled:max", f'max by ({INSTANCE_GPU}) (llm_gpu_throttle_reason_active{{reason=~"{harmful}"}})'),
+        Rule(
+            "instance_gpu:llm_gpu_throttled:max",
+            f'max by ({INSTANCE_GPU}) (llm_gpu_throttle_reason_active{{reason=~"{harmful}"}})',
+        ),
         Rule(f"instance_gpu:llm_gpu_throttled:avg_over_time{w}", f"avg_over_time(instance_gpu:llm_gpu_throttled:max[{w}])"),
         Rule("instance_gpu:llm_gpu_power:ratio_limit", "llm_gpu_power_watts\n/\n(llm_gpu_power_limit_watts > 0)"),
         Rule("instance_gpu:llm_gpu_sm_clock:ratio_max", "llm_gpu_sm_clock_hertz\n/\n(llm_gpu_sm_clock_max_hertz > 0)"),
@@ -153,6 +158,34 @@ def groups(s: Settings) -> list[dict[str, Any]]:
         group("llm-layer-exporter.speculative_decoding", spec),
         group("llm-layer-exporter.hardware", hardware),
         group("llm-layer-exporter.diagnosis", diagnosis),
+        group("llm-layer-exporter.probe", probe_rules(s)),
+    ]
+
+
+def probe_rules(s: Settings) -> list[Rule]:
+    """The canary probe (exporter/probe, docs/probe.md): client-seen TTFT, success ratio, time outside.
+
+    The success ratio counts every result in the denominator (a timeout, an HTTP error and a
+    refused connection are all probes a client would have lost); "or 0 * total" keeps an engine
+    whose probes all fail at 0 instead of "no data".
+    """
+    w = s.rate_window
+    total = _rate("llm_probe_requests_total", w)
+    return [
+        Rule(
+            f"server_model:llm_probe_ttft_seconds:p{q}_rate{w}",
+            f"histogram_quantile(0.{q}, sum by (le, {SERVER_MODEL}) (rate(llm_probe_ttft_seconds_bucket[{w}])))",
+        )
+        for q in ("50", "95")
+    ] + [
+        Rule(
+            f"server_model:llm_probe_success:ratio_rate{w}",
+            _ratio("(\n" + _rate("llm_probe_requests_total", w, selector='{result="ok"}') + "\nor\n0 * " + total + "\n)", total),
+        ),
+        Rule(
+            f"server_model:llm_probe_outside_engine_seconds:avg_over_time{w}",
+            f"avg by ({SERVER_MODEL}) (avg_over_time(llm_probe_outside_engine_seconds[{w}]))",
+        ),
     ]
 
 

@@ -21,8 +21,15 @@ _DURATION = re.compile(r"^([0-9]+)(ms|s|m|h|d|w|y)$")
 _SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
 
 FOR_KEYS = (
-    "service_degraded", "bottleneck_cause", "kv_near_full", "source_down", "gpu_lost", "source_errors", "exporter_down",
+    "service_degraded",
+    "bottleneck_cause",
+    "kv_near_full",
+    "source_down",
+    "gpu_lost",
+    "source_errors",
+    "exporter_down",
     "source_stale",
+    "engine_unresponsive",  # the canary probe's outage page (alerts/alerting.py _outage_alert)
 )
 
 
@@ -145,7 +152,9 @@ def from_dict(data: dict[str, Any]) -> Settings:
         raise ConfigError("alerts/config.yaml: severity.page and severity.ticket must differ (routing tells them apart)")
     for b in burn:
         if b.severity not in (page, ticket):
-            raise ConfigError(f"alerts/config.yaml: burn_rates.{b.name}.severity must be severity.page or severity.ticket ({page!r} or {ticket!r})")
+            raise ConfigError(
+                f"alerts/config.yaml: burn_rates.{b.name}.severity must be severity.page or severity.ticket ({page!r} or {ticket!r})"
+            )
     for_ = {key: _duration(data, f"for.{key}") for key in FOR_KEYS}
     # the page must fire no later than the per-cause ticket of the same cause, or the ticket is
     # sent before the page that mutes it arrives

@@ -91,13 +91,60 @@ def recording_tests(s: Settings) -> list[dict[str, object]]:
         ("instance_gpu:llm_gpu_power:ratio_limit", [(gpu0, 0.5)]),
     ]
     tests = [
-        {"eval_time": "20m", "expr": expr, "exp_samples": [{"labels": f"{expr}{{{labels}}}", "value": value} for labels, value in expected]}
+        {
+            "eval_time": "20m",
+            "expr": expr,
+            "exp_samples": [{"labels": f"{expr}{{{labels}}}", "value": value} for labels, value in expected],
+        }
         for expr, expected in exprs
     ]
     return [
-        {"name": "shared ratios are rates of counters", "interval": "1m", "input_series": _series(tuple(series)), "promql_expr_test": tests},
+        {
+            "name": "shared ratios are rates of counters",
+            "interval": "1m",
+            "input_series": _series(tuple(series)),
+            "promql_expr_test": tests,
+        },
         _primary_confidence_test(s),
+        _probe_recording_test(s),
     ]
+
+
+def _probe_recording_test(s: Settings) -> dict[str, object]:
+    """The canary probe's shared figures (alerts/recording.py probe_rules): the success ratio is a
+    rate ratio over every result, 0 (not "no data") for an engine whose probes all fail, and the
+    time outside the engine is averaged per server and model."""
+    job, w = s.exporter_job, s.rate_window
+    eng = f'job="{job}", instance="{INSTANCE}", server="s1", model="m", engine="vllm", rank=""'
+    eng2 = eng.replace('server="s1"', 'server="s2"')
+    out1 = f'job="{job}", instance="{INSTANCE}", server="s1", model="m"'
+    out2 = out1.replace('server="s1"', 'server="s2"')
+    series = [
+        # s1: 3 probes a minute ok, 1 timing out, after ten minutes of only successes: the lifetime
+        # ratio is 0.875, the rate ratio 0.75
+        (f'llm_probe_requests_total{{{eng}, result="ok"}}', "0+4x10 40+3x10"),
+        (f'llm_probe_requests_total{{{eng}, result="timeout"}}', "0x10 0+1x10"),
+        (f'llm_probe_requests_total{{{eng}, result="http_error"}}', "0x20"),
+        # s2: every probe refused
+        (f'llm_probe_requests_total{{{eng2}, result="ok"}}', "0x20"),
+        (f'llm_probe_requests_total{{{eng2}, result="refused"}}', "0+4x20"),
+        (f"llm_probe_outside_engine_seconds{{{eng}}}", "0.2x10 0.6x10"),
+    ]
+    record = f"server_model:llm_probe_success:ratio_rate{w}"
+    outside = f"server_model:llm_probe_outside_engine_seconds:avg_over_time{w}"
+    return {
+        "name": "canary probe: success ratio and time outside the engine",
+        "interval": "1m",
+        "input_series": _series(tuple(series)),
+        "promql_expr_test": [
+            {
+                "eval_time": "20m",
+                "expr": record,
+                "exp_samples": [{"labels": f"{record}{{{out1}}}", "value": 0.75}, {"labels": f"{record}{{{out2}}}", "value": 0}],
+            },
+            {"eval_time": "20m", "expr": outside, "exp_samples": [{"labels": f"{outside}{{{out1}}}", "value": 0.6}]},
+        ],
+    }
 
 
 def _primary_confidence_test(s: Settings) -> dict[str, object]:

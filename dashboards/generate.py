@@ -26,6 +26,7 @@ from alerts.generate import RUNBOOKS, known_series  # noqa: E402
 from alerts.settings import Settings, load  # noqa: E402
 from dashboards.boards import (  # noqa: E402
     application,
+    fleet,
     hardware,
     memory,
     overview,
@@ -37,7 +38,7 @@ from dashboards.layers import LAYER_LINKS  # noqa: E402
 from dashboards.lint import dashboard_problems, runbook_problems  # noqa: E402
 
 OUT_DIR = Path(__file__).resolve().parent / "json"
-BOARDS = (overview, hardware, memory, scheduler, parallel, speculative, application)
+BOARDS = (overview, hardware, memory, scheduler, parallel, speculative, application, fleet)  # fleet: issue 15
 
 
 def build_all(s: Settings) -> list[dict[str, Any]]:

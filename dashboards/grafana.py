@@ -58,6 +58,8 @@ class Panel:
     content: str = ""
     #: Grafana transformations, e.g. hiding and renaming table columns
     transformations: list[dict[str, Any]] = field(default_factory=list)
+    #: extra fieldConfig overrides, e.g. a unit or value mapping for one table column
+    field_overrides: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -95,7 +97,10 @@ def panel_json(p: Panel, pid: int, x: int, y: int) -> dict[str, Any]:
     if p.value_mappings:
         defaults["mappings"] = p.value_mappings
     overrides: list[dict[str, Any]] = []
-    options: dict[str, Any] = {"tooltip": {"mode": "multi", "sort": "desc"}, "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True}}
+    options: dict[str, Any] = {
+        "tooltip": {"mode": "multi", "sort": "desc"},
+        "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+    }
     if p.kind == "timeseries":
         defaults["custom"] = {
             "drawStyle": "line",
@@ -119,9 +124,22 @@ def panel_json(p: Panel, pid: int, x: int, y: int) -> dict[str, Any]:
                 }
             )
     elif p.kind == "stat":
-        options = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}, "colorMode": "background", "graphMode": "none", "textMode": "value_and_name", "orientation": "auto"}
+        options = {
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "colorMode": "background",
+            "graphMode": "none",
+            "textMode": "value_and_name",
+            "orientation": "auto",
+        }
     elif p.kind == "state-timeline":
-        options = {"showValue": "never", "mergeValues": True, "rowHeight": 0.8, "alignValue": "left", "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True}, "tooltip": {"mode": "single", "sort": "none"}}
+        options = {
+            "showValue": "never",
+            "mergeValues": True,
+            "rowHeight": 0.8,
+            "alignValue": "left",
+            "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+            "tooltip": {"mode": "single", "sort": "none"},
+        }
         defaults["custom"] = {"fillOpacity": 80, "lineWidth": 0}
         defaults["color"] = {"mode": "thresholds"}
     elif p.kind == "table":
@@ -140,9 +158,14 @@ def panel_json(p: Panel, pid: int, x: int, y: int) -> dict[str, Any]:
         }
         defaults["color"] = {"mode": "thresholds"}
     elif p.kind == "text":
-        options = {"mode": "markdown", "content": p.content, "code": {"language": "plaintext", "showLineNumbers": False, "showMiniMap": False}}
+        options = {
+            "mode": "markdown",
+            "content": p.content,
+            "code": {"language": "plaintext", "showLineNumbers": False, "showMiniMap": False},
+        }
     if p.links:
         defaults["links"] = p.links
+    overrides += p.field_overrides
     out = {
         "id": pid,
         "type": p.kind,
@@ -237,7 +260,16 @@ class Dashboard:
             if isinstance(item, Row):
                 if x:
                     y, x, row_h = y + row_h, 0, 0
-                out.append({"id": pid, "type": "row", "title": item.title, "collapsed": False, "panels": [], "gridPos": {"h": 1, "w": 24, "x": 0, "y": y}})
+                out.append(
+                    {
+                        "id": pid,
+                        "type": "row",
+                        "title": item.title,
+                        "collapsed": False,
+                        "panels": [],
+                        "gridPos": {"h": 1, "w": 24, "x": 0, "y": y},
+                    }
+                )
                 y += 1
             else:
                 if x + item.width > 24:

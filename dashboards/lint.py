@@ -39,7 +39,7 @@ def expr_problems(expr: str, known: set[str]) -> list[str]:
             if not re.search(r"\b(rate|increase|irate)\(\s*$", expr[: m.start()]):
                 out.append(f"counter {name} read without rate()/increase(): a lifetime value")
     for m in re.finditer(r"histogram_quantile\(", expr):
-        if not re.match(r"histogram_quantile\(\s*[0-9.]+\s*,\s*sum\s+by\s*\(\s*le\b", expr[m.start():]):
+        if not re.match(r"histogram_quantile\(\s*[0-9.]+\s*,\s*sum\s+by\s*\(\s*le\b", expr[m.start() :]):
             out.append("histogram_quantile without sum by (le, ...)")
     for m in re.finditer(r"\[([^\]]+)\]", expr):
         if m.group(1) != "$__rate_interval" and ":" not in m.group(1):

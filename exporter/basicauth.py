@@ -38,8 +38,8 @@ import re
 import threading
 import time
 from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable, Iterable, Mapping
 
 import bcrypt
 
@@ -177,7 +177,6 @@ class BasicAuthVerifier:
             self._cache.move_to_end(key)
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
-
 
     def _check(self, password: bytes, hashed: bytes) -> bool:
         """On a worker: wait for CPU budget, check, pay for the CPU the check used."""

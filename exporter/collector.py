@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import platform
 import threading
-from typing import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -19,16 +19,20 @@ from prometheus_client.core import (
     HistogramMetricFamily,
     Metric,
 )
-from prometheus_client.exposition import generate_latest
-from prometheus_client.openmetrics.exposition import generate_latest as generate_latest_openmetrics
-from prometheus_client.utils import floatToGoString
+from prometheus_client.openmetrics.exposition import generate_latest as _generate_openmetrics
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString as _float_to_go_string
 
-from exporter import __version__
+from exporter import __version__, schema
 from exporter.samples import HistogramSample, Point, Sample
 from exporter.schema import SPECS, MetricSpec
 from exporter.store import SnapshotStore, SourceState
 
 log = logging.getLogger(__name__)
+
+# client_python leaves these two unannotated: their types, named once (no wrapper: no cost per call)
+generate_latest_openmetrics: Callable[[Collector], bytes] = _generate_openmetrics
+floatToGoString: Callable[[float], str] = _float_to_go_string
 
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -76,11 +80,11 @@ def families_from_points(points: Iterable[Point], unknown: Callable[[str], None]
             continue
         seen[spec.name].add(key)
         if isinstance(point, HistogramSample):
-            if spec.type != "histogram":
+            if not isinstance(fam, HistogramMetricFamily):  # a histogram point of a non-histogram spec
                 continue
             buckets = [(floatToGoString(le), count) for le, count in point.buckets]
             fam.add_metric(values, buckets, point.sum)
-        elif isinstance(point, Sample) and spec.type != "histogram":
+        elif isinstance(point, Sample) and isinstance(fam, (CounterMetricFamily, GaugeMetricFamily)):
             fam.add_metric(values, point.value)
     order = {name: i for i, name in enumerate(SPECS)}
     return [families[n] for n in sorted(families, key=order.__getitem__)]
@@ -133,9 +137,20 @@ def _header(spec: MetricSpec) -> str:
 _HEADERS = {name: _header(spec) for name, spec in SPECS.items()}
 #: per spec: label names sorted (as generate_latest sorts them), with their index in spec.labels
 _SORTED = {name: sorted(range(len(s.labels)), key=s.labels.__getitem__) for name, s in SPECS.items()}
+_SORTED_VERSION = schema.LABELS_VERSION
+
+
+def _sorted_labels() -> dict[str, list[int]]:
+    """``_SORTED``, rebuilt once after ``schema.extend_labels`` changed a spec (--kubernetes)."""
+    global _SORTED, _SORTED_VERSION
+    if _SORTED_VERSION != schema.LABELS_VERSION:
+        _SORTED = {name: sorted(range(len(s.labels)), key=s.labels.__getitem__) for name, s in SPECS.items()}
+        _SORTED_VERSION = schema.LABELS_VERSION
+    return _SORTED
 
 
 def render_text(points: Iterable[Point], unknown: Callable[[str], None] | None = None) -> bytes:
+    sorted_labels = _sorted_labels()
     lines: dict[str, list[str]] = {}
     seen: dict[str, set[tuple[str, ...]]] = {}
     for point in points:
@@ -155,7 +170,7 @@ def render_text(points: Iterable[Point], unknown: Callable[[str], None] | None =
             continue
         fam_seen.add(values)
         out = lines[name]
-        order = _SORTED[name]
+        order = sorted_labels[name]
         if isinstance(point, HistogramSample):
             if spec.type != "histogram":
                 continue
@@ -230,7 +245,7 @@ class ExpositionCache:
             points = meta_points(snapshot.sources.values()) + snapshot.points
             if openmetrics:
                 collector = _FamiliesCollector(families_from_points(points, self._note_unknown))
-                body = generate_latest_openmetrics(collector)  # type: ignore[arg-type]
+                body = generate_latest_openmetrics(collector)
             else:
                 body = render_text(points, self._note_unknown)
             self._cached[openmetrics] = (snapshot.version, snapshot.valid_until, body)

@@ -10,14 +10,15 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
-from exporter.cli import UsageError
+from exporter.errors import UsageError
 
 ENV_PREFIX = "LLM_EXPORTER_"
 ENGINE_TYPES = ("auto", "vllm", "sglang", "tgi", "trtllm", "llamacpp")
@@ -56,6 +57,8 @@ class EngineConfig:
     #: process sampler: the serving process, by PID or by a command-line substring
     pid: int | None = None
     process: str | None = None
+    #: canary probe (`probe:`; exporter/probe/config.py: ProbeConfig); None: not probed
+    probe: Any = None
 
 
 @dataclass
@@ -73,10 +76,17 @@ class Config:
     engines: list[EngineConfig] = field(default_factory=list)
     #: parallel groups: name -> GPU indexes; empty means one group of all GPUs
     groups: dict[str, list[int]] = field(default_factory=dict)
+    #: the multi-node parallel (TP/PP) group this node is part of, the same on every node of it;
+    #: published as llm_parallel_node_group_info{group} for the fleet rules (alerts/fleet.py)
+    parallel_group: str | None = None
     #: raw `diagnosis:` section (thresholds, SLOs); validated by exporter.diagnosis
     diagnosis: dict[str, Any] = field(default_factory=dict)
     web_config_file: str | None = None
     log_level: str = "info"
+    #: --kubernetes settings (exporter/kubernetes/settings.py: KubernetesConfig); None before load_config
+    kubernetes: Any = None
+    #: source switches (exporter/registry.py): name -> on; a name left out takes its default
+    sources: dict[str, bool] = field(default_factory=dict)
     #: settings given by file, environment or flag (the others are defaults), e.g. "gpu_timeout"
     explicit: set[str] = field(default_factory=set, repr=False, compare=False)
 
@@ -193,6 +203,18 @@ def engine_url(value: Any) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
 
+def group_name(value: Any) -> str:
+    """A label value that names one parallel group across nodes: short and printable.
+
+    Why bounded: it is a label value on a series of every node of the group; a value
+    copied from a pod name with a hash or a newline would break the join in the rules.
+    """
+    name = string(value).strip()
+    if len(name) > 128 or not name.isprintable():
+        raise ValueError(f"expected a printable name of at most 128 characters, got {value!r}"[:200])
+    return name
+
+
 def log_level(value: Any) -> str:
     v = string(value).lower()
     if v not in ("debug", "info", "warning", "error"):
@@ -204,17 +226,48 @@ def log_level(value: Any) -> str:
 
 #: (flag, dest, parser, help). Every flag can also be set as LLM_EXPORTER_<DEST upper>.
 SERVE_FLAGS: list[tuple[str, str, Callable[[Any], Any], str]] = [
-    ("--listen-address", "listen_address", lambda v: (split_listen_address(v), v)[1], "HOST:PORT to serve on (default 0.0.0.0:9750)"),
+    (
+        "--listen-address",
+        "listen_address",
+        lambda v: (split_listen_address(v), v)[1],
+        "HOST:PORT to serve on (default 0.0.0.0:9750)",
+    ),
     ("--gpu-source", "gpu_source", string, "auto, dcgm, nvml, none, replay:PATH[,PATH...] or sim:BASE_URL (default auto)"),
     ("--gpu-interval", "gpu_interval", interval_seconds, "GPU sampling interval in seconds, 0.1-3600 (default 1)"),
-    ("--gpu-timeout", "gpu_timeout", timeout_seconds, "GPU sample timeout in seconds, below the interval (default 0.9 x interval, at most 2)"),
+    (
+        "--gpu-timeout",
+        "gpu_timeout",
+        timeout_seconds,
+        "GPU sample timeout in seconds, below the interval (default 0.9 x interval, at most 2)",
+    ),
     ("--engine-interval", "engine_interval", interval_seconds, "default engine scrape interval in seconds, 0.1-3600 (default 5)"),
-    ("--engine-timeout", "engine_timeout", timeout_seconds, "default engine scrape timeout in seconds, below the interval (default 0.9 x interval, at most 3)"),
-    ("--engine-max-series", "engine_max_series", positive_int, "default budget of published series per engine; over it the least useful families are dropped and counted (default 20000)"),
+    (
+        "--engine-timeout",
+        "engine_timeout",
+        timeout_seconds,
+        "default engine scrape timeout in seconds, below the interval (default 0.9 x interval, at most 3)",
+    ),
+    (
+        "--engine-max-series",
+        "engine_max_series",
+        positive_int,
+        "default budget of published series per engine; over it the least useful families are dropped and counted (default 20000)",
+    ),
     ("--process-interval", "process_interval", interval_seconds, "process sampler interval in seconds, 0.1-3600 (default 1)"),
-    ("--diagnosis-interval", "diagnosis_interval", interval_seconds, "diagnosis cycle in seconds, 0.1-3600 (default: the GPU interval)"),
+    (
+        "--diagnosis-interval",
+        "diagnosis_interval",
+        interval_seconds,
+        "diagnosis cycle in seconds, 0.1-3600 (default: the GPU interval)",
+    ),
     ("--web-config-file", "web_config_file", string, "TLS / basic-auth config (Prometheus exporter-toolkit format)"),
     ("--log-level", "log_level", log_level, "debug, info, warning or error (default info)"),
+    (
+        "--parallel-group",
+        "parallel_group",
+        group_name,
+        "name of the multi-node parallel (TP/PP) group this node belongs to, the same on every node of it; published as llm_parallel_node_group_info{group} for the fleet rules (default: none)",
+    ),
 ]
 
 
@@ -230,10 +283,27 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="an inference server's Prometheus endpoint (repeatable; env LLM_EXPORTER_ENGINE, comma-separated)",
     )
-    parser.add_argument("--engine-pid", dest="engine_pid", default=None, help="PID of the serving process (applies to the first engine)")
     parser.add_argument(
-        "--engine-process", dest="engine_process", default=None, help="command-line substring of the serving process (applies to the first engine)"
+        "--engine-pid", dest="engine_pid", default=None, help="PID of the serving process (applies to the first engine)"
     )
+    parser.add_argument(
+        "--engine-process",
+        dest="engine_process",
+        default=None,
+        help="command-line substring of the serving process (applies to the first engine)",
+    )
+    # --- probe: --probe / --probe-url live in exporter/probe/config.py
+    from exporter.probe.config import add_probe_arguments
+
+    add_probe_arguments(parser)
+    # --- kubernetes: its flags live in exporter/kubernetes/settings.py
+    from exporter.kubernetes.settings import add_arguments as add_kubernetes_arguments
+
+    add_kubernetes_arguments(parser)
+    # --- sources: --source.NAME / --no-source.NAME live in exporter/registry.py
+    from exporter.registry import add_arguments as add_source_arguments
+
+    add_source_arguments(parser)
 
 
 def _flag_of(dest: str) -> str:
@@ -254,7 +324,7 @@ def load_config(args: argparse.Namespace, environ: dict[str, str] | None = None)
         if dest in raw:
             origin[dest] = f"{config_path}: {dest}"
             setattr(cfg, dest, _parse(parse, raw[dest], origin[dest]))
-    known = {d for _, d, _, _ in SERVE_FLAGS} | {"engines", "groups", "diagnosis"}
+    known = {d for _, d, _, _ in SERVE_FLAGS} | {"engines", "groups", "diagnosis", "kubernetes", "sources"}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise UsageError(f"{config_path}: unknown setting(s) {', '.join(unknown)}")
@@ -285,6 +355,10 @@ def load_config(args: argparse.Namespace, environ: dict[str, str] | None = None)
             cfg.engines[0].pid = _parse(positive_int, pid, "--engine-pid")
         if proc:
             cfg.engines[0].process = str(proc)
+    # --- probe: --probe / --probe-url / LLM_EXPORTER_PROBE[_URL] for the single engine
+    from exporter.probe.config import apply_probe_flags
+
+    apply_probe_flags(cfg, args, env)
     names = [e.name for e in cfg.engines]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -295,6 +369,15 @@ def load_config(args: argparse.Namespace, environ: dict[str, str] | None = None)
         raise UsageError(f"{config_path}: diagnosis: expected a mapping")
     cfg.diagnosis = diag
     _check_gpu_source(cfg.gpu_source)
+    # --- kubernetes: flags, environment and the `kubernetes:` section (exporter/kubernetes/settings.py)
+    from exporter.kubernetes.settings import load as load_kubernetes
+
+    cfg.kubernetes = load_kubernetes(args, env, raw.get("kubernetes"), config_path)
+    # --- sources: flags, environment and the `sources:` section; last, as `needs` reads the rest
+    from exporter import registry
+
+    cfg.sources, source_origin = registry.load(args, env, raw.get("sources"), config_path)
+    registry.check(cfg, source_origin)
     return cfg
 
 
@@ -340,8 +423,21 @@ def _engines(items: Any, cfg: Config, where: str | None) -> list[EngineConfig]:
 
 
 _ENGINE_KEYS = {
-    "url", "name", "type", "bearer_token_file", "ca_bundle", "tls_verify", "timeout", "interval",
-    "max_series", "max_body_bytes", "pid", "process", "follow_redirects", "basic_auth",
+    "url",
+    "name",
+    "type",
+    "bearer_token_file",
+    "ca_bundle",
+    "tls_verify",
+    "timeout",
+    "interval",
+    "max_series",
+    "max_body_bytes",
+    "pid",
+    "process",
+    "follow_redirects",
+    "basic_auth",
+    "probe",  # exporter/probe/config.py
 }
 
 
@@ -422,7 +518,17 @@ def _engine_from_mapping(item: Any, cfg: Config, where: str) -> EngineConfig:
         basic_auth_password_file=basic[1] if basic else None,
         pid=_parse(positive_int, item["pid"], f"{where}: pid") if item.get("pid") is not None else None,
         process=str(item["process"]) if item.get("process") else None,
+        probe=_probe(item.get("probe"), f"{where}: probe"),
     )
+
+
+def _probe(value: Any, where: str) -> Any:
+    """The `probe:` value, parsed by exporter/probe/config.py (imported only when set)."""
+    if value is None:
+        return None
+    from exporter.probe.config import parse_probe
+
+    return parse_probe(value, where)
 
 
 def _groups(raw: Any, where: str | None) -> dict[str, list[int]]:

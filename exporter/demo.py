@@ -1,7 +1,8 @@
 """``llm-layer-exporter demo``: simulator + load + exporter on 127.0.0.1, with a live view.
 
 Why this shape: it is the README's first command and must work right after
-``pip install .`` on a laptop with no GPU and no inference server. It starts
+``pip install '.[tools]'`` (scripts/run.sh) on a laptop with no GPU and no inference server;
+its flags are exporter/commands/demo.py's. It starts
 three real things — the simulated server (a child process, so the exporter's
 process sampler can watch its scheduler thread), the exporter (``python -m
 exporter serve`` reading the simulator's ``/metrics`` and ``/sim/gpu``) and an
@@ -48,6 +49,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from exporter.exposition import read_metrics
+from exporter.schema import SPECS, reduce_series, reduced_name
+
 DEFAULT_LISTEN = "127.0.0.1:9750"
 #: demo exit statuses (2 is the CLI's usage error, 4 the same as ``serve``'s "cannot listen")
 EXIT_CHILD_FAILED = 1
@@ -83,7 +87,7 @@ QUIET_MAX_SECONDS = 45.0
 TOUR_TICK_SECONDS = 5.0
 
 # service-scope signal names of the diagnosis (exporter/diagnosis/signals.py), repeated here so that
-# importing this module stays cheap
+# importing this module stays cheap; a gauge's is named by how the schema reduces it (schema.reduced_name)
 TTFT_P95_RECENT, TTFT_P95 = "p95_over_recent(llm_request_ttft_seconds)", "p95(llm_request_ttft_seconds)"
 ITL_P95_RECENT, ITL_P95 = "p95_over_recent(llm_request_inter_token_seconds)", "p95(llm_request_inter_token_seconds)"
 QUEUE_P95_RECENT, QUEUE_P95 = "p95_over_recent(llm_scheduler_queue_seconds)", "p95(llm_scheduler_queue_seconds)"
@@ -93,66 +97,54 @@ SIGNAL_OF: dict[str, tuple[tuple[str, ...], str]] = {
     "llm_request_ttft_seconds": ((TTFT_P95_RECENT, TTFT_P95), "p95"),
     "llm_request_inter_token_seconds": ((ITL_P95_RECENT, ITL_P95), "p95"),
     "llm_scheduler_queue_seconds": ((QUEUE_P95_RECENT, QUEUE_P95), "p95"),
-    "llm_scheduler_requests_running": (("sum(llm_scheduler_requests_running)",), "count"),
-    "llm_scheduler_requests_waiting": (("sum(llm_scheduler_requests_waiting)",), "count"),
-    "llm_kv_cache_usage_ratio": (("max(llm_kv_cache_usage_ratio)",), "share"),
+    "llm_scheduler_requests_running": ((reduced_name("llm_scheduler_requests_running"),), "count"),
+    "llm_scheduler_requests_waiting": ((reduced_name("llm_scheduler_requests_waiting"),), "count"),
+    "llm_kv_cache_usage_ratio": ((reduced_name("llm_kv_cache_usage_ratio"),), "share"),
     "llm_kv_cache_preemptions_total": (("rate(llm_kv_cache_preemptions_total)",), "rate"),
     "llm_generation_tokens_total": (("rate(llm_generation_tokens_total)",), "rate"),
     "llm_requests_finished_total": (("rate(llm_requests_finished_total)",), "rate"),
     "llm_requests_rejected_total": (("rate(llm_requests_rejected_total)",), "rate"),
-    "llm_process_busiest_thread_cpu_ratio": (("max(llm_process_busiest_thread_cpu_ratio)",), "share"),
-    "llm_process_busiest_thread_cpu_demand_ratio": (("max(llm_process_busiest_thread_cpu_demand_ratio)",), "cores"),
-    "llm_process_cpu_ratio": (("max(llm_process_cpu_ratio)",), "cores"),
+    "llm_process_busiest_thread_cpu_ratio": ((reduced_name("llm_process_busiest_thread_cpu_ratio"),), "share"),
+    "llm_process_busiest_thread_cpu_demand_ratio": ((reduced_name("llm_process_busiest_thread_cpu_demand_ratio"),), "cores"),
+    "llm_process_cpu_ratio": ((reduced_name("llm_process_cpu_ratio"),), "cores"),
 }
 #: ``*_ratio`` metrics that are not 0-1 shares: shown as "×1.69" (skew) or "1.30 cores"
 MULTIPLE_RATIOS = {"llm_parallel_sm_active_skew_ratio": "times"}
 CORE_RATIOS = {"llm_process_busiest_thread_cpu_demand_ratio", "llm_process_cpu_ratio"}
 #: facts that do not move (limits, sizes, counts): left out of the live view so it fits a terminal
 #: (``/metrics`` has them all)
-TUI_HIDDEN = frozenset({
-    "gpu_up", "gpu_profiling_available", "gpu_memory_total_bytes", "gpu_power_limit_watts", "gpu_sm_clock_max_hertz",
-    "gpu_memory_clock_hertz", "gpu_energy_joules_total", "kv_cache_capacity_tokens", "kv_cache_block_size_tokens",
-    "kv_cache_slot_context_tokens", "parallel_group_gpus", "process_threads", "process_resident_memory_bytes",
-})
+TUI_HIDDEN = frozenset(
+    {
+        "gpu_up",
+        "gpu_profiling_available",
+        "gpu_memory_total_bytes",
+        "gpu_power_limit_watts",
+        "gpu_sm_clock_max_hertz",
+        "gpu_memory_clock_hertz",
+        "gpu_energy_joules_total",
+        "kv_cache_capacity_tokens",
+        "kv_cache_block_size_tokens",
+        "kv_cache_slot_context_tokens",
+        "parallel_group_gpus",
+        "process_threads",
+        "process_resident_memory_bytes",
+    }
+)
 #: One field per layer in the plain lines: (label, metric, how to show it, the diagnosis signal).
+#: ``gauge``: reduced across series as the schema says (``MetricSpec.reduce``), shown in its unit.
 PLAIN_FIELDS: tuple[tuple[str, str, str, str | None], ...] = (
-    ("running", "llm_scheduler_requests_running", "sum", "sum(llm_scheduler_requests_running)"),
-    ("waiting", "llm_scheduler_requests_waiting", "sum", "sum(llm_scheduler_requests_waiting)"),
-    ("kv", "llm_kv_cache_usage_ratio", "max", "max(llm_kv_cache_usage_ratio)"),
+    ("running", "llm_scheduler_requests_running", "gauge", reduced_name("llm_scheduler_requests_running")),
+    ("waiting", "llm_scheduler_requests_waiting", "gauge", reduced_name("llm_scheduler_requests_waiting")),
+    ("kv", "llm_kv_cache_usage_ratio", "gauge", reduced_name("llm_kv_cache_usage_ratio")),
     ("preempt/s", "llm_kv_cache_preemptions_total", "rate", "rate(llm_kv_cache_preemptions_total)"),
-    ("sm", "llm_gpu_sm_active_ratio", "max", "max(llm_gpu_sm_active_ratio)"),
-    ("dram", "llm_gpu_dram_active_ratio", "max", None),
-    ("power", "llm_gpu_power_watts", "watts", None),
-    ("cpu_thread", "llm_process_busiest_thread_cpu_ratio", "max", "max(llm_process_busiest_thread_cpu_ratio)"),
+    ("sm", "llm_gpu_sm_active_ratio", "gauge", reduced_name("llm_gpu_sm_active_ratio")),
+    ("dram", "llm_gpu_dram_active_ratio", "gauge", None),
+    ("power", "llm_gpu_power_watts", "gauge", None),
+    ("cpu_thread", "llm_process_busiest_thread_cpu_ratio", "gauge", reduced_name("llm_process_busiest_thread_cpu_ratio")),
     ("tok/s", "llm_generation_tokens_total", "rate", "rate(llm_generation_tokens_total)"),
     ("ttft_p95", "llm_request_ttft_seconds", "p95", None),
     ("queue_p95", "llm_scheduler_queue_seconds", "p95", None),
 )
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from exporter.simulator.scenarios import NAMES
-    from exporter.simulator.settings import DIALECTS
-
-    add = parser.add_argument
-    add("--scenario", default=None, choices=NAMES,
-        help="run one bottleneck scenario until Ctrl-C or --duration (default: the tour, every scenario in turn)")
-    add("--tour-seconds", type=float, default=TOUR_SECONDS, metavar="S",
-        help=f"the tour: how long each scenario runs (default {TOUR_SECONDS:g})")
-    add("--tour", default=None, metavar="SCENARIO[,...]",
-        help="the tour: the scenarios to visit after healthy, comma-separated (default: every scenario with a cause)")
-    add("--dialect", default="vllm", choices=DIALECTS, help="engine whose /metrics the simulator speaks (default vllm)")
-    add("--listen-address", default=DEFAULT_LISTEN, help=f"where the exporter serves (default {DEFAULT_LISTEN})")
-    add("--duration", type=float, default=None, metavar="S",
-        help="stop after S seconds (default: until Ctrl-C, or the tour's end)")
-    add("--no-tui", action="store_true",
-        help="print plain lines instead of the live view (also when stdout is not a terminal)")
-    add("--interval", type=float, default=1.0, metavar="S", help="refresh and sampling interval in seconds (default 1)")
-    add("--time-scale", type=float, default=None, metavar="X",
-        help=f"simulator speed-up (default 1; the tour {TOUR_TIME_SCALE:g})")
-    add("--gpus", type=int, default=None, metavar="N", help=f"simulated GPUs (default: the scenario's; the tour {TOUR_GPUS})")
-    parser.epilog = ("exit status: 0 the demo ran (time up, tour done, Ctrl-C or SIGTERM), 1 the simulator or the "
-                     "exporter failed, 2 a bad flag, 4 cannot listen on --listen-address")
 
 
 # --------------------------------------------------------------------------- reading metrics
@@ -167,33 +159,19 @@ class Reading:
     hists: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def total(self, name: str) -> float | None:
+        """A counter's value over all its series."""
         series = self.values.get(name)
         return None if not series else sum(v for _, v in series)
 
-    def mean(self, name: str) -> float | None:
-        series = self.values.get(name)
-        return None if not series else sum(v for _, v in series) / len(series)
-
-    def maximum(self, name: str) -> float | None:
-        series = [v for _, v in self.values.get(name) or [] if not math.isnan(v)]
-        return max(series) if series else None
+    def figure(self, name: str) -> float | None:
+        """A gauge's series reduced the way its schema spec says (the diagnosis' reduction)."""
+        return reduce_series(name, (v for _, v in self.values.get(name) or ()))
 
 
-def parse_metrics(text: str) -> Reading:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    reading = Reading(at=time.monotonic())
-    for family in text_string_to_metric_families(text):
-        if family.type == "histogram":
-            total = sum(s.value for s in family.samples if s.name.endswith("_sum"))
-            count = sum(s.value for s in family.samples if s.name.endswith("_count"))
-            reading.hists[family.name] = (total, count)
-            continue
-        for s in family.samples:
-            if s.name.endswith("_created"):
-                continue
-            reading.values.setdefault(s.name, []).append((dict(s.labels), s.value))
-    return reading
+def reading_of(text: str) -> Reading:
+    """The exporter's /metrics as the view reads it (parsed by exporter/exposition.py)."""
+    own = read_metrics(text)
+    return Reading(at=time.monotonic(), values=own.scalars(keep_nan=True), hists=own.histogram_totals())
 
 
 def fmt_seconds(value: float) -> str:
@@ -289,15 +267,14 @@ def _from_signals(name: str, signals: dict[str, Any] | None) -> str | None:
     return None
 
 
-def layer_rows(now: Reading, before: Reading | None,
-               signals: dict[str, Any] | None = None) -> dict[str, list[tuple[str, str]]]:
+def layer_rows(now: Reading, before: Reading | None, signals: dict[str, Any] | None = None) -> dict[str, list[tuple[str, str]]]:
     """Per bottleneck layer, (metric, shown value) rows for every schema metric the exporter serves.
 
     Where the diagnosis judged the same quantity (``signals``, from ``/diagnosis?signals=1``) its
     value is shown; otherwise the metric itself: gauges as served, counters as a rate between the
     two readings, histograms as the mean between them (since start when nothing finished between).
     """
-    from exporter.schema import LAYERS, SPECS
+    from exporter.schema import LAYERS
 
     rows: dict[str, list[tuple[str, str]]] = {layer: [] for layer in LAYERS}
     dt = (now.at - before.at) if before else 0.0
@@ -337,16 +314,22 @@ def layer_rows(now: Reading, before: Reading | None,
                 texts = [fmt(v, unit) for _, v in ordered]
                 shown = f"{texts[0]} (all {len(texts)})" if len(set(texts)) == 1 else " ".join(texts)
             else:
-                values = [v for _, v in series]
-                shown = fmt(sum(values) if spec.unit != "ratio" else max(values), unit)
+                shown = fmt(now.figure(name), unit)
         rows[spec.layer].append((name.removeprefix("llm_"), shown))
     if signals and isinstance(signals.get(SPEC_ACCEPTANCE), (int, float)):
         rows["speculative_decoding"].append(("spec_decode_acceptance", fmt(signals[SPEC_ACCEPTANCE], "share")))
     return rows
 
 
-def plain_line(elapsed: float, scenario: str, now: Reading, before: Reading | None, verdict: str, load: str,
-               signals: dict[str, Any] | None = None) -> str:
+def plain_line(
+    elapsed: float,
+    scenario: str,
+    now: Reading,
+    before: Reading | None,
+    verdict: str,
+    load: str,
+    signals: dict[str, Any] | None = None,
+) -> str:
     parts = [f"t={elapsed:.0f}s", scenario]
     dt = (now.at - before.at) if before else 0.0
     for label, name, how, key in PLAIN_FIELDS:
@@ -354,17 +337,14 @@ def plain_line(elapsed: float, scenario: str, now: Reading, before: Reading | No
         if how == "p95":
             shown = _from_signals(name, signals)
             shown = shown.removesuffix(" p95") if shown else "-"
-        elif isinstance(value, (int, float)):
-            shown = fmt(value, "share" if how == "max" else "")
-        elif how == "rate":
+        elif how == "rate" and not isinstance(value, (int, float)):
             value, prev = now.total(name), (before.total(name) if before else None)
             shown = fmt((value - prev) / dt, "") if value is not None and prev is not None and dt > 0 else "-"
-        elif how == "sum":
-            shown = fmt(now.total(name), "")
-        elif how == "watts":
-            shown = fmt(now.mean(name), "watts")
-        else:
-            shown = fmt(now.maximum(name), "share")
+        elif how == "rate":
+            shown = fmt(value, "")
+        else:  # a gauge: the diagnosis' value, else the metric reduced as the schema says
+            unit = metric_unit(name, SPECS[name].unit)
+            shown = fmt(value if isinstance(value, (int, float)) else now.figure(name), "share" if unit == "ratio" else unit)
         parts.append(f"{label}={shown}")
     parts.append(f"load[{load}]")
     parts.append(f"verdict: {verdict}")
@@ -378,8 +358,10 @@ def verdict_text(diagnosis: dict[str, Any] | None) -> str:
     state = str(diagnosis.get("state", "unknown"))
     primary = diagnosis.get("primary")
     if primary:
-        return (f"{state}: {primary.get('layer')}/{primary.get('cause')} "
-                f"(confidence {primary.get('confidence', 0):.2f}): {primary.get('chain', '')}")
+        return (
+            f"{state}: {primary.get('layer')}/{primary.get('cause')} "
+            f"(confidence {primary.get('confidence', 0):.2f}): {primary.get('chain', '')}"
+        )
     if state == "healthy":
         warnings = [b for b in diagnosis.get("bottlenecks") or [] if b.get("role") == "warning"]
         extra = "; warning: " + ", ".join(f"{b.get('layer')}/{b.get('cause')}" for b in warnings) if warnings else ""
@@ -403,8 +385,10 @@ def conclusion_line(diagnosis: dict[str, Any] | None) -> str:
     state = str(diagnosis.get("state", "unknown"))
     p = diagnosis.get("primary")
     if p:
-        return (f"verdict: {state} primary {p.get('layer')}/{p.get('cause')} "
-                f"(confidence {float(p.get('confidence') or 0):.2f}): {p.get('chain', '')}")
+        return (
+            f"verdict: {state} primary {p.get('layer')}/{p.get('cause')} "
+            f"(confidence {float(p.get('confidence') or 0):.2f}): {p.get('chain', '')}"
+        )
     return f"verdict: {state} primary none: {verdict_text(diagnosis).partition(': ')[2]}"
 
 
@@ -433,7 +417,7 @@ def conclude(scenario: str, verdicts: list[dict[str, Any]]) -> Conclusion:
     expected = EXPECTED_PRIMARY.get(scenario)
     if not verdicts:
         return Conclusion(scenario, expected, None, None)
-    half = verdicts[len(verdicts) // 2:]
+    half = verdicts[len(verdicts) // 2 :]
     names = [primary_name(v) for v in half]
     counts = Counter(names)
     last_at = {name: i for i, name in enumerate(names)}
@@ -446,9 +430,14 @@ def summary_lines(results: list[Conclusion]) -> list[str]:
     """The tour's closing table, plain text."""
     rows = [("scenario", "expected primary", "primary named", "match")]
     for r in results:
-        rows.append((r.scenario, r.expected or "none (healthy)",
-                     r.named or (f"none ({r.verdict.get('state')})" if r.verdict else "no verdict"),
-                     "yes" if r.matched else "NO"))
+        rows.append(
+            (
+                r.scenario,
+                r.expected or "none (healthy)",
+                r.named or (f"none ({r.verdict.get('state')})" if r.verdict else "no verdict"),
+                "yes" if r.matched else "NO",
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     matched = sum(r.matched for r in results)
     if not results:
@@ -462,13 +451,17 @@ def injected_text(scenario: Any) -> str:
     """What the scenario changes and the load it drives, in one line."""
     knobs = " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in scenario.settings.items())
     load = scenario.load
-    clients = (f"arrivals at {load.rate:g}/s (at most {load.concurrency} at once)" if load.rate
-               else f"{load.concurrency} clients back to back")
+    clients = (
+        f"arrivals at {load.rate:g}/s (at most {load.concurrency} at once)"
+        if load.rate
+        else f"{load.concurrency} clients back to back"
+    )
     prompts = "/".join(str(n) for n, _ in load.prompt_tokens)
     outputs = "/".join(str(n) for n, _ in load.max_tokens)
     extra = f", timeout {load.timeout_s:g} s with {load.retries} retries" if load.retries else ""
-    return (f"injected: {knobs or 'nothing (defaults)'}; load: {clients}, prompts {prompts} tokens, "
-            f"outputs {outputs} tokens{extra}")
+    return (
+        f"injected: {knobs or 'nothing (defaults)'}; load: {clients}, prompts {prompts} tokens, outputs {outputs} tokens{extra}"
+    )
 
 
 # --------------------------------------------------------------------------- the children
@@ -476,15 +469,26 @@ def injected_text(scenario: Any) -> str:
 
 def exporter_command(listen: str, sim_url: str, sim_pid: int, interval: float, config: Path | None = None) -> list[str]:
     return [
-        sys.executable, "-m", "exporter", "serve",
-        "--listen-address", listen,
-        "--engine", f"{sim_url}/metrics",
-        "--gpu-source", f"sim:{sim_url}",
-        "--engine-pid", str(sim_pid),
-        "--engine-interval", f"{interval:g}",
-        "--gpu-interval", f"{interval:g}",
-        "--process-interval", f"{interval:g}",
-        "--log-level", "warning",
+        sys.executable,
+        "-m",
+        "exporter",
+        "serve",
+        "--listen-address",
+        listen,
+        "--engine",
+        f"{sim_url}/metrics",
+        "--gpu-source",
+        f"sim:{sim_url}",
+        "--engine-pid",
+        str(sim_pid),
+        "--engine-interval",
+        f"{interval:g}",
+        "--gpu-interval",
+        f"{interval:g}",
+        "--process-interval",
+        f"{interval:g}",
+        "--log-level",
+        "warning",
     ] + (["--config", str(config)] if config else [])
 
 
@@ -496,15 +500,17 @@ class ExporterFailure:
     status: int = EXIT_CHILD_FAILED
 
 
-def start_exporter(listen: str, sim_url: str, sim_pid: int, interval: float, log_path: Path,
-                   timeout: float = 30.0, config: Path | None = None) -> tuple[subprocess.Popen[bytes] | None, str]:
+def start_exporter(
+    listen: str, sim_url: str, sim_pid: int, interval: float, log_path: Path, timeout: float = 30.0, config: Path | None = None
+) -> tuple[subprocess.Popen[bytes] | None, str]:
     """Start ``exporter serve``; returns (process or None, a problem description or '')."""
     proc, failure = _start_exporter(listen, sim_url, sim_pid, interval, log_path, timeout, config)
     return proc, failure.message if failure else ""
 
 
-def _start_exporter(listen: str, sim_url: str, sim_pid: int, interval: float, log_path: Path, timeout: float,
-                    config: Path | None) -> tuple[subprocess.Popen[bytes] | None, ExporterFailure | None]:
+def _start_exporter(
+    listen: str, sim_url: str, sim_pid: int, interval: float, log_path: Path, timeout: float, config: Path | None
+) -> tuple[subprocess.Popen[bytes] | None, ExporterFailure | None]:
     import httpx
 
     env = dict(os.environ)
@@ -513,8 +519,13 @@ def _start_exporter(listen: str, sim_url: str, sim_pid: int, interval: float, lo
     from exporter.simulator.process import die_with_parent
 
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(exporter_command(listen, sim_url, sim_pid, interval, config), stdout=log,
-                                stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_parent)
+        proc = subprocess.Popen(
+            exporter_command(listen, sim_url, sim_pid, interval, config),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            preexec_fn=die_with_parent,
+        )
     url = f"http://{listen}/metrics"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -585,8 +596,7 @@ class Loads:
         from exporter.loadgen import run_load
         from exporter.simulator import scenarios
 
-        spec = scenarios.get(name).load_spec(self.sim_url, time_scale=self.time_scale, duration_s=duration_s,
-                                             seed=len(self.runs))
+        spec = scenarios.get(name).load_spec(self.sim_url, time_scale=self.time_scale, duration_s=duration_s, seed=len(self.runs))
         spec = dataclasses.replace(spec, drain=duration_s is not None)
         stop = asyncio.Event()
         self.runs.append((name, stop, asyncio.create_task(run_load(spec, stop=stop, on_record=self.stats.add))))
@@ -618,8 +628,14 @@ class _TimeUp(Exception):
 class Session:
     """The view loop: reads the exporter each interval, shows it, and (the tour) drives the scenarios."""
 
-    def __init__(self, args: argparse.Namespace, sim_url: str, exporter_url: str,
-                 exporter: subprocess.Popen[bytes] | None, results: list[Conclusion]) -> None:
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        sim_url: str,
+        exporter_url: str,
+        exporter: subprocess.Popen[bytes] | None,
+        results: list[Conclusion],
+    ) -> None:
         self.args, self.sim_url, self.exporter_url, self.exporter = args, sim_url, exporter_url, exporter
         self.results = results
         self.tour = args.scenario is None
@@ -648,8 +664,14 @@ class Session:
         if self.live is not None:
             self.say(indent + text)  # rich wraps it
         else:
-            for line in textwrap.wrap(text, width=100, initial_indent=indent, subsequent_indent=indent + "  ",
-                                      break_long_words=False, break_on_hyphens=False) or [indent]:
+            for line in textwrap.wrap(
+                text,
+                width=100,
+                initial_indent=indent,
+                subsequent_indent=indent + "  ",
+                break_long_words=False,
+                break_on_hyphens=False,
+            ) or [indent]:
                 self.say(line)
 
     # ------------------------------------------------------------------ one refresh
@@ -675,8 +697,20 @@ class Session:
                 line = plain_line(elapsed, self.scenario, now, self.before, verdict_text(diagnosis), load_text, signals)
                 print(line + (f" [{note}]" if note else ""), flush=True)
         elif self.live is not None:
-            self.live.update(_render(self.args, elapsed, now, self.before, diagnosis, load_text, note,
-                                     scenario=self.scenario, tour=self.tour_text, results=self.results))
+            self.live.update(
+                _render(
+                    self.args,
+                    elapsed,
+                    now,
+                    self.before,
+                    diagnosis,
+                    load_text,
+                    note,
+                    scenario=self.scenario,
+                    tour=self.tour_text,
+                    results=self.results,
+                )
+            )
         self.before = now
         return diagnosis
 
@@ -726,8 +760,10 @@ class Session:
 
         names = self.args.tour_names
         seconds = self.args.tour_seconds
-        self.say(f"tour: {', '.join(names)} — {seconds:g} s each, back to healthy in between (up to "
-                 f"{QUIET_MAX_SECONDS:g} s); `demo --scenario NAME` runs one of them until Ctrl-C")
+        self.say(
+            f"tour: {', '.join(names)} — {seconds:g} s each, back to healthy in between (up to "
+            f"{QUIET_MAX_SECONDS:g} s); `demo --scenario NAME` runs one of them until Ctrl-C"
+        )
         for i, name in enumerate(names, 1):
             scenario = scenarios.get(name)
             if self.scenario != "healthy":
@@ -745,8 +781,11 @@ class Session:
             end = time.monotonic() + seconds
             while time.monotonic() < end:
                 d = await self.tick()
-                if d and float(d.get("timestamp") or 0) > switched_at and (
-                        not verdicts or d.get("timestamp") != verdicts[-1].get("timestamp")):
+                if (
+                    d
+                    and float(d.get("timestamp") or 0) > switched_at
+                    and (not verdicts or d.get("timestamp") != verdicts[-1].get("timestamp"))
+                ):
                     verdicts.append(d)
             result = conclude(name, verdicts)
             self.results.append(result)
@@ -778,8 +817,10 @@ class Session:
                 last = d.get("timestamp")
                 quiet = quiet + 1 if not d.get("bottlenecks") and d.get("state") != "degraded" else 0
         took = time.monotonic() - began
-        self.say(f"-- back to healthy after {left}: " + (f"quiet after {took:.0f} s" if quiet >= QUIET_CYCLES
-                                                        else f"not yet quiet after {took:.0f} s; going on"))
+        self.say(
+            f"-- back to healthy after {left}: "
+            + (f"quiet after {took:.0f} s" if quiet >= QUIET_CYCLES else f"not yet quiet after {took:.0f} s; going on")
+        )
 
 
 async def _read(client: Any, exporter_url: str) -> tuple[Reading, dict[str, Any] | None, str]:
@@ -788,7 +829,7 @@ async def _read(client: Any, exporter_url: str) -> tuple[Reading, dict[str, Any]
 
     try:
         resp = await client.get(exporter_url + "/metrics")
-        reading = parse_metrics(resp.text)
+        reading = reading_of(resp.text)
     except (httpx.HTTPError, ValueError) as err:
         return Reading(at=time.monotonic()), None, f"exporter unreachable: {type(err).__name__}"
     diagnosis = None
@@ -801,9 +842,18 @@ async def _read(client: Any, exporter_url: str) -> tuple[Reading, dict[str, Any]
     return reading, diagnosis, ""
 
 
-def _render(args: argparse.Namespace, elapsed: float, now: Reading, before: Reading | None,
-            diagnosis: dict[str, Any] | None, load_text: str, note: str, scenario: str | None = None,
-            tour: str = "", results: list[Conclusion] | None = None) -> Any:
+def _render(
+    args: argparse.Namespace,
+    elapsed: float,
+    now: Reading,
+    before: Reading | None,
+    diagnosis: dict[str, Any] | None,
+    load_text: str,
+    note: str,
+    scenario: str | None = None,
+    tour: str = "",
+    results: list[Conclusion] | None = None,
+) -> Any:
     from rich.console import Group
     from rich.panel import Panel
     from rich.table import Table
@@ -833,8 +883,15 @@ def _render(args: argparse.Namespace, elapsed: float, now: Reading, before: Read
     if tour:
         parts.append(Text(tour, style="cyan"))
     if results:
-        parts.append(Text("tour so far: " + " · ".join(
-            f"{r.scenario} -> {r.named or 'healthy'} ({'as expected' if r.matched else 'NOT as expected'})" for r in results)))
+        parts.append(
+            Text(
+                "tour so far: "
+                + " · ".join(
+                    f"{r.scenario} -> {r.named or 'healthy'} ({'as expected' if r.matched else 'NOT as expected'})"
+                    for r in results
+                )
+            )
+        )
     parts.append(Panel(Text(verdict_text(diagnosis)), title="verdict"))
     if diagnosis and diagnosis.get("primary"):
         advice = str(diagnosis["primary"].get("advice") or "")
@@ -844,8 +901,12 @@ def _render(args: argparse.Namespace, elapsed: float, now: Reading, before: Read
     if diagnosis:
         others = [b for b in diagnosis.get("bottlenecks") or [] if b.get("role") != "primary"]
         for b in others[:3]:
-            parts.append(Text(f"• {b.get('role', 'warning')} {b.get('layer')}/{b.get('cause')}: "
-                              f"{b.get('summary') or _evidence(b.get('evidence'))}"))
+            parts.append(
+                Text(
+                    f"• {b.get('role', 'warning')} {b.get('layer')}/{b.get('cause')}: "
+                    f"{b.get('summary') or _evidence(b.get('evidence'))}"
+                )
+            )
     if note:
         parts.append(Text(note, style="yellow"))
     return Panel(Group(*parts), title="llm-layer-exporter demo (Ctrl-C to stop)")
@@ -860,7 +921,7 @@ def _evidence(evidence: Any) -> str:
 
 
 def _tour_names(args: argparse.Namespace) -> list[str]:
-    from exporter.cli import UsageError
+    from exporter.errors import UsageError
     from exporter.simulator.scenarios import NAMES
 
     if args.tour is None:
@@ -887,7 +948,7 @@ def _check_listen(listen: str) -> None:
 def run(args: argparse.Namespace) -> int:
     import tempfile
 
-    from exporter.cli import UsageError
+    from exporter.errors import UsageError
     from exporter.simulator.process import SimulatorProcess
 
     if args.duration is not None and not args.duration > 0:
@@ -929,14 +990,18 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="llm-demo-") as tmp:
         try:
             sim.start()
-            print(f"simulator ({first}, {args.dialect}) on {sim.base_url}, pid {sim.pid}, "
-                  f"{gpus or 'the scenario’s'} GPU(s), time scale {args.time_scale:g}", flush=True)
+            print(
+                f"simulator ({first}, {args.dialect}) on {sim.base_url}, pid {sim.pid}, "
+                f"{gpus or 'the scenario’s'} GPU(s), time scale {args.time_scale:g}",
+                flush=True,
+            )
             config = None
             if tour:  # the window the scenario proofs use: each scenario's data drains in seconds
                 config = Path(tmp) / "exporter.yaml"
                 config.write_text(f"diagnosis:\n  window_seconds: {TOUR_WINDOW_SECONDS}\n")
-            exporter, failure = _start_exporter(args.listen_address, sim.base_url, sim.pid, args.interval,
-                                                Path(tmp) / "exporter.log", 30.0, config)
+            exporter, failure = _start_exporter(
+                args.listen_address, sim.base_url, sim.pid, args.interval, Path(tmp) / "exporter.log", 30.0, config
+            )
             if failure is not None:
                 print(f"llm-layer-exporter demo: error: {failure.message}", file=sys.stderr, flush=True)
                 return failure.status
@@ -945,8 +1010,11 @@ def run(args: argparse.Namespace) -> int:
             if not tour:
                 from exporter.simulator import scenarios
 
-                print(f"scenario {args.scenario}: {scenarios.get(args.scenario).summary}; other scenarios: "
-                      f"--scenario NAME (`simulate --list-scenarios`), or no --scenario for the tour", flush=True)
+                print(
+                    f"scenario {args.scenario}: {scenarios.get(args.scenario).summary}; other scenarios: "
+                    f"--scenario NAME (`simulate --list-scenarios`), or no --scenario for the tour",
+                    flush=True,
+                )
             asyncio.run(Session(args, sim.base_url, exporter_url, exporter, results).run())
         except KeyboardInterrupt:
             if tour and results:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Callable
 
 #: a scrape body at least this large is followed by a trim
 LARGE_BYTES = 1 << 20
@@ -31,7 +31,7 @@ def _trim() -> Callable[[int], int] | None:
         return None
     fn.argtypes = [ctypes.c_size_t]
     fn.restype = ctypes.c_int
-    return fn  # type: ignore[no-any-return]
+    return fn
 
 
 def release_free_memory() -> bool:

@@ -8,8 +8,8 @@ GPU library's own vocabulary.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping, Union
 
 from exporter.schema import SOURCE_ERROR_REASONS
 
@@ -45,7 +45,7 @@ class HistogramSample:
             raise ValueError(f"{self.name}: histogram buckets must end with +Inf")
 
 
-Point = Union[Sample, HistogramSample]
+Point = Sample | HistogramSample
 
 
 class SourceError(Exception):

@@ -11,8 +11,10 @@ watts), counters end in ``_total``, no colons in names.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from typing import Iterable, Literal
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Literal
 
 MetricType = Literal["gauge", "counter", "histogram", "info"]
 
@@ -32,20 +34,77 @@ ALL_LAYERS: tuple[str, ...] = LAYERS + META_LAYERS
 
 GPU_LABELS: tuple[str, ...] = ("gpu", "uuid")
 ENGINE_LABELS: tuple[str, ...] = ("server", "engine", "model", "rank")
+# --- kubernetes (exporter/kubernetes) ---------------------------------------------
+#: Labels engine and process series of discovered serving pods carry in --kubernetes mode
+#: (added at start-up by ``extend_labels``; absent otherwise).
+KUBERNETES_ENGINE_LABELS: tuple[str, ...] = ("namespace", "pod")
+#: Labels naming the container a GPU is allocated to (llm_gpu_pod_info, and the GPU
+#: series with --kubernetes-gpu-labels).
+KUBERNETES_POD_LABELS: tuple[str, ...] = ("namespace", "pod", "container")
+# --- end kubernetes -----------------------------------------------------------------
 
-#: Reasons a GPU clocks-event (throttle) bitmask bit stands for, keyed by bit value.
-#: Source: NVML nvmlClocksEventReasons (nvml.h); the same bits in DCGM field 112.
-THROTTLE_REASON_BITS: dict[int, str] = {
-    0x1: "gpu_idle",
-    0x2: "applications_clocks_setting",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal_slowdown",
-    0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown",
-    0x100: "display_clock_setting",
+
+@dataclass(frozen=True)
+class ThrottleReason:
+    """One bit of the GPU clocks-event (throttle) bitmask and whether it costs speed.
+
+    ``harmful``: the clock is lower than the work could run at because of power or
+    heat (what the diagnosis' throttling cause, the recording rule
+    ``instance_gpu:llm_gpu_throttled:max`` and the hardware dashboard look for);
+    idleness and clocks a user pinned are not.
+    """
+
+    bit: int
+    name: str
+    harmful: bool
+    meaning: str
+
+
+#: The one table of clocks-event (throttle) reasons: the values of
+#: ``llm_gpu_throttle_reason_active{reason}``. Source: NVML nvmlClocksEventReasons
+#: (nvml.h); DCGM field 112 carries the same bits. NVML, DCGM, replay and sim decode
+#: the mask with it (exporter/gpu/fields.py); the diagnosis and the rules read ``harmful``.
+THROTTLE_REASONS: tuple[ThrottleReason, ...] = (
+    ThrottleReason(0x1, "gpu_idle", False, "nothing runs, so the clock idles down"),
+    ThrottleReason(0x2, "applications_clocks_setting", False, "clocks pinned by the application-clocks setting"),
+    ThrottleReason(0x4, "sw_power_cap", True, "the driver holds power under the enforced power limit"),
+    ThrottleReason(0x8, "hw_slowdown", True, "hardware slowdown (heat or power brake) halves the clock or more"),
+    ThrottleReason(0x10, "sync_boost", False, "clocks held in step with other GPUs of a sync-boost group"),
+    ThrottleReason(0x20, "sw_thermal_slowdown", True, "the driver lowers the clock to keep the GPU or memory cool"),
+    ThrottleReason(0x40, "hw_thermal_slowdown", True, "the hardware lowers the clock: the GPU is too hot"),
+    ThrottleReason(0x80, "hw_power_brake_slowdown", True, "an external power brake (the chassis' power supply) slows the GPU"),
+    ThrottleReason(0x100, "display_clock_setting", False, "clocks limited by the display clock setting"),
+)
+#: bit value -> reason name (what the GPU sources decode the bitmask with)
+THROTTLE_REASON_BITS: dict[int, str] = {r.bit: r.name for r in THROTTLE_REASONS}
+#: reasons that mean "slower than it could be" (power or heat), in bit order
+HARMFUL_THROTTLE_REASONS: tuple[str, ...] = tuple(r.name for r in THROTTLE_REASONS if r.harmful)
+
+#: The closed vocabulary of ``llm_requests_finished_total{reason}``, value -> meaning.
+#: Every engine row rewrites its raw finish reasons into it (``Rewrite`` in
+#: exporter/engines/table.py); a raw value no row knows becomes ``other``, never
+#: itself, so the label stays bounded and a failure means the same on every engine.
+FINISH_REASONS: dict[str, str] = {
+    "stop": "completed: an end-of-sequence token or a stop condition ended it",
+    "length": "completed: the output-token limit or the context length cut it",
+    "success": "completed; the engine does not say how (TGI, Triton)",
+    "abort": "did not complete: the client went away or cancelled it",
+    "error": "did not complete: the engine failed it",
+    "timeout": "did not complete: a deadline ended it",
+    "unknown": "finished; the engine counts finished requests without any reason (SGLang), failures included",
+    "other": "a raw reason this exporter does not know (the bounded fallback)",
 }
+#: The finish reasons that count as failures: the diagnosis' failed share
+#: (exporter/diagnosis/signals.py) and the recording rule
+#: ``server_model:llm_requests_failed:ratio_rate*`` (alerts/recording.py) both read this.
+FAILED_FINISH_REASONS: tuple[str, ...] = ("abort", "error", "timeout")
+#: What a raw finish reason becomes when no row of its engine knows it.
+FINISH_REASON_FALLBACK = "other"
+
+#: How a metric's series are reduced into one figure (across GPUs, ranks, servers).
+Reduce = Literal["sum", "max", "min", "mean"]
+#: the PromQL aggregation of each reduction (what signal names are written with)
+REDUCE_PROMQL: dict[str, str] = {"sum": "sum", "max": "max", "min": "min", "mean": "avg"}
 
 #: Bounded set of values for the ``reason`` label of llm_exporter_source_errors_total.
 SOURCE_ERROR_REASONS: tuple[str, ...] = (
@@ -83,6 +142,18 @@ class MetricSpec:
     labels: tuple[str, ...] = ()
     #: Where the value comes from, for docs ("nvml", "dcgm", "engine", "derived", ...).
     origin: str = ""
+    #: How consumers reduce its series into one figure (the diagnosis signals, the ramp's
+    #: per-scrape gauges, the demo's view): "sum" for extensive quantities (requests,
+    #: bytes, watts), "max" for the worst series (usage, activity, skew), "min" for
+    #: the tightest, "mean" for a typical level (clocks). None: not reduced (info, exporter
+    #: bookkeeping, per-layer diagnosis values).
+    reduce: Reduce | None = None
+    #: Labels with a closed vocabulary, as (label, allowed values) pairs.
+    values: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def closed_values(self, label: str) -> tuple[str, ...] | None:
+        """The allowed values of ``label``, or None when its values are open."""
+        return next((allowed for name, allowed in self.values if name == label), None)
 
     @property
     def exposed_name(self) -> str:
@@ -98,19 +169,35 @@ class MetricSpec:
             "layer": self.layer,
             "labels": list(self.labels),
             "origin": self.origin,
+            "reduce": self.reduce,
+            "values": {label: list(allowed) for label, allowed in self.values},
         }
 
 
-def _g(name: str, unit: str, help: str, layer: str, labels: Iterable[str], origin: str) -> MetricSpec:
-    return MetricSpec(name, "gauge", unit, help, layer, tuple(labels), origin)
+_Values = tuple[tuple[str, tuple[str, ...]], ...]
 
 
-def _c(name: str, unit: str, help: str, layer: str, labels: Iterable[str], origin: str) -> MetricSpec:
-    return MetricSpec(name, "counter", unit, help, layer, tuple(labels), origin)
+def _g(
+    name: str,
+    unit: str,
+    help: str,
+    layer: str,
+    labels: Iterable[str],
+    origin: str,
+    reduce: Reduce | None = None,
+    values: _Values = (),
+) -> MetricSpec:
+    return MetricSpec(name, "gauge", unit, help, layer, tuple(labels), origin, reduce, values)
+
+
+def _c(name: str, unit: str, help: str, layer: str, labels: Iterable[str], origin: str, values: _Values = ()) -> MetricSpec:
+    """Counters always reduce by sum: requests, tokens and bytes add up across series."""
+    return MetricSpec(name, "counter", unit, help, layer, tuple(labels), origin, "sum", values)
 
 
 def _h(name: str, help: str, layer: str, labels: Iterable[str], origin: str, unit: str = "seconds") -> MetricSpec:
-    return MetricSpec(name, "histogram", unit, help, layer, tuple(labels), origin)
+    """Histograms merge bucket by bucket (a sum of counts) across series."""
+    return MetricSpec(name, "histogram", unit, help, layer, tuple(labels), origin, "sum")
 
 
 _GPU = GPU_LABELS
@@ -118,107 +205,650 @@ _ENG = ENGINE_LABELS
 
 _SPECS: list[MetricSpec] = [
     # --- exporter (its own health) -------------------------------------------------
-    _g("llm_exporter_source_up", "", "1 if the source's last sample succeeded, 0 if it failed.", "exporter", ["source"], "exporter"),
-    _g("llm_exporter_source_duration_seconds", "seconds", "Wall time of the source's last sample attempt.", "exporter", ["source"], "exporter"),
-    _c("llm_exporter_source_errors_total", "", "Failed or partially failed samples, by source and reason.", "exporter", ["source", "reason"], "exporter"),
-    _g("llm_exporter_source_last_success_timestamp_seconds", "seconds", "Unix time of the source's last successful sample.", "exporter", ["source"], "exporter"),
-    _g("llm_exporter_source_series", "", "Number of series the source published in its last successful sample.", "exporter", ["source"], "exporter"),
-    _c("llm_exporter_series_dropped_total", "", "Series a source did not publish, by reason: budget (over the per-engine series budget), label_too_long (a label value cut to the length limit; the series is kept), bad_histogram (cumulative bucket counts decrease).", "exporter", ["source", "reason"], "exporter"),
-    _g("llm_exporter_build_info", "", "Always 1; labels carry the exporter version and Python version.", "exporter", ["version", "python_version"], "exporter"),
+    _g(
+        "llm_exporter_source_up",
+        "",
+        "1 if the source's last sample succeeded, 0 if it failed.",
+        "exporter",
+        ["source"],
+        "exporter",
+    ),
+    _g(
+        "llm_exporter_source_duration_seconds",
+        "seconds",
+        "Wall time of the source's last sample attempt.",
+        "exporter",
+        ["source"],
+        "exporter",
+    ),
+    _c(
+        "llm_exporter_source_errors_total",
+        "",
+        "Failed or partially failed samples, by source and reason.",
+        "exporter",
+        ["source", "reason"],
+        "exporter",
+    ),
+    _g(
+        "llm_exporter_source_last_success_timestamp_seconds",
+        "seconds",
+        "Unix time of the source's last successful sample.",
+        "exporter",
+        ["source"],
+        "exporter",
+    ),
+    _g(
+        "llm_exporter_source_series",
+        "",
+        "Number of series the source published in its last successful sample.",
+        "exporter",
+        ["source"],
+        "exporter",
+    ),
+    _c(
+        "llm_exporter_series_dropped_total",
+        "",
+        "Series a source did not publish, by reason: budget (over the per-engine series budget), label_too_long (a label value cut to the length limit; the series is kept), bad_histogram (cumulative bucket counts decrease).",
+        "exporter",
+        ["source", "reason"],
+        "exporter",
+    ),
+    _g(
+        "llm_exporter_build_info",
+        "",
+        "Always 1; labels carry the exporter version and Python version.",
+        "exporter",
+        ["version", "python_version"],
+        "exporter",
+    ),
     # --- hardware -------------------------------------------------------------------
-    _g("llm_gpu_info", "", "Always 1 per GPU; labels name the GPU and the source that reads it.", "hardware", ["gpu", "uuid", "name", "source"], "gpu"),
-    _g("llm_gpu_up", "", "1 while the GPU answers, 0 once it is lost or stops answering.", "hardware", _GPU, "gpu"),
-    _g("llm_gpu_profiling_available", "", "1 if SM/tensor/DRAM activity can be read (DCGM profiling or NVML GPM), else 0.", "hardware", _GPU, "gpu"),
-    _g("llm_gpu_utilization_ratio", "ratio", "NVML 'GPU util': share of time any kernel or copy ran. Not SM busyness: 0.99 during a PCIe copy with idle SMs.", "hardware", _GPU, "nvml/dcgm 203"),
-    _g("llm_gpu_memory_utilization_ratio", "ratio", "NVML 'memory util': share of time device memory was read or written.", "hardware", _GPU, "nvml/dcgm 204"),
-    _g("llm_gpu_sm_active_ratio", "ratio", "Share of SMs with at least one warp resident (DCGM 1002 / GPM SM util).", "hardware", _GPU, "dcgm 1002/gpm"),
-    _g("llm_gpu_sm_occupancy_ratio", "ratio", "Resident warps as a share of the maximum (DCGM 1003 / GPM SM occupancy).", "hardware", _GPU, "dcgm 1003/gpm"),
-    _g("llm_gpu_tensor_active_ratio", "ratio", "Share of cycles any tensor pipe was busy (DCGM 1004 / GPM any-tensor util).", "hardware", _GPU, "dcgm 1004/gpm"),
-    _g("llm_gpu_dram_active_ratio", "ratio", "Share of cycles the DRAM interface moved data (DCGM 1005 / GPM DRAM bandwidth util).", "hardware", _GPU, "dcgm 1005/gpm"),
-    _g("llm_gpu_memory_used_bytes", "bytes", "Framebuffer memory in use.", "hardware", _GPU, "nvml/dcgm 252"),
-    _g("llm_gpu_memory_total_bytes", "bytes", "Framebuffer memory in total.", "hardware", _GPU, "nvml/dcgm 250"),
-    _g("llm_gpu_power_watts", "watts", "Board power draw.", "hardware", _GPU, "nvml/dcgm 155"),
-    _g("llm_gpu_power_limit_watts", "watts", "Enforced board power limit.", "hardware", _GPU, "nvml/dcgm 164"),
-    _g("llm_gpu_sm_clock_hertz", "hertz", "Current SM clock.", "hardware", _GPU, "nvml/dcgm 100"),
-    _g("llm_gpu_sm_clock_max_hertz", "hertz", "Maximum SM clock.", "hardware", _GPU, "nvml/dcgm 113"),
-    _g("llm_gpu_memory_clock_hertz", "hertz", "Current memory clock.", "hardware", _GPU, "nvml/dcgm 101"),
-    _g("llm_gpu_throttle_reason_active", "", "1 while this clocks-event (throttle) reason bit is set, else 0.", "hardware", _GPU + ("reason",), "nvml/dcgm 112"),
-    _g("llm_gpu_pcie_transmit_bytes_per_second", "bytes_per_second", "PCIe transmit rate seen from the GPU (device to host), header and payload.", "hardware", _GPU, "dcgm 1009/gpm"),
-    _g("llm_gpu_pcie_receive_bytes_per_second", "bytes_per_second", "PCIe receive rate seen from the GPU (host to device), header and payload.", "hardware", _GPU, "dcgm 1010/gpm"),
-    _g("llm_gpu_nvlink_transmit_bytes_per_second", "bytes_per_second", "NVLink transmit rate over all links.", "parallel", _GPU, "dcgm 1011/gpm"),
-    _g("llm_gpu_nvlink_receive_bytes_per_second", "bytes_per_second", "NVLink receive rate over all links.", "parallel", _GPU, "dcgm 1012/gpm"),
-    _g("llm_gpu_temperature_celsius", "celsius", "GPU core temperature.", "hardware", _GPU, "nvml/dcgm 150"),
-    _c("llm_engine_estimated_gpu_flops_total", "", "Floating-point operations the engine's cost model estimates it ran, per GPU (vLLM enable_mfu_metrics): a cross-check of measured tensor/SM activity.", "hardware", _ENG, "engine"),
-    _c("llm_engine_estimated_gpu_read_bytes_total", "bytes", "Bytes the engine's cost model estimates it read from GPU memory, per GPU: a cross-check of measured DRAM activity.", "hardware", _ENG, "engine"),
-    _c("llm_engine_estimated_gpu_write_bytes_total", "bytes", "Bytes the engine's cost model estimates it wrote to GPU memory, per GPU.", "hardware", _ENG, "engine"),
-    _c("llm_gpu_energy_joules_total", "joules", "Energy used since the driver loaded (read on a slow cadence: the call costs milliseconds).", "hardware", _GPU, "nvml/dcgm 156"),
+    _g(
+        "llm_gpu_info",
+        "",
+        "Always 1 per GPU; labels name the GPU and the source that reads it.",
+        "hardware",
+        ["gpu", "uuid", "name", "source"],
+        "gpu",
+    ),
+    _g("llm_gpu_up", "", "1 while the GPU answers, 0 once it is lost or stops answering.", "hardware", _GPU, "gpu", reduce="min"),
+    _g(
+        "llm_gpu_profiling_available",
+        "",
+        "1 if SM/tensor/DRAM activity can be read (DCGM profiling or NVML GPM), else 0.",
+        "hardware",
+        _GPU,
+        "gpu",
+        reduce="min",
+    ),
+    _g(
+        "llm_gpu_utilization_ratio",
+        "ratio",
+        "NVML 'GPU util': share of time any kernel or copy ran. Not SM busyness: 0.99 during a PCIe copy with idle SMs.",
+        "hardware",
+        _GPU,
+        "nvml/dcgm 203",
+        reduce="max",
+    ),
+    _g(
+        "llm_gpu_memory_utilization_ratio",
+        "ratio",
+        "NVML 'memory util': share of time device memory was read or written.",
+        "hardware",
+        _GPU,
+        "nvml/dcgm 204",
+        reduce="max",
+    ),
+    _g(
+        "llm_gpu_sm_active_ratio",
+        "ratio",
+        "Share of SMs with at least one warp resident (DCGM 1002 / GPM SM util).",
+        "hardware",
+        _GPU,
+        "dcgm 1002/gpm",
+        reduce="max",
+    ),
+    _g(
+        "llm_gpu_sm_occupancy_ratio",
+        "ratio",
+        "Resident warps as a share of the maximum (DCGM 1003 / GPM SM occupancy).",
+        "hardware",
+        _GPU,
+        "dcgm 1003/gpm",
+        reduce="max",
+    ),
+    _g(
+        "llm_gpu_tensor_active_ratio",
+        "ratio",
+        "Share of cycles any tensor pipe was busy (DCGM 1004 / GPM any-tensor util).",
+        "hardware",
+        _GPU,
+        "dcgm 1004/gpm",
+        reduce="max",
+    ),
+    _g(
+        "llm_gpu_dram_active_ratio",
+        "ratio",
+        "Share of cycles the DRAM interface moved data (DCGM 1005 / GPM DRAM bandwidth util).",
+        "hardware",
+        _GPU,
+        "dcgm 1005/gpm",
+        reduce="max",
+    ),
+    _g("llm_gpu_memory_used_bytes", "bytes", "Framebuffer memory in use.", "hardware", _GPU, "nvml/dcgm 252", reduce="sum"),
+    _g("llm_gpu_memory_total_bytes", "bytes", "Framebuffer memory in total.", "hardware", _GPU, "nvml/dcgm 250", reduce="sum"),
+    _g("llm_gpu_power_watts", "watts", "Board power draw.", "hardware", _GPU, "nvml/dcgm 155", reduce="sum"),
+    _g("llm_gpu_power_limit_watts", "watts", "Enforced board power limit.", "hardware", _GPU, "nvml/dcgm 164", reduce="sum"),
+    _g("llm_gpu_sm_clock_hertz", "hertz", "Current SM clock.", "hardware", _GPU, "nvml/dcgm 100", reduce="mean"),
+    _g("llm_gpu_sm_clock_max_hertz", "hertz", "Maximum SM clock.", "hardware", _GPU, "nvml/dcgm 113", reduce="mean"),
+    _g("llm_gpu_memory_clock_hertz", "hertz", "Current memory clock.", "hardware", _GPU, "nvml/dcgm 101", reduce="mean"),
+    _g(
+        "llm_gpu_throttle_reason_active",
+        "",
+        "1 while this clocks-event (throttle) reason bit is set, else 0.",
+        "hardware",
+        _GPU + ("reason",),
+        "nvml/dcgm 112",
+        reduce="max",
+        values=(("reason", tuple(THROTTLE_REASON_BITS.values())),),
+    ),
+    _g(
+        "llm_gpu_pcie_transmit_bytes_per_second",
+        "bytes_per_second",
+        "PCIe transmit rate seen from the GPU (device to host), header and payload.",
+        "hardware",
+        _GPU,
+        "dcgm 1009/gpm",
+        reduce="sum",
+    ),
+    _g(
+        "llm_gpu_pcie_receive_bytes_per_second",
+        "bytes_per_second",
+        "PCIe receive rate seen from the GPU (host to device), header and payload.",
+        "hardware",
+        _GPU,
+        "dcgm 1010/gpm",
+        reduce="sum",
+    ),
+    _g(
+        "llm_gpu_nvlink_transmit_bytes_per_second",
+        "bytes_per_second",
+        "NVLink transmit rate over all links.",
+        "parallel",
+        _GPU,
+        "dcgm 1011/gpm",
+        reduce="sum",
+    ),
+    _g(
+        "llm_gpu_nvlink_receive_bytes_per_second",
+        "bytes_per_second",
+        "NVLink receive rate over all links.",
+        "parallel",
+        _GPU,
+        "dcgm 1012/gpm",
+        reduce="sum",
+    ),
+    _g("llm_gpu_temperature_celsius", "celsius", "GPU core temperature.", "hardware", _GPU, "nvml/dcgm 150", reduce="max"),
+    _c(
+        "llm_engine_estimated_gpu_flops_total",
+        "",
+        "Floating-point operations the engine's cost model estimates it ran, per GPU (vLLM enable_mfu_metrics): a cross-check of measured tensor/SM activity.",
+        "hardware",
+        _ENG,
+        "engine",
+    ),
+    _c(
+        "llm_engine_estimated_gpu_read_bytes_total",
+        "bytes",
+        "Bytes the engine's cost model estimates it read from GPU memory, per GPU: a cross-check of measured DRAM activity.",
+        "hardware",
+        _ENG,
+        "engine",
+    ),
+    _c(
+        "llm_engine_estimated_gpu_write_bytes_total",
+        "bytes",
+        "Bytes the engine's cost model estimates it wrote to GPU memory, per GPU.",
+        "hardware",
+        _ENG,
+        "engine",
+    ),
+    _c(
+        "llm_gpu_energy_joules_total",
+        "joules",
+        "Energy used since the driver loaded (read on a slow cadence: the call costs milliseconds).",
+        "hardware",
+        _GPU,
+        "nvml/dcgm 156",
+    ),
+    # --- kubernetes (exporter/kubernetes/attribution.py) ------------------------------
+    _g(
+        "llm_gpu_pod_info",
+        "",
+        "Always 1 per GPU and container the kubelet allocated it to (PodResources API; MIG devices and time-sliced replicas report their physical GPU's gpu and uuid). Join: llm_gpu_pod_info * on(uuid) group_left llm_gpu_utilization_ratio.",
+        "hardware",
+        _GPU + KUBERNETES_POD_LABELS,
+        "kubelet",
+    ),
+    _g(
+        "llm_gpu_process_memory_used_bytes",
+        "bytes",
+        "GPU memory used by one container's compute processes on one GPU (NVML running processes, attributed through each process's cgroup); namespace, pod and container empty for processes in no known pod.",
+        "hardware",
+        ("gpu",) + KUBERNETES_POD_LABELS,
+        "nvml/cgroup",
+        reduce="sum",
+    ),
+    # --- end kubernetes ---------------------------------------------------------------
     # --- operator ------------------------------------------------------------------
     _g(
         "llm_engine_config_info",
         "",
         "Always 1; labels carry the engine settings that shape its kernels (whatever the engine exposes; empty when unknown).",
         "operator",
-        _ENG + ("block_size", "kv_cache_dtype", "attention_backend", "cuda_graph", "compile_mode", "prefix_caching", "spec_method"),
+        _ENG
+        + ("block_size", "kv_cache_dtype", "attention_backend", "cuda_graph", "compile_mode", "prefix_caching", "spec_method"),
         "engine",
     ),
     _h("llm_request_prefill_seconds", "Per request: time spent in prefill.", "operator", _ENG, "engine"),
     _h("llm_request_decode_seconds", "Per request: time spent in decode.", "operator", _ENG, "engine"),
     # --- memory --------------------------------------------------------------------
-    _g("llm_kv_cache_usage_ratio", "ratio", "Share of KV-cache blocks in use.", "memory", _ENG, "engine"),
-    _g("llm_kv_cache_capacity_tokens", "tokens", "KV-cache capacity in tokens.", "memory", _ENG, "engine"),
-    _g("llm_kv_cache_block_size_tokens", "tokens", "Tokens per KV-cache block (page).", "memory", _ENG, "engine"),
-    _c("llm_kv_cache_preemptions_total", "", "Requests preempted (evicted and recomputed or retracted) for lack of KV cache.", "memory", _ENG, "engine"),
-    _c("llm_prefix_cache_queried_tokens_total", "tokens", "Prompt tokens looked up in the prefix cache.", "memory", _ENG, "engine"),
+    _g("llm_kv_cache_usage_ratio", "ratio", "Share of KV-cache blocks in use.", "memory", _ENG, "engine", reduce="max"),
+    _g("llm_kv_cache_capacity_tokens", "tokens", "KV-cache capacity in tokens.", "memory", _ENG, "engine", reduce="sum"),
+    _g("llm_kv_cache_block_size_tokens", "tokens", "Tokens per KV-cache block (page).", "memory", _ENG, "engine", reduce="max"),
+    _c(
+        "llm_kv_cache_preemptions_total",
+        "",
+        "Requests preempted (evicted and recomputed or retracted) for lack of KV cache.",
+        "memory",
+        _ENG,
+        "engine",
+    ),
+    _c(
+        "llm_prefix_cache_queried_tokens_total",
+        "tokens",
+        "Prompt tokens looked up in the prefix cache.",
+        "memory",
+        _ENG,
+        "engine",
+    ),
     _c("llm_prefix_cache_hit_tokens_total", "tokens", "Prompt tokens found in the prefix cache.", "memory", _ENG, "engine"),
-    _c("llm_prompt_tokens_cached_total", "tokens", "Prompt tokens served from a cache (local and external) instead of computed.", "memory", _ENG, "engine"),
-    _h("llm_request_preemptions", "Per finished request: how many times it was preempted (tells evenly spread preemption from a few thrashing requests).", "memory", _ENG, "engine", unit=""),
-    _g("llm_kv_cache_slot_context_tokens", "tokens", "Context (KV) tokens each sequence slot can hold (llama.cpp n_ctx per slot).", "memory", _ENG, "engine"),
-    _g("llm_kv_cache_used_tokens", "tokens", "KV-cache tokens in use over all slots (llama.cpp /slots).", "memory", _ENG, "engine"),
-    _g("llm_kv_cache_predicted_max_concurrency", "", "KV capacity divided by the mean tokens a request holds: how many requests should fit at once.", "memory", ("server",), "derived"),
+    _c(
+        "llm_prompt_tokens_cached_total",
+        "tokens",
+        "Prompt tokens served from a cache (local and external) instead of computed.",
+        "memory",
+        _ENG,
+        "engine",
+    ),
+    _h(
+        "llm_request_preemptions",
+        "Per finished request: how many times it was preempted (tells evenly spread preemption from a few thrashing requests).",
+        "memory",
+        _ENG,
+        "engine",
+        unit="",
+    ),
+    _g(
+        "llm_kv_cache_slot_context_tokens",
+        "tokens",
+        "Context (KV) tokens each sequence slot can hold (llama.cpp n_ctx per slot).",
+        "memory",
+        _ENG,
+        "engine",
+        reduce="max",
+    ),
+    _g(
+        "llm_kv_cache_used_tokens",
+        "tokens",
+        "KV-cache tokens in use over all slots (llama.cpp /slots).",
+        "memory",
+        _ENG,
+        "engine",
+        reduce="sum",
+    ),
+    _g(
+        "llm_kv_cache_predicted_max_concurrency",
+        "",
+        "KV capacity divided by the mean tokens a request holds: how many requests should fit at once.",
+        "memory",
+        ("server",),
+        "derived",
+        reduce="min",
+    ),
     # --- scheduler -----------------------------------------------------------------
-    _g("llm_scheduler_requests_running", "", "Requests in the running batch.", "scheduler", _ENG, "engine"),
-    _g("llm_scheduler_requests_waiting", "", "Requests queued, not yet scheduled.", "scheduler", _ENG, "engine"),
-    _g("llm_scheduler_requests_waiting_by_reason", "", "Requests queued, by why they wait: capacity (no room in the batch or the KV cache) or deferred (LoRA budget, KV transfer, blocked).", "scheduler", _ENG + ("reason",), "engine"),
-    _g("llm_scheduler_slots", "", "Sequence slots the engine serves at once (llama.cpp -np, from /props).", "scheduler", _ENG, "engine"),
-    _g("llm_scheduler_slots_busy", "", "Sequence slots processing a request now (llama.cpp /slots).", "scheduler", _ENG, "engine"),
-    _h("llm_scheduler_iteration_tokens", "Per engine step: tokens computed (prompt plus generation); its count rate is the scheduler loop's pace.", "scheduler", _ENG, "engine", unit="tokens"),
+    _g("llm_scheduler_requests_running", "", "Requests in the running batch.", "scheduler", _ENG, "engine", reduce="sum"),
+    _g("llm_scheduler_requests_waiting", "", "Requests queued, not yet scheduled.", "scheduler", _ENG, "engine", reduce="sum"),
+    _g(
+        "llm_scheduler_requests_waiting_by_reason",
+        "",
+        "Requests queued, by why they wait: capacity (no room in the batch or the KV cache) or deferred (LoRA budget, KV transfer, blocked).",
+        "scheduler",
+        _ENG + ("reason",),
+        "engine",
+        reduce="sum",
+    ),
+    _g(
+        "llm_scheduler_slots",
+        "",
+        "Sequence slots the engine serves at once (llama.cpp -np, from /props).",
+        "scheduler",
+        _ENG,
+        "engine",
+        reduce="sum",
+    ),
+    _g(
+        "llm_scheduler_slots_busy",
+        "",
+        "Sequence slots processing a request now (llama.cpp /slots).",
+        "scheduler",
+        _ENG,
+        "engine",
+        reduce="sum",
+    ),
+    _h(
+        "llm_scheduler_iteration_tokens",
+        "Per engine step: tokens computed (prompt plus generation); its count rate is the scheduler loop's pace.",
+        "scheduler",
+        _ENG,
+        "engine",
+        unit="tokens",
+    ),
     _h("llm_scheduler_queue_seconds", "Per request: time spent waiting before first scheduled.", "scheduler", _ENG, "engine"),
-    _g("llm_process_busiest_thread_cpu_ratio", "ratio", "CPU of the busiest thread of the serving process tree (1.0 = one full core).", "scheduler", ("server",), "process"),
-    _g("llm_process_busiest_thread_cpu_demand_ratio", "ratio", "CPU the busiest thread of the serving process tree wanted: on-CPU plus run-queue wait (1.0 = one full core). Above the CPU it got when the node is contended or the container CPU-limited.", "scheduler", ("server",), "process"),
-    _g("llm_process_cpu_ratio", "ratio", "CPU of the whole serving process tree (1.0 = one full core).", "scheduler", ("server",), "process"),
-    _g("llm_process_resident_memory_bytes", "bytes", "Resident memory of the serving process tree.", "scheduler", ("server",), "process"),
-    _g("llm_process_threads", "", "Threads in the serving process tree.", "scheduler", ("server",), "process"),
+    _g(
+        "llm_process_busiest_thread_cpu_ratio",
+        "ratio",
+        "CPU of the busiest thread of the serving process tree (1.0 = one full core).",
+        "scheduler",
+        ("server",),
+        "process",
+        reduce="max",
+    ),
+    _g(
+        "llm_process_busiest_thread_cpu_demand_ratio",
+        "ratio",
+        "CPU the busiest thread of the serving process tree wanted: on-CPU plus run-queue wait (1.0 = one full core). Above the CPU it got when the node is contended or the container CPU-limited.",
+        "scheduler",
+        ("server",),
+        "process",
+        reduce="max",
+    ),
+    _g(
+        "llm_process_cpu_ratio",
+        "ratio",
+        "CPU of the whole serving process tree (1.0 = one full core).",
+        "scheduler",
+        ("server",),
+        "process",
+        reduce="max",
+    ),
+    _g(
+        "llm_process_resident_memory_bytes",
+        "bytes",
+        "Resident memory of the serving process tree.",
+        "scheduler",
+        ("server",),
+        "process",
+        reduce="sum",
+    ),
+    _g("llm_process_threads", "", "Threads in the serving process tree.", "scheduler", ("server",), "process", reduce="sum"),
     # --- parallel ------------------------------------------------------------------
-    _g("llm_parallel_group_gpus", "", "GPUs in the parallel group.", "parallel", ("group",), "derived"),
-    _g("llm_parallel_sm_active_skew_ratio", "ratio", "Max over mean of SM active across the group's GPUs (1.0 = balanced).", "parallel", ("group",), "derived"),
-    _g("llm_parallel_interconnect_bytes_per_second", "bytes_per_second", "Transmit plus receive traffic of the group's GPUs, by link type.", "parallel", ("group", "link"), "derived"),
+    _g("llm_parallel_group_gpus", "", "GPUs in the parallel group.", "parallel", ("group",), "derived", reduce="max"),
+    _g(
+        "llm_parallel_sm_active_skew_ratio",
+        "ratio",
+        "Max over mean of SM active across the group's GPUs (1.0 = balanced).",
+        "parallel",
+        ("group",),
+        "derived",
+        reduce="max",
+    ),
+    _g(
+        "llm_parallel_interconnect_bytes_per_second",
+        "bytes_per_second",
+        "Transmit plus receive traffic of the group's GPUs, by link type.",
+        "parallel",
+        ("group", "link"),
+        "derived",
+        reduce="sum",
+    ),
+    # fleet (issue 15): one series per exporter, set by --parallel-group; alerts/fleet.py joins per-node GPU series on it
+    _g(
+        "llm_parallel_node_group_info",
+        "",
+        "Always 1 while this node is configured (--parallel-group) as a member of a multi-node parallel (TP/PP) group; the group label is the same on every node of that group, so the fleet rules compute the group's skew across nodes.",
+        "parallel",
+        ("group",),
+        "config",
+    ),
     # --- speculative decoding --------------------------------------------------------
     _c("llm_spec_decode_draft_tokens_total", "tokens", "Draft tokens proposed.", "speculative_decoding", _ENG, "engine"),
-    _c("llm_spec_decode_accepted_tokens_total", "tokens", "Draft tokens accepted by the target model.", "speculative_decoding", _ENG, "engine"),
+    _c(
+        "llm_spec_decode_accepted_tokens_total",
+        "tokens",
+        "Draft tokens accepted by the target model.",
+        "speculative_decoding",
+        _ENG,
+        "engine",
+    ),
     _c("llm_spec_decode_drafts_total", "", "Draft (verification) steps.", "speculative_decoding", _ENG, "engine"),
     # --- application -----------------------------------------------------------------
-    _g("llm_engine_sleep_state", "", "1 for the engine's current sleep state (awake, weights_offloaded, discard_all), else 0.", "application", _ENG + ("state",), "engine"),
-    _g("llm_engine_info", "", "Always 1 per scraped engine; labels carry the detected family and metric generation.", "application", ("server", "engine", "model", "generation"), "engine"),
+    _g(
+        "llm_engine_sleep_state",
+        "",
+        "1 for the engine's current sleep state (awake, weights_offloaded, discard_all), else 0.",
+        "application",
+        _ENG + ("state",),
+        "engine",
+        reduce="max",
+    ),
+    _g(
+        "llm_engine_info",
+        "",
+        "Always 1 per scraped engine; labels carry the detected family and metric generation.",
+        "application",
+        ("server", "engine", "model", "generation"),
+        "engine",
+    ),
     _h("llm_request_ttft_seconds", "Per request: time to first token.", "application", _ENG, "engine"),
     _h("llm_request_inter_token_seconds", "Per token: time between consecutive output tokens.", "application", _ENG, "engine"),
     _h("llm_request_e2e_seconds", "Per request: end-to-end latency.", "application", _ENG, "engine"),
-    _c("llm_prompt_tokens_total", "tokens", "Prompt tokens processed, prefix-cache hits included.", "application", _ENG, "engine"),
+    _c(
+        "llm_prompt_tokens_total", "tokens", "Prompt tokens processed, prefix-cache hits included.", "application", _ENG, "engine"
+    ),
     _c("llm_generation_tokens_total", "tokens", "Output tokens generated.", "application", _ENG, "engine"),
-    _c("llm_requests_finished_total", "", "Finished requests by reason (stop, length, abort, error, ...).", "application", _ENG + ("reason",), "engine"),
-    _c("llm_requests_rejected_total", "", "Requests the engine refused at admission (queue full, overloaded).", "application", _ENG + ("reason",), "engine"),
+    _c(
+        "llm_requests_finished_total",
+        "",
+        "Finished requests by reason (stop, length, abort, error, ...).",
+        "application",
+        _ENG + ("reason",),
+        "engine",
+        values=(("reason", tuple(FINISH_REASONS)),),
+    ),
+    _c(
+        "llm_requests_rejected_total",
+        "",
+        "Requests the engine refused at admission (queue full, overloaded).",
+        "application",
+        _ENG + ("reason",),
+        "engine",
+    ),
+    # --- application: the canary probe (exporter/probe, docs/probe.md) -----------------
+    _h(
+        "llm_probe_ttft_seconds",
+        "Per canary probe: time to first token as a client sees it (from opening the connection to the first chunk carrying text), through the front end the probe is pointed at.",
+        "application",
+        _ENG,
+        "probe",
+    ),
+    _h(
+        "llm_probe_inter_token_seconds",
+        "Per canary probe: time between consecutive chunks carrying text, as a client sees it.",
+        "application",
+        _ENG,
+        "probe",
+    ),
+    _h(
+        "llm_probe_duration_seconds",
+        "Per canary probe: wall time of the whole probe, from opening the connection to the end of the stream, its failure or its timeout.",
+        "application",
+        _ENG,
+        "probe",
+    ),
+    _c(
+        "llm_probe_requests_total",
+        "",
+        "Canary probes by result: ok, timeout (no complete answer within probe.timeout, a stalled stream included), http_error (a non-2xx status), bad_stream (not a valid event stream, an error event, no token, ended early), refused (no connection).",
+        "application",
+        _ENG + ("result",),
+        "probe",
+        values=(("result", ("ok", "timeout", "http_error", "bad_stream", "refused")),),
+    ),
+    _c(
+        "llm_probe_tokens_total",
+        "tokens",
+        "Tokens the canary probe itself made the engine process, by kind (prompt, generation): subtract them from the engine's token rates to see the real load.",
+        "application",
+        _ENG + ("kind",),
+        "probe",
+        values=(("kind", ("prompt", "generation")),),
+    ),
+    _g(
+        "llm_probe_last_result",
+        "",
+        "1 for the result of the engine's last canary probe (ok, timeout, http_error, bad_stream, refused), 0 for the others.",
+        "application",
+        _ENG + ("result",),
+        "probe",
+        reduce="max",
+        values=(("result", ("ok", "timeout", "http_error", "bad_stream", "refused")),),
+    ),
+    _g(
+        "llm_probe_engine_ttft_seconds",
+        "seconds",
+        "The engine's own TTFT for the last probe: its reported prefill time for that request, else the mean of its TTFT histogram over the probe's window.",
+        "application",
+        _ENG,
+        "probe",
+        reduce="max",
+    ),
+    _g(
+        "llm_probe_outside_engine_seconds",
+        "seconds",
+        "Client-seen TTFT of the last probe minus the engine's own TTFT for it: time spent outside the engine (gateway, proxy, API server, network). Near 0 with nothing in between; slightly negative is measurement noise.",
+        "application",
+        _ENG,
+        "probe",
+        reduce="max",
+    ),
+    _g(
+        "llm_probe_engine_frozen",
+        "",
+        "1 when the engine's /metrics answered during the last (failed) probe but none of its counters or histogram counts moved: a hung engine core; 0 when they moved or the probe succeeded; absent when it could not be told.",
+        "application",
+        _ENG,
+        "probe",
+        reduce="max",
+    ),
+    # --- end canary probe --------------------------------------------------------------
     # --- diagnosis -------------------------------------------------------------------
-    _g("llm_bottleneck_score", "", "How strongly the layer limits the service now (a 0-1 score: 0 = not at all, 1 = certain bottleneck).", "diagnosis", ("layer",), "derived"),
-    _g("llm_bottleneck_active", "", "1 while the named cause holds in the layer, 0 otherwise.", "diagnosis", ("layer", "cause"), "derived"),
-    _g("llm_service_state", "", "1 for the service's current state (degraded: a symptom holds; healthy: none does and the data to judge is there; unknown), else 0.", "diagnosis", ("state",), "derived"),
-    _g("llm_symptom_active", "", "1 while the named user-visible symptom holds (TTFT or ITL over the SLO, sustained queueing, saturated throughput, failures), else 0.", "diagnosis", ("symptom",), "derived"),
-    _g("llm_bottleneck_primary", "", "1 for the one cause that best explains the symptoms now (the page-worthy verdict), 0 for every other cause.", "diagnosis", ("layer", "cause"), "derived"),
-    _g("llm_bottleneck_confidence", "", "Confidence (0-1) in a holding cause: how complete and independent its evidence is, how long it held, how far past its line; 0 when it does not hold.", "diagnosis", ("layer", "cause"), "derived"),
-    _g("llm_layer_headroom_ratio", "ratio", "How far the layer is from its nearest limit (1 = idle, 0 = at the limit); NaN while unknown.", "diagnosis", ("layer",), "derived"),
+    _g(
+        "llm_bottleneck_score",
+        "",
+        "How strongly the layer limits the service now (a 0-1 score: 0 = not at all, 1 = certain bottleneck).",
+        "diagnosis",
+        ("layer",),
+        "derived",
+    ),
+    _g(
+        "llm_bottleneck_active",
+        "",
+        "1 while the named cause holds in the layer, 0 otherwise.",
+        "diagnosis",
+        ("layer", "cause"),
+        "derived",
+    ),
+    _g(
+        "llm_service_state",
+        "",
+        "1 for the service's current state (degraded: a symptom holds; healthy: none does and the data to judge is there; unknown), else 0.",
+        "diagnosis",
+        ("state",),
+        "derived",
+    ),
+    _g(
+        "llm_symptom_active",
+        "",
+        "1 while the named user-visible symptom holds (TTFT or ITL over the SLO, sustained queueing, saturated throughput, failures), else 0.",
+        "diagnosis",
+        ("symptom",),
+        "derived",
+    ),
+    _g(
+        "llm_bottleneck_primary",
+        "",
+        "1 for the one cause that best explains the symptoms now (the page-worthy verdict), 0 for every other cause.",
+        "diagnosis",
+        ("layer", "cause"),
+        "derived",
+    ),
+    _g(
+        "llm_bottleneck_confidence",
+        "",
+        "Confidence (0-1) in a holding cause: how complete and independent its evidence is, how long it held, how far past its line; 0 when it does not hold.",
+        "diagnosis",
+        ("layer", "cause"),
+        "derived",
+    ),
+    _g(
+        "llm_layer_headroom_ratio",
+        "ratio",
+        "How far the layer is from its nearest limit (1 = idle, 0 = at the limit); NaN while unknown.",
+        "diagnosis",
+        ("layer",),
+        "derived",
+    ),
 ]
 
 SPECS: dict[str, MetricSpec] = {s.name: s for s in _SPECS}
 if len(SPECS) != len(_SPECS):  # pragma: no cover - guards edits to the table above
     raise RuntimeError("duplicate metric name in schema")
+
+
+# --- kubernetes: labels added at start-up (exporter/kubernetes/settings.py) ----------
+#: bumps whenever ``extend_labels`` changes a spec (the collector re-sorts label names then)
+LABELS_VERSION = 0
+
+
+def extend_labels(names: Iterable[str], extra: Iterable[str]) -> Callable[[], None]:
+    """Append ``extra`` label names to the specs of ``names`` in ``SPECS``; returns the undo.
+
+    Why at run time: --kubernetes adds ``namespace``/``pod`` to engine series and
+    copies an operator-chosen allow-list of pod labels, names no static table can
+    hold. Only ``SPECS`` (what the collector renders) changes, before serving
+    starts; the declared table (``_SPECS``: docs/metrics.md, ``schema`` CLI) stays
+    as written. Labels a spec already has are not added twice.
+    """
+    global LABELS_VERSION
+    extra = tuple(extra)
+    before: dict[str, MetricSpec] = {}
+    for name in names:
+        old = SPECS[name]
+        added = tuple(label for label in extra if label not in old.labels)
+        if added:
+            before[name] = old
+            SPECS[name] = replace(old, labels=old.labels + added)
+    LABELS_VERSION += 1
+
+    def undo() -> None:
+        global LABELS_VERSION
+        SPECS.update(before)
+        LABELS_VERSION += 1
+
+    return undo
+
+
+# --- end kubernetes -------------------------------------------------------------------
 
 
 def spec(name: str) -> MetricSpec:
@@ -227,6 +857,37 @@ def spec(name: str) -> MetricSpec:
         return SPECS[name]
     except KeyError:
         raise KeyError(f"metric {name!r} is not in exporter.schema") from None
+
+
+def reduce_series(name: str, values: Iterable[float]) -> float | None:
+    """``name``'s series reduced into one figure the way its spec says.
+
+    Why here: the diagnosis, the ramp and the demo must agree that waiting
+    requests add up while KV usage is the worst rank. NaN series (unknown) are
+    left out; None when nothing is left or the metric is not reduced.
+    """
+    how = spec(name).reduce
+    vals = [v for v in values if not math.isnan(v)]
+    if how is None or not vals:
+        return None
+    if how == "sum":
+        return sum(vals)
+    if how == "max":
+        return max(vals)
+    if how == "min":
+        return min(vals)
+    return sum(vals) / len(vals)
+
+
+def reduced_name(name: str, selector: str = "") -> str:
+    """The PromQL-style name of that figure, e.g. ``sum(llm_scheduler_requests_waiting)``.
+
+    The diagnosis names its signals with it, so a signal's name says how it was reduced.
+    """
+    how = spec(name).reduce
+    if how is None:
+        raise ValueError(f"metric {name!r} declares no reduction in exporter.schema")
+    return f"{REDUCE_PROMQL[how]}({name}{selector})"
 
 
 def by_layer(layer: str) -> list[MetricSpec]:
@@ -251,8 +912,13 @@ def to_json() -> str:
     )
 
 
-def to_markdown(engine_coverage: dict[str, set[str]] | None = None) -> str:
-    """docs/metrics.md: one table per layer, plus which engine family provides what."""
+def to_markdown(
+    engine_coverage: dict[str, set[str]] | None = None,
+    engine_values: dict[str, dict[str, dict[str, str]]] | None = None,
+) -> str:
+    """docs/metrics.md: one table per layer, the closed label vocabularies, and per engine
+    family what it provides (``engine_coverage``) and how its raw label values map into
+    those vocabularies (``engine_values``: metric -> family -> {raw: value})."""
     out = [
         "# Metrics",
         "",
@@ -264,11 +930,12 @@ def to_markdown(engine_coverage: dict[str, set[str]] | None = None) -> str:
         specs = by_layer(layer)
         if not specs:
             continue
-        out += [f"## {layer}", "", "| name | type | unit | labels | help |", "|---|---|---|---|---|"]
+        out += [f"## {layer}", "", "| name | type | unit | labels | reduce | help |", "|---|---|---|---|---|---|"]
         for s in specs:
             labels = ", ".join(f"`{label}`" for label in s.labels)
-            out.append(f"| `{s.name}` | {s.type} | {s.unit or '-'} | {labels} | {s.help} |")
+            out.append(f"| `{s.name}` | {s.type} | {s.unit or '-'} | {labels} | {s.reduce or '-'} | {s.help} |")
         out.append("")
+    out += _label_values_markdown(engine_values or {})
     if engine_coverage:
         families = sorted(engine_coverage)
         out += [
@@ -284,3 +951,38 @@ def to_markdown(engine_coverage: dict[str, set[str]] | None = None) -> str:
             out.append(f"| `{n}` | " + " | ".join("yes" if n in engine_coverage[f] else "-" for f in families) + " |")
         out.append("")
     return "\n".join(out)
+
+
+def _label_values_markdown(engine_values: dict[str, dict[str, dict[str, str]]]) -> list[str]:
+    """The closed vocabularies: finish reasons (which count as failures, and each engine's
+    raw values) and throttle reasons (which are harmful)."""
+    out = [
+        "## Label values",
+        "",
+        "`reduce` above is how the diagnosis, the ramp and the demo reduce a metric's series into one figure.",
+        "Labels below have a closed vocabulary: an engine's raw value is rewritten into it, and a raw value",
+        f"no engine table knows becomes `{FINISH_REASON_FALLBACK}` (never itself).",
+        "",
+        "### `llm_requests_finished_total{reason}`",
+        "",
+        "| reason | failure | meaning |",
+        "|---|---|---|",
+    ]
+    out += [f"| `{r}` | {'yes' if r in FAILED_FINISH_REASONS else '-'} | {m} |" for r, m in FINISH_REASONS.items()]
+    out.append("")
+    raw = engine_values.get("llm_requests_finished_total", {})
+    if raw:
+        out += [
+            "Raw finish reasons per engine family (the rows in `exporter/engines/mappings/`):",
+            "",
+            "| family | raw -> reason |",
+            "|---|---|",
+        ]
+        for family in sorted(raw):
+            pairs = ", ".join(f"{k} -> `{v}`" for k, v in raw[family].items()) or "(no finish counter)"
+            out.append(f"| {family} | {pairs} |")
+        out.append("")
+    out += ["### `llm_gpu_throttle_reason_active{reason}`", "", "| bit | reason | harmful | meaning |", "|---|---|---|---|"]
+    out += [f"| `{r.bit:#x}` | `{r.name}` | {'yes' if r.harmful else '-'} | {r.meaning} |" for r in THROTTLE_REASONS]
+    out.append("")
+    return out

@@ -12,7 +12,7 @@ loop, so wrong passwords never delay the open probes or authorised scrapes.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
@@ -47,9 +47,13 @@ class BasicAuthMiddleware:
             await send({"type": "websocket.close", "code": 1008})
             return
         if verdict is Verdict.BUSY:
-            response = PlainTextResponse("Too many password checks in progress; retry\n", status_code=503, headers={"Retry-After": "1"})
+            response = PlainTextResponse(
+                "Too many password checks in progress; retry\n", status_code=503, headers={"Retry-After": "1"}
+            )
         else:
-            response = PlainTextResponse("Unauthorized\n", status_code=401, headers={"WWW-Authenticate": 'Basic realm="llm-layer-exporter"'})
+            response = PlainTextResponse(
+                "Unauthorized\n", status_code=401, headers={"WWW-Authenticate": 'Basic realm="llm-layer-exporter"'}
+            )
         await response(scope, receive, send)
 
 

@@ -28,8 +28,8 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable, Iterator, Mapping
 
 from exporter.samples import HistogramSample, Point, Sample, SourceError
 from exporter.schema import SPECS
@@ -212,9 +212,7 @@ class SnapshotStore:
             st.in_flight_since = self._mono()
             st.overdue = False
 
-    def record_success(
-        self, name: str, points: list[Point], duration: float, partial_errors: Iterable[SourceError] = ()
-    ) -> None:
+    def record_success(self, name: str, points: list[Point], duration: float, partial_errors: Iterable[SourceError] = ()) -> None:
         with self._lock:
             st = self._states.get(name)
             if st is None:  # unregistered while the attempt ran: its result is dropped

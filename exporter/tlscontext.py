@@ -17,8 +17,13 @@ not configurable here nor in Go), and `cipher_suites` with `min_version: TLS13`
 from __future__ import annotations
 
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, TypedDict
+
+if TYPE_CHECKING:
+    import uvicorn
 
 #: exporter-toolkit version names -> ssl versions we can honour
 TLS_VERSIONS = {"TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
@@ -59,6 +64,12 @@ CIPHER_SUITES = {
 TLS13_SUITES = {"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256"}
 
 
+class UvicornTLS(TypedDict, total=False):
+    """The keyword arguments ``uvicorn.Config`` takes for TLS (empty: plain HTTP)."""
+
+    ssl_context_factory: Callable[[uvicorn.Config, Callable[[], ssl.SSLContext]], ssl.SSLContext]
+
+
 @dataclass
 class TLSSettings:
     """`tls_server_config` after validation; `context()` is the one the server serves with."""
@@ -77,7 +88,7 @@ class TLSSettings:
             self._context = build_server_context(self)
         return self._context
 
-    def uvicorn_kwargs(self) -> dict[str, object]:
+    def uvicorn_kwargs(self) -> UvicornTLS:
         """uvicorn's own TLS options cannot set versions; hand it our finished context instead."""
         ctx = self.context()
         return {"ssl_context_factory": lambda _config, _default: ctx}
@@ -88,13 +99,17 @@ def check_settings(tls: TLSSettings) -> None:
     for key in ("min_version", "max_version"):
         value = getattr(tls, key)
         if value in REFUSED_VERSIONS:
-            raise ValueError(f"tls_server_config.{key}: {value} is refused (TLS 1.0/1.1 are deprecated, RFC 8996); use TLS12 or TLS13")
+            raise ValueError(
+                f"tls_server_config.{key}: {value} is refused (TLS 1.0/1.1 are deprecated, RFC 8996); use TLS12 or TLS13"
+            )
         if value not in TLS_VERSIONS:
             raise ValueError(f"tls_server_config.{key}: expected TLS12 or TLS13, got {value!r}")
     if TLS_VERSIONS[tls.min_version] > TLS_VERSIONS[tls.max_version]:
         raise ValueError(f"tls_server_config.max_version: {tls.max_version} is below min_version {tls.min_version}")
     if tls.client_auth_type not in CLIENT_AUTH:
-        raise ValueError(f"tls_server_config.client_auth_type: expected one of {', '.join(CLIENT_AUTH)}, got {tls.client_auth_type!r}")
+        raise ValueError(
+            f"tls_server_config.client_auth_type: expected one of {', '.join(CLIENT_AUTH)}, got {tls.client_auth_type!r}"
+        )
     if CLIENT_AUTH[tls.client_auth_type] is None:
         raise ValueError(
             f"tls_server_config.client_auth_type: {tls.client_auth_type} is refused: Python's TLS cannot accept a client "
@@ -106,11 +121,15 @@ def check_settings(tls: TLSSettings) -> None:
         raise ValueError(f"tls_server_config.client_ca_file: required with client_auth_type {tls.client_auth_type}")
     for name in tls.cipher_suites:
         if name in TLS13_SUITES:
-            raise ValueError(f"tls_server_config.cipher_suites: {name} is a TLS 1.3 suite; TLS 1.3 suites are fixed and cannot be configured")
+            raise ValueError(
+                f"tls_server_config.cipher_suites: {name} is a TLS 1.3 suite; TLS 1.3 suites are fixed and cannot be configured"
+            )
         if name not in CIPHER_SUITES:
             raise ValueError(f"tls_server_config.cipher_suites: unknown or insecure suite {name!r}")
     if tls.cipher_suites and tls.min_version == "TLS13":
-        raise ValueError("tls_server_config.cipher_suites: apply to TLS 1.2 only, so with min_version TLS13 they would be ignored")
+        raise ValueError(
+            "tls_server_config.cipher_suites: apply to TLS 1.2 only, so with min_version TLS13 they would be ignored"
+        )
 
 
 def build_server_context(tls: TLSSettings) -> ssl.SSLContext:
@@ -124,7 +143,9 @@ def build_server_context(tls: TLSSettings) -> ssl.SSLContext:
         hint = " (it is a certificate: key_file wants the private key)" if "-----BEGIN CERTIFICATE-----" in key else ""
         raise ValueError(f"tls_server_config.key_file: {tls.key_file} holds no PEM private key{hint}")
     if "ENCRYPTED" in key:
-        raise ValueError(f"tls_server_config.key_file: {tls.key_file} is encrypted; give an unencrypted key (as the exporter-toolkit does)")
+        raise ValueError(
+            f"tls_server_config.key_file: {tls.key_file} is encrypted; give an unencrypted key (as the exporter-toolkit does)"
+        )
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = TLS_VERSIONS[tls.min_version]
     ctx.maximum_version = TLS_VERSIONS[tls.max_version]
@@ -132,7 +153,9 @@ def build_server_context(tls: TLSSettings) -> ssl.SSLContext:
     try:
         ctx.load_cert_chain(tls.cert_file, tls.key_file, password=_no_password)
     except (ssl.SSLError, ValueError) as err:
-        raise ValueError(f"tls_server_config.key_file: {tls.key_file} does not load with cert_file {tls.cert_file}: {_reason(err)}") from None
+        raise ValueError(
+            f"tls_server_config.key_file: {tls.key_file} does not load with cert_file {tls.cert_file}: {_reason(err)}"
+        ) from None
     verify = CLIENT_AUTH[tls.client_auth_type]
     assert verify is not None  # check_settings refused the others
     if tls.client_ca_file:

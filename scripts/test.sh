@@ -4,6 +4,7 @@
 #   - Debian: prometheus (promtool 2.42), prometheus-alertmanager (amtool 0.25),
 #     chromium (page test), docker-compose 1.29 (compose file check)
 #   - .venv with the exporter and its test extras
+#   - ruff (lint, format) and mypy over it: a style failure stops before the engines and pytest
 #   - the CPU build of vLLM, a llama.cpp server build and tiny local models, cached under
 #     ${LLM_EXPORTER_CACHE:-/var/cache/llm-layer-exporter} (created when missing)
 # Extra arguments go to pytest, e.g. `bash scripts/test.sh -m "not integration"`.
@@ -23,6 +24,21 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 bash scripts/bootstrap.sh --test
+
+# Checked style before anything slow (pyproject.toml configures all three): ruff's lint rules,
+# ruff's formatting (`ruff format .` fixes it) and mypy --strict over exporter/. The first
+# failure stops the script: there is no point building engines or running pytest over it.
+check_style() {  # check_style "what" command...
+  local what="$1"
+  shift
+  if ! "$@"; then
+    echo "scripts/test.sh: $what failed ($*); fix it before the tests run" >&2
+    exit 1
+  fi
+}
+check_style "lint" .venv/bin/ruff check .
+check_style "format check" .venv/bin/ruff format --check .
+check_style "type check" .venv/bin/mypy
 
 # Real engines for the integration tests, cached between runs (created when missing:
 # about 2-4 min for vLLM, 8-28 min for the llama.cpp server build on 2 cores).

@@ -24,7 +24,11 @@ def build(s: Settings) -> Dashboard:
             f"'Preemptions / s' above 0 is KV pressure (dashed line: the {s.kv_near_full_ratio:.0%} alert threshold). "
             "Next: lower max-num-seqs or give the cache more memory.",
             [Target(f"llm_kv_cache_usage_ratio{{{ENGINE}}}", LEGEND + " rank {{rank}}")],
-            unit="percentunit", min=0, max=1, thresholds=[(s.kv_near_full_ratio, "red")], threshold_lines=True,
+            unit="percentunit",
+            min=0,
+            max=1,
+            thresholds=[(s.kv_near_full_ratio, "red")],
+            threshold_lines=True,
         ),
         Panel(
             "Preemptions / s",
@@ -41,7 +45,8 @@ def build(s: Settings) -> Dashboard:
                 Target(f"sum by (server, model) (llm_scheduler_requests_waiting{{{ENGINE}}})", "waiting " + LEGEND),
                 Target(f"max by (server, model) (llm_kv_cache_usage_ratio{{{ENGINE}}})", "kv usage " + LEGEND),
             ],
-            min=0, right_axis=("^kv usage.*", "percentunit"),
+            min=0,
+            right_axis=("^kv usage.*", "percentunit"),
         ),
         Panel(
             "Predicted vs real concurrency",
@@ -60,7 +65,9 @@ def build(s: Settings) -> Dashboard:
             "shared system prompts means prefix caching is off or the cache is too small; check prefix_caching in the "
             "engine config.",
             [Target(f"server_model:llm_prefix_cache_hit:ratio_rate{w}{{{ENGINE}}}", LEGEND)],
-            unit="percentunit", min=0, max=1,
+            unit="percentunit",
+            min=0,
+            max=1,
         ),
         Panel(
             "KV capacity",
@@ -70,14 +77,20 @@ def build(s: Settings) -> Dashboard:
                 Target(f"max by (server, model) (llm_kv_cache_capacity_tokens{{{ENGINE}}})", "tokens " + LEGEND, instant=True),
                 Target(f"max by (server, model) (llm_kv_cache_block_size_tokens{{{ENGINE}}})", "block " + LEGEND, instant=True),
             ],
-            kind="stat", height=6,
+            kind="stat",
+            height=6,
         ),
         Panel(
             "GPU memory used share",
             "Framebuffer used over total, per GPU. Near 1 with a small KV capacity means weights or another process take "
             "the memory: check 'GPU memory used vs total' on LLM / Hardware.",
             [Target(f"instance_gpu:llm_gpu_memory_used:ratio{{{GPU}}}", "{{instance}} gpu {{gpu}}")],
-            unit="percentunit", min=0, max=1, height=6,
+            unit="percentunit",
+            min=0,
+            max=1,
+            height=6,
         ),
     ]
-    return Dashboard(UID, "LLM / Memory / KV cache", "KV-cache usage, preemptions, fragmentation signature and prefix-cache reuse.", items)
+    return Dashboard(
+        UID, "LLM / Memory / KV cache", "KV-cache usage, preemptions, fragmentation signature and prefix-cache reuse.", items
+    )

@@ -38,7 +38,12 @@ _STATE_MAPPINGS = [
         },
     }
 ]
-_YES_NO = [{"type": "value", "options": {"0": {"text": "no", "color": "green", "index": 0}, "1": {"text": "yes", "color": "red", "index": 1}}}]
+_YES_NO = [
+    {
+        "type": "value",
+        "options": {"0": {"text": "no", "color": "green", "index": 0}, "1": {"text": "yes", "color": "red", "index": 1}},
+    }
+]
 _NAN_UNKNOWN = [{"type": "special", "options": {"match": "nan", "result": {"text": "unknown", "color": "text", "index": 0}}}]
 #: the exporter's own pages; the instance label is the address Prometheus scrapes
 _EXPORTER_PAGE = "http://${__field.labels.instance}/"
@@ -64,7 +69,11 @@ def build(s: Settings) -> Dashboard:
             "is there) or unknown (the diagnosis lacks data: check 'Exporter sources up'). Degraded with a primary "
             "cause for a few minutes is the LLMServiceDegraded page. Click a value for that exporter's page.",
             [Target(_STATE, "{{instance}}", instant=True)],
-            kind="stat", width=4, height=6, thresholds=[(1, "text"), (2, "red")], value_mappings=_STATE_MAPPINGS,
+            kind="stat",
+            width=4,
+            height=6,
+            thresholds=[(1, "text"), (2, "red")],
+            value_mappings=_STATE_MAPPINGS,
             links=[{"title": "Exporter page: verdict and chain", "url": _EXPORTER_PAGE, "targetBlank": True}],
         ),
         Panel(
@@ -74,8 +83,15 @@ def build(s: Settings) -> Dashboard:
             "the service is not degraded. The cause names the runbook section (alerts/runbooks.md) the page links to. "
             "Click a row for that exporter's /diagnosis (chain and contributing causes).",
             [Target(f"instance_cause:llm_bottleneck_confidence:primary{{{INSTANCE}}}", instant=True)],
-            kind="table", unit="percentunit", width=8, height=6, min=0, max=1,
-            links=[{"title": "/diagnosis of this exporter", "url": "http://${__data.fields.instance}/diagnosis", "targetBlank": True}],
+            kind="table",
+            unit="percentunit",
+            width=8,
+            height=6,
+            min=0,
+            max=1,
+            links=[
+                {"title": "/diagnosis of this exporter", "url": "http://${__data.fields.instance}/diagnosis", "targetBlank": True}
+            ],
             transformations=[
                 {
                     "id": "organize",
@@ -93,7 +109,11 @@ def build(s: Settings) -> Dashboard:
             "sustained queueing, saturated throughput, failures; 'yes' on any selected exporter. A symptom with no "
             "primary cause means nothing explains it yet: the burn alerts page then, read /diagnosis.",
             [Target(f"max by (symptom) (llm_symptom_active{{{INSTANCE}}})", "{{symptom}}", instant=True)],
-            kind="stat", width=6, height=6, thresholds=[(1, "red")], value_mappings=_YES_NO,
+            kind="stat",
+            width=6,
+            height=6,
+            thresholds=[(1, "red")],
+            value_mappings=_YES_NO,
         ),
         Panel(
             "Layer headroom",
@@ -101,15 +121,25 @@ def build(s: Settings) -> Dashboard:
             "selected exporters. Red below 10 %: that layer sets the ceiling, and more load turns into queueing; "
             "open its dashboard from the links above. 'unknown': the exporter lacks the data to measure it.",
             [Target(f"min by (layer) (llm_layer_headroom_ratio{{{INSTANCE}}})", "{{layer}}", instant=True)],
-            kind="bargauge", unit="percentunit", width=6, height=6, min=0, max=1,
-            base_color="red", thresholds=[(0.1, "orange"), (0.3, "green")], value_mappings=_NAN_UNKNOWN,
+            kind="bargauge",
+            unit="percentunit",
+            width=6,
+            height=6,
+            min=0,
+            max=1,
+            base_color="red",
+            thresholds=[(0.1, "orange"), (0.3, "green")],
+            value_mappings=_NAN_UNKNOWN,
         ),
         Panel(
             "Chain: symptom to cause",
             "Where to read the chain sentence (symptom to cause, with numbers) and the contributing causes: the "
             "exporter's own / page and its /diagnosis JSON; a sentence is not a metric, so no panel can draw it.",
             [],
-            kind="text", width=24, height=5, content=_CHAIN,
+            kind="text",
+            width=24,
+            height=5,
+            content=_CHAIN,
         ),
         Row("Verdict: which layer limits the service"),
         Panel(
@@ -119,7 +149,12 @@ def build(s: Settings) -> Dashboard:
             "and read the active cause below. 'unknown': the exporter lacks the data to judge that layer (no profiling, no "
             "spec decoding). All layers green while latency is bad: check 'Exporter sources up'.",
             [Target(score, "{{layer}}", instant=True)],
-            kind="stat", width=24, height=5, min=0, max=1, thresholds=[(0.5, "orange"), (0.8, "red")],
+            kind="stat",
+            width=24,
+            height=5,
+            min=0,
+            max=1,
+            thresholds=[(0.5, "orange"), (0.8, "red")],
             # the diagnosis publishes NaN for a layer it lacks the data to judge: unknown, never ok
             value_mappings=_NAN_UNKNOWN,
         ),
@@ -130,15 +165,30 @@ def build(s: Settings) -> Dashboard:
             "named after it; only the primary pages (LLMServiceDegraded). Several causes at once: fix the primary "
             "first; the others are often its consequences.",
             [Target(f"max by (layer, cause) (llm_bottleneck_active{{{INSTANCE}}})", "{{layer}} / {{cause}}")],
-            kind="state-timeline", width=24, height=12, thresholds=[(1, "red")],
-            value_mappings=[{"type": "value", "options": {"0": {"text": "ok", "color": "green", "index": 0}, "1": {"text": "active", "color": "red", "index": 1}}}],
+            kind="state-timeline",
+            width=24,
+            height=12,
+            thresholds=[(1, "red")],
+            value_mappings=[
+                {
+                    "type": "value",
+                    "options": {
+                        "0": {"text": "ok", "color": "green", "index": 0},
+                        "1": {"text": "active", "color": "red", "index": 1},
+                    },
+                }
+            ],
         ),
         Panel(
             "Layer scores over time",
             "The same scores as a history: when did a layer start limiting the service, and did it move when the load changed? "
             "A score that rises with load and falls with it is capacity; one that stays high at low load is a fault.",
             [Target(score, "{{layer}}")],
-            width=24, min=0, max=1, thresholds=[(0.5, "orange"), (0.8, "red")], threshold_lines=True,
+            width=24,
+            min=0,
+            max=1,
+            thresholds=[(0.5, "orange"), (0.8, "red")],
+            threshold_lines=True,
         ),
         Row("What users feel, against queue depth"),
         Panel(
@@ -146,22 +196,41 @@ def build(s: Settings) -> Dashboard:
             "Time to first token p95 (left) and queued requests (right, dashed). TTFT rising with the queue means load "
             "exceeds capacity (Scheduler dashboard); TTFT high with an empty queue means slow prefill or a batching window "
             "(Hardware, Application & SLO).",
-            [Target(f"server_model:llm_request_ttft_seconds:p95_rate{s.rate_window}{{{ENGINE}}}", "TTFT p95 {{server}} {{model}}"), waiting],
-            unit="s", right_axis=("^waiting.*", "short"),
+            [
+                Target(
+                    f"server_model:llm_request_ttft_seconds:p95_rate{s.rate_window}{{{ENGINE}}}", "TTFT p95 {{server}} {{model}}"
+                ),
+                waiting,
+            ],
+            unit="s",
+            right_axis=("^waiting.*", "short"),
         ),
         Panel(
             "ITL p95 vs queue depth",
             "Inter-token latency p95 (left) and queued requests (right). ITL rising while the queue is flat points at "
             "preemptions (Memory / KV cache), throttling (Hardware) or low spec acceptance (Speculative decoding).",
-            [Target(f"server_model:llm_request_inter_token_seconds:p95_rate{s.rate_window}{{{ENGINE}}}", "ITL p95 {{server}} {{model}}"), waiting],
-            unit="s", right_axis=("^waiting.*", "short"),
+            [
+                Target(
+                    f"server_model:llm_request_inter_token_seconds:p95_rate{s.rate_window}{{{ENGINE}}}",
+                    "ITL p95 {{server}} {{model}}",
+                ),
+                waiting,
+            ],
+            unit="s",
+            right_axis=("^waiting.*", "short"),
         ),
         Panel(
             "Throughput vs queue depth",
             "Output tokens per second (left) and queued requests (right). Throughput flat while the queue grows is the "
             "saturation point: the layer with the highest score sets it. Throughput falling as the queue grows points at "
             "preemption thrash (Memory / KV cache).",
-            [Target(f"sum by (server, model) (rate(llm_generation_tokens_total{{{ENGINE}}}[$__rate_interval]))", "output tok/s {{server}} {{model}}"), waiting],
+            [
+                Target(
+                    f"sum by (server, model) (rate(llm_generation_tokens_total{{{ENGINE}}}[$__rate_interval]))",
+                    "output tok/s {{server}} {{model}}",
+                ),
+                waiting,
+            ],
             right_axis=("^waiting.*", "short"),
         ),
         Panel(
@@ -170,8 +239,31 @@ def build(s: Settings) -> Dashboard:
             "(max-num-seqs); finished falling while running stays high means each request got slower.",
             [
                 Target(f"sum by (server, model) (llm_scheduler_requests_running{{{ENGINE}}})", "running {{server}} {{model}}"),
-                Target(f"sum by (server, model) (rate(llm_requests_finished_total{{{ENGINE}}}[$__rate_interval]))", "finished/s {{server}} {{model}}"),
+                Target(
+                    f"sum by (server, model) (rate(llm_requests_finished_total{{{ENGINE}}}[$__rate_interval]))",
+                    "finished/s {{server}} {{model}}",
+                ),
             ],
+        ),
+        Panel(
+            "Canary probe success ratio",
+            f"Share of the canary probes (exporter probe: a small streaming completion per engine, as a client sees it) "
+            f"that got a complete answer ({s.rate_window} window). Below 1 while the engine's own metrics look fine means "
+            "clients fail where the engine does not see it (a gateway, a hung engine core: LLMEngineUnresponsive). No "
+            "value: no probe is configured (probe: in the exporter config).",
+            [
+                Target(
+                    f"server_model:llm_probe_success:ratio_rate{s.rate_window}{{{ENGINE}}}", "{{server}} {{model}}", instant=True
+                )
+            ],
+            kind="stat",
+            unit="percentunit",
+            width=24,
+            height=5,
+            min=0,
+            max=1,
+            base_color="red",
+            thresholds=[(0.95, "orange"), (0.99, "green")],
         ),
         Row("Exporter health"),
         Panel(
@@ -179,8 +271,19 @@ def build(s: Settings) -> Dashboard:
             "1 while each exporter source (GPU, engine, process) samples successfully. A red source leaves its layer "
             "unknown and its panels stale: see the LLMExporterSourceDown runbook.",
             [Target(f"llm_exporter_source_up{{{INSTANCE}}}", "{{instance}} {{source}}")],
-            kind="state-timeline", width=24, height=6, thresholds=[(1, "green")],
-            value_mappings=[{"type": "value", "options": {"0": {"text": "down", "color": "red", "index": 0}, "1": {"text": "up", "color": "green", "index": 1}}}],
+            kind="state-timeline",
+            width=24,
+            height=6,
+            thresholds=[(1, "green")],
+            value_mappings=[
+                {
+                    "type": "value",
+                    "options": {
+                        "0": {"text": "down", "color": "red", "index": 0},
+                        "1": {"text": "up", "color": "green", "index": 1},
+                    },
+                }
+            ],
         ),
     ]
     return Dashboard(

@@ -32,7 +32,8 @@ def build(s: Settings) -> Dashboard:
             "Time requests wait before first being scheduled (p95). Rising queue time with flat throughput is backlog: add "
             "capacity or shed load; high with an empty queue is a batching window (Application & SLO).",
             [Target(f"server_model:llm_scheduler_queue_seconds:p95_rate{s.rate_window}{{{ENGINE}}}", LEGEND)],
-            unit="s", min=0,
+            unit="s",
+            min=0,
         ),
         Row("Host CPU of the serving process"),
         Panel(
@@ -41,35 +42,47 @@ def build(s: Settings) -> Dashboard:
             "is low and requests wait, the serial scheduler loop is the ceiling: use the engine's multi-process front end "
             "or bigger batches.",
             [Target(f"llm_process_busiest_thread_cpu_ratio{{{SERVER}}}", "{{server}}")],
-            unit="percentunit", min=0, thresholds=[(0.9, "red")], threshold_lines=True,
+            unit="percentunit",
+            min=0,
+            thresholds=[(0.9, "red")],
+            threshold_lines=True,
         ),
         Panel(
             "SM active (mean)",
             "Mean SM active over the exporter's GPUs, to read beside 'Busiest thread CPU'. Low SM activity with a saturated "
             "host thread means the GPU waits on the host.",
             [Target(f"avg by (instance) (llm_gpu_sm_active_ratio{{{GPU}}})", "{{instance}}")],
-            unit="percentunit", min=0, max=1,
+            unit="percentunit",
+            min=0,
+            max=1,
         ),
         Panel(
             "Process CPU",
             "CPU of the whole serving process tree (1.0 = one core). Far above the busiest thread means parallel host work "
             "(tokenisers, API workers); close to it means one thread does everything.",
             [Target(f"llm_process_cpu_ratio{{{SERVER}}}", "{{server}}")],
-            unit="percentunit", min=0, width=8,
+            unit="percentunit",
+            min=0,
+            width=8,
         ),
         Panel(
             "Resident memory",
             "Resident memory of the serving process tree. Steady growth is a leak (e.g. unbounded request state): restart "
             "planning and an engine bug report.",
             [Target(f"llm_process_resident_memory_bytes{{{SERVER}}}", "{{server}}")],
-            unit="bytes", min=0, width=8,
+            unit="bytes",
+            min=0,
+            width=8,
         ),
         Panel(
             "Threads",
             "Threads in the serving process tree. A jump usually follows a config change (tokeniser parallelism, workers); "
             "thousands point at a thread leak.",
             [Target(f"llm_process_threads{{{SERVER}}}", "{{server}}")],
-            min=0, width=8,
+            min=0,
+            width=8,
         ),
     ]
-    return Dashboard(UID, "LLM / Scheduler", "Queue, queue time and the host CPU of the serving process (serial-loop ceiling).", items)
+    return Dashboard(
+        UID, "LLM / Scheduler", "Queue, queue time and the host CPU of the serving process (serial-loop ceiling).", items
+    )

@@ -23,7 +23,10 @@ def build(s: Settings) -> Dashboard:
             f"Draft tokens the target model accepted over those proposed ({w} rate ratio). Below ~0.5 drafting usually costs "
             "more than it saves: fewer speculative tokens, a closer draft model, or speculation off for this traffic.",
             [Target(f"server_model:llm_spec_decode_acceptance:ratio_rate{w}{{{ENGINE}}}", LEGEND)],
-            unit="percentunit", min=0, max=1, thresholds=[(0.5, "orange")],
+            unit="percentunit",
+            min=0,
+            max=1,
+            thresholds=[(0.5, "orange")],
         ),
         Panel(
             "Acceptance length",
@@ -37,8 +40,14 @@ def build(s: Settings) -> Dashboard:
             "Proposed and accepted draft tokens per second. The gap is wasted draft and verification work; it grows with "
             "sampling temperature and prompt domains the draft model was not trained on.",
             [
-                Target(f"sum by (server, model) (rate(llm_spec_decode_draft_tokens_total{{{ENGINE}}}[$__rate_interval]))", "draft " + LEGEND),
-                Target(f"sum by (server, model) (rate(llm_spec_decode_accepted_tokens_total{{{ENGINE}}}[$__rate_interval]))", "accepted " + LEGEND),
+                Target(
+                    f"sum by (server, model) (rate(llm_spec_decode_draft_tokens_total{{{ENGINE}}}[$__rate_interval]))",
+                    "draft " + LEGEND,
+                ),
+                Target(
+                    f"sum by (server, model) (rate(llm_spec_decode_accepted_tokens_total{{{ENGINE}}}[$__rate_interval]))",
+                    "accepted " + LEGEND,
+                ),
             ],
             min=0,
         ),
@@ -50,14 +59,19 @@ def build(s: Settings) -> Dashboard:
                 Target(f"server_model:llm_request_inter_token_seconds:p95_rate{w}{{{ENGINE}}}", "ITL p95 " + LEGEND),
                 Target(f"server_model:llm_spec_decode_acceptance_length:mean_rate{w}{{{ENGINE}}}", "acceptance length " + LEGEND),
             ],
-            unit="s", min=0, right_axis=("^acceptance length.*", "short"),
+            unit="s",
+            min=0,
+            right_axis=("^acceptance length.*", "short"),
         ),
         Panel(
             "Verification steps / s",
             "Draft (verification) steps per second. Falling while load is steady means each step got slower: check the "
             "Hardware dashboard.",
             [Target(f"sum by (server, model) (rate(llm_spec_decode_drafts_total{{{ENGINE}}}[$__rate_interval]))", LEGEND)],
-            min=0, width=24,
+            min=0,
+            width=24,
         ),
     ]
-    return Dashboard(UID, "LLM / Speculative decoding", "Speculative decoding acceptance and whether it speeds decoding up.", items)
+    return Dashboard(
+        UID, "LLM / Speculative decoding", "Speculative decoding acceptance and whether it speeds decoding up.", items
+    )

@@ -42,7 +42,9 @@ def build_diagnosis(config: Config, store: SnapshotStore) -> DiagnosisBundle:
     engine = DiagnosisEngine(thresholds, config.groups)
     interval = config.effective_diagnosis_interval
     sources: list[Source] = [
-        ParallelSource(store, config.groups, config.gpu_interval, timeout=max(1.0, config.gpu_interval)),
+        ParallelSource(
+            store, config.groups, config.gpu_interval, timeout=max(1.0, config.gpu_interval), node_group=config.parallel_group
+        ),
         DiagnosisSource(store, engine, interval, timeout=max(1.0, interval)),
         CapacitySource(store, config.engine_interval, timeout=max(1.0, config.engine_interval)),
     ]

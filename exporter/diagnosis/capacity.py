@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from exporter.diagnosis.window import Window
-from exporter.samples import Sample, SampleResult
+from exporter.samples import Point, Sample, SampleResult
 from exporter.store import SnapshotStore
 
 CAPACITY = "llm_kv_cache_capacity_tokens"
@@ -60,7 +60,7 @@ class CapacitySource:
         snap = self.store.snapshot()
         self.window.add(snap)
         servers = sorted({p.labels.get("server", "") for p in snap.samples(CAPACITY)})
-        points = []
+        points: list[Point] = []
         for server in servers:
             value = predicted_max_concurrency(self.window, server)
             if value is not None:

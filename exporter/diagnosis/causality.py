@@ -57,13 +57,22 @@ EXPLAINS: dict[str, frozenset[str]] = {
     "batching_window_too_large": frozenset({TTFT, QUEUE}),
     "retries_and_timeouts": frozenset({FAILURES}),
     "slo_breach": frozenset({TTFT, ITL}),
+    # application, the canary probe (exporter/diagnosis/probe.py): time in front of the engine delays
+    # the first token only; a hung engine is an outage behind every symptom at once
+    "front_end_overhead": frozenset({TTFT}),
+    "engine_unresponsive": _ALL_LOAD | {FAILURES},
 }
 
 CAUSAL_ORDER: tuple[str, ...] = (
+    # an outage outranks every slowdown (and OUTAGE_CAUSES makes it the primary whenever it holds)
+    "engine_unresponsive",
     "memory_capacity_exhausted",
     # the GPU starved by something outside its math: every step takes longer, so requests
     # hold their KV blocks longer and the cache fills as a consequence
     "serial_host_ceiling",
+    # clients wait in front of the engine: after the host thread (an API server at a full core with
+    # the GPU idle is that thread), before any cause inside the engine, whose TTFT is fine then
+    "front_end_overhead",
     "pcie_transfer_bound",
     "launch_bound_small_kernels",
     # the KV cache: the admission limit when the GPU itself is busy
@@ -84,6 +93,10 @@ CAUSAL_ORDER: tuple[str, ...] = (
 )
 
 SYMPTOM_CAUSES: frozenset[str] = frozenset({"queue_backlog", "slo_breach"})
+
+#: outages: when one holds and explains a symptom it is the primary, whatever else holds (a hung
+#: engine's frozen gauges can keep a full KV cache or a queue "holding" that are not the story)
+OUTAGE_CAUSES: frozenset[str] = frozenset({"engine_unresponsive"})
 
 #: what a symptom-only primary tells the user to do
 CAPACITY_ADVICE = (

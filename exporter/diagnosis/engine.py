@@ -137,15 +137,24 @@ class DiagnosisEngine:
             scored.append((h, explained, confidence(h, explained, observed, t)))
         primary = pick_primary(scored, t) if state == "degraded" else None
 
-        causes = [c for item in scored if (c := self._report(item, explains[item[0].rule.cause], state, primary, symptoms))
-                  is not None]
+        causes = [
+            c for item in scored if (c := self._report(item, explains[item[0].rule.cause], state, primary, symptoms)) is not None
+        ]
         causes.sort(key=lambda c: (c.role != "primary", -c.score, LAYERS.index(c.layer), c.cause))
         layers = self._layers(outcomes, causes)
         notices = notices_for(signals, snap, {name: lv.status for name, lv in layers.items()}, app_judged)
         main = next((c for c in causes if c.role == "primary"), None)
-        return Verdict(timestamp, layers, causes, state=state, symptoms=symptoms, primary=main, notices=notices,
-                       holding=tuple(h.rule.cause for h in holding),
-                       signals={k: _short(x) for k, x in signals.service.items()})
+        return Verdict(
+            timestamp,
+            layers,
+            causes,
+            state=state,
+            symptoms=symptoms,
+            primary=main,
+            notices=notices,
+            holding=tuple(h.rule.cause for h in holding),
+            signals={k: _short(x) for k, x in signals.service.items()},
+        )
 
     def _evaluate(self, rule: Rule, signals: sig.Signals) -> _Judged:
         t = self.thresholds
@@ -230,8 +239,14 @@ class DiagnosisEngine:
 
     # ------------------------------------------------------------------ speaking
 
-    def _report(self, item: tuple[Holding, frozenset[str], float], shown: frozenset[str], state: str,
-                primary: Holding | None, symptoms: list[ObservedSymptom]) -> Cause | None:
+    def _report(
+        self,
+        item: tuple[Holding, frozenset[str], float],
+        shown: frozenset[str],
+        state: str,
+        primary: Holding | None,
+        symptoms: list[ObservedSymptom],
+    ) -> Cause | None:
         """The cause as shown, or None when it is only headroom information. ``shown``: every
         observed symptom it can explain (for a symptom-cause, also those a real cause explains)."""
         t = self.thresholds
@@ -266,9 +281,18 @@ class DiagnosisEngine:
             if rule.cause in causality.SYMPTOM_CAUSES:
                 advice = causality.CAPACITY_ADVICE + " " + advice
             chain = _chain(symptoms, explained, summary, rule.cause)
-        return Cause(rule.layer, rule.cause, _short(score), evidence, advice, confidence=conf, role=role,
-                     summary=summary, explains=tuple(x.id for x in symptoms if x.id in (shown if role == "symptom" else explained)),
-                     chain=chain)
+        return Cause(
+            rule.layer,
+            rule.cause,
+            _short(score),
+            evidence,
+            advice,
+            confidence=conf,
+            role=role,
+            summary=summary,
+            explains=tuple(x.id for x in symptoms if x.id in (shown if role == "symptom" else explained)),
+            chain=chain,
+        )
 
     def _layers(self, outcomes: list[_Judged], causes: list[Cause]) -> dict[str, LayerVerdict]:
         t = self.thresholds
@@ -311,7 +335,7 @@ def _headroom(outcomes: list[_Judged]) -> tuple[float | None, str]:
 
 
 def _chain(symptoms: list[ObservedSymptom], explained: frozenset[str], summary: str, cause: str) -> str:
-    """"TTFT p95 3.3 s > SLO 2 s ← 39 requests waiting, queue p95 9.7 s ← KV cache 100 % full, …"."""
+    """ "TTFT p95 3.3 s > SLO 2 s ← 39 requests waiting, queue p95 9.7 s ← KV cache 100 % full, …"."""
     felt = [x.text for x in symptoms if x.id in explained and x.id in ("ttft_high", "itl_high", "failures")]
     queue = [x.text for x in symptoms if x.id in explained and x.id in ("queueing", "throughput_saturated")]
     links = [part for part in ("; ".join(felt), "; ".join(queue)) if part]

@@ -45,14 +45,27 @@ class ParallelSource:
 
     name = "parallel"
 
-    def __init__(self, store: SnapshotStore, groups: Mapping[str, list[int]] | None, interval: float, timeout: float) -> None:
+    def __init__(
+        self,
+        store: SnapshotStore,
+        groups: Mapping[str, list[int]] | None,
+        interval: float,
+        timeout: float,
+        node_group: str | None = None,
+    ) -> None:
         self.store = store
         self.groups = dict(groups or {})
         self.interval = interval
         self.timeout = timeout
+        #: --parallel-group: the multi-node group this node is part of (issue 15, alerts/fleet.py)
+        self.node_group = node_group
 
     def sample(self) -> SampleResult:
-        return SampleResult(group_points(self.store.snapshot(), self.groups))
+        points = group_points(self.store.snapshot(), self.groups)
+        if self.node_group:
+            # one constant series per exporter, not a label on every series: the fleet rules join on it
+            points.append(Sample("llm_parallel_node_group_info", {"group": self.node_group}, 1.0))
+        return SampleResult(points)
 
     def close(self) -> None:
         """Holds nothing."""

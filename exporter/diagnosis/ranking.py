@@ -66,8 +66,14 @@ def confidence(h: Holding, explained: Iterable[str], observed: Sequence[str], t:
     independent = min(1.0, len(kinds) / 2.0)
     share = len(explained) / len(observed) if observed else 0.0
     settled = min(1.0, h.cycles / max(1, t.confidence_settled_cycles))
-    value = (_FLOOR + _W_SEVERITY * h.severity + _W_SETTLED * settled + _W_COMPLETE * complete
-             + _W_INDEPENDENT * independent + _W_EXPLAINS * share)
+    value = (
+        _FLOOR
+        + _W_SEVERITY * h.severity
+        + _W_SETTLED * settled
+        + _W_COMPLETE * complete
+        + _W_INDEPENDENT * independent
+        + _W_EXPLAINS * share
+    )
     return round(min(1.0, max(0.0, value)), 3)
 
 
@@ -82,6 +88,9 @@ def pick_primary(candidates: Sequence[tuple[Holding, frozenset[str], float]], t:
     pool = [c for c in candidates if c[1]]
     if not pool:
         return None
+    outages = [c for c in pool if c[0].rule.cause in causality.OUTAGE_CAUSES]
+    if outages:  # an outage outranks every slowdown (causality.OUTAGE_CAUSES)
+        pool = outages
     most = max(len(c[1]) for c in pool)
     widest = [c for c in pool if len(c[1]) == most]
     best = max(c[2] for c in widest)

@@ -23,10 +23,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from exporter.diagnosis import causality
+from exporter.diagnosis import probe as pr
 from exporter.diagnosis import signals as s
 from exporter.diagnosis.symptoms import itl_high, latest_p95, queue_sustained, queueing, ttft_high
 from exporter.diagnosis.thresholds import Thresholds
-from exporter.schema import LAYERS
+from exporter.schema import HARMFUL_THROTTLE_REASONS, LAYERS
 
 View = Mapping[str, float]
 Predicate = Callable[[View, Thresholds], bool]
@@ -141,8 +142,9 @@ def _requests_really_wait(v: View, t: Thresholds) -> bool:
     if queue_sustained(v):
         return True
     if s.QUEUE_P95 in v:
-        return (v.get(s.WAITING_MAX, v[s.WAITING]) >= 1
-                and recent_p95(v, s.QUEUE_P95_RECENT, s.QUEUE_P95) >= t.kv_queue_p95_seconds)
+        return (
+            v.get(s.WAITING_MAX, v[s.WAITING]) >= 1 and recent_p95(v, s.QUEUE_P95_RECENT, s.QUEUE_P95) >= t.kv_queue_p95_seconds
+        )
     return v[s.WAITING] >= 1
 
 
@@ -162,8 +164,7 @@ def held_for_capacity(v: View) -> bool:
     if s.WAITING_CAPACITY in v:
         return v.get(s.WAITING_CAPACITY_MAX, v[s.WAITING_CAPACITY]) >= 1
     if s.SLOTS in v and s.SLOTS_BUSY in v:
-        return (v.get(s.SLOTS_BUSY_MAX, v[s.SLOTS_BUSY]) >= v[s.SLOTS]
-                and v.get(s.WAITING_MAX, v.get(s.WAITING, 0.0)) >= 1)
+        return v.get(s.SLOTS_BUSY_MAX, v[s.SLOTS_BUSY]) >= v[s.SLOTS] and v.get(s.WAITING_MAX, v.get(s.WAITING, 0.0)) >= 1
     return True
 
 
@@ -185,15 +186,19 @@ def _kv_full(v: View, t: Thresholds) -> bool:
     if usage < t.kv_usage_full:
         return False
     held_back = v.get(s.WAITING_MIN, 0.0) >= 1 or (
-        s.QUEUE_P95 in v and v.get(s.WAITING_MAX, 0.0) >= 1
-        and recent_p95(v, s.QUEUE_P95_RECENT, s.QUEUE_P95) >= t.kv_queue_p95_seconds)
+        s.QUEUE_P95 in v
+        and v.get(s.WAITING_MAX, 0.0) >= 1
+        and recent_p95(v, s.QUEUE_P95_RECENT, s.QUEUE_P95) >= t.kv_queue_p95_seconds
+    )
     return held_back and held_for_capacity(v)
 
 
 def _kv_severity(v: View, t: Thresholds) -> float:
-    return max(ramp(v.get(s.PREEMPTION_RATE, 0.0), t.preemption_rate_per_second, t.preemption_rate_per_second + 1.0),
-               ramp(kv_usage(v) or 0.0, t.kv_usage_full, 1.0),
-               ramp(v.get(s.WAITING_MAX, v.get(s.WAITING, 0.0)), 0.0, t.queue_backlog_requests))
+    return max(
+        ramp(v.get(s.PREEMPTION_RATE, 0.0), t.preemption_rate_per_second, t.preemption_rate_per_second + 1.0),
+        ramp(kv_usage(v) or 0.0, t.kv_usage_full, 1.0),
+        ramp(v.get(s.WAITING_MAX, v.get(s.WAITING, 0.0)), 0.0, t.queue_backlog_requests),
+    )
 
 
 def _kv_fragmentation(v: View, t: Thresholds) -> bool:
@@ -232,11 +237,7 @@ def _serial_host_severity(v: View, t: Thresholds) -> float:
 
 
 def _imbalance(v: View, t: Thresholds) -> bool:
-    return (
-        v[s.GROUP_GPUS] >= 2
-        and v[s.GROUP_SM_MEAN] >= t.imbalance_min_sm_active
-        and v[s.GROUP_SKEW] >= t.imbalance_skew
-    )
+    return v[s.GROUP_GPUS] >= 2 and v[s.GROUP_SM_MEAN] >= t.imbalance_min_sm_active and v[s.GROUP_SKEW] >= t.imbalance_skew
 
 
 def _low_acceptance(v: View, t: Thresholds) -> bool:
@@ -285,7 +286,7 @@ def _describe_hbm(v: View, t: Thresholds) -> str:
 
 
 def _describe_pcie(v: View, t: Thresholds) -> str:
-    return f"PCIe {v[s.PCIE] / 1e9:.1f} GB/s while \"GPU util\" {pct(v[s.UTIL])} but SMs {pct(v[s.SM])}"
+    return f'PCIe {v[s.PCIE] / 1e9:.1f} GB/s while "GPU util" {pct(v[s.UTIL])} but SMs {pct(v[s.SM])}'
 
 
 def _describe_throttle(v: View, t: Thresholds) -> str:
@@ -300,7 +301,7 @@ def _describe_fb(v: View, t: Thresholds) -> str:
 
 
 def _describe_launch(v: View, t: Thresholds) -> str:
-    return f"\"GPU util\" {pct(v[s.UTIL])} but SMs {pct(v[s.SM])} (tiny kernels, launch-bound)"
+    return f'"GPU util" {pct(v[s.UTIL])} but SMs {pct(v[s.SM])} (tiny kernels, launch-bound)'
 
 
 def _describe_tensor_unused(v: View, t: Thresholds) -> str:
@@ -361,12 +362,41 @@ def _slo_proximity(v: View, t: Thresholds) -> float:
     return min(1.0, max(ttft / t.slo_ttft_p95_seconds, itl / t.slo_itl_p95_seconds))
 
 
-_THROTTLE_REASONS = tuple(f'llm_gpu_throttle_reason_active{{reason="{r}"}}' for r in s.THROTTLE_CAUSES)
+# ------------------------------------------------------------------ the canary probe (exporter/probe)
+
+
+def _front_end_overhead(v: View, t: Thresholds) -> bool:
+    """Clients wait much longer than the engine says it took: the time outside the engine is
+    past its line and most of what the client waited (so the engine's own TTFT is fine)."""
+    outside, client = v[pr.PROBE_OUTSIDE], v.get(pr.PROBE_CLIENT_TTFT, 0.0)
+    return outside >= t.front_end_overhead_seconds and outside >= t.front_end_overhead_share * client
+
+
+def _describe_front_end(v: View, t: Thresholds) -> str:
+    out = (
+        f"clients wait {v.get(pr.PROBE_CLIENT_TTFT, 0.0):.2f} s for the first token, the engine says "
+        f"{v[pr.PROBE_ENGINE_TTFT]:.2f} s: {v[pr.PROBE_OUTSIDE]:.2f} s outside the engine"
+    )
+    if host_saturated(v, t):
+        out += f" (the serving process's busiest thread at {pct(host_load(v))} of a core)"
+    return out
+
+
+def _describe_unresponsive(v: View, t: Thresholds) -> str:
+    return (
+        f"the canary's last request to {v[pr.PROBE_HUNG]:.0f} engine(s) timed out while its /metrics "
+        "answered with every counter frozen (the engine core is hung)"
+    )
+
+
+_THROTTLE_REASONS = tuple(f'llm_gpu_throttle_reason_active{{reason="{r}"}}' for r in HARMFUL_THROTTLE_REASONS)
 
 RULES: tuple[Rule, ...] = (
     # ------------------------------------------------------------------ hardware
     Rule(
-        "hardware", "compute_bound", "gpu",
+        "hardware",
+        "compute_bound",
+        "gpu",
         requires=(s.SM, s.TENSOR, s.DRAM),
         condition=_compute_bound,
         severity=_compute_severity,
@@ -380,7 +410,9 @@ RULES: tuple[Rule, ...] = (
         limit="compute (tensor pipes / SMs)",
     ),
     Rule(
-        "hardware", "memory_bandwidth_bound", "gpu",
+        "hardware",
+        "memory_bandwidth_bound",
+        "gpu",
         requires=(s.DRAM,),
         condition=lambda v, t: v[s.DRAM] >= t.memory_bandwidth_dram_active,
         severity=lambda v, t: ramp(v[s.DRAM], t.memory_bandwidth_dram_active, t.memory_bandwidth_dram_active + 0.25),
@@ -392,20 +424,30 @@ RULES: tuple[Rule, ...] = (
         limit="HBM bandwidth",
     ),
     Rule(
-        "hardware", "pcie_transfer_bound", "gpu",
+        "hardware",
+        "pcie_transfer_bound",
+        "gpu",
         requires=(s.UTIL, s.SM, s.PCIE),
-        condition=lambda v, t: v[s.UTIL] >= t.busy_utilization
-        and v[s.PCIE] >= t.pcie_busy_bytes_per_second
-        and v[s.UTIL] - v[s.SM] >= t.util_sm_gap,
-        severity=lambda v, t: (ramp(v[s.UTIL] - v[s.SM], t.util_sm_gap, 1.0) + ramp(v[s.PCIE], t.pcie_busy_bytes_per_second, 8 * t.pcie_busy_bytes_per_second)) / 2,
+        condition=lambda v, t: (
+            v[s.UTIL] >= t.busy_utilization and v[s.PCIE] >= t.pcie_busy_bytes_per_second and v[s.UTIL] - v[s.SM] >= t.util_sm_gap
+        ),
+        severity=lambda v, t: (
+            (
+                ramp(v[s.UTIL] - v[s.SM], t.util_sm_gap, 1.0)
+                + ramp(v[s.PCIE], t.pcie_busy_bytes_per_second, 8 * t.pcie_busy_bytes_per_second)
+            )
+            / 2
+        ),
         evidence=(s.UTIL, s.SM, s.PCIE),
-        advice="The GPU waits on host<->device copies over PCIe: \"GPU util\" is high while the SMs are idle. "
+        advice='The GPU waits on host<->device copies over PCIe: "GPU util" is high while the SMs are idle. '
         "Look for KV-cache swap or CPU offload, weights streamed from host memory, unpinned host buffers or "
         "per-step tensor copies; keep data resident on the GPU, pin host memory, or give the KV cache more GPU memory.",
         describe=_describe_pcie,
     ),
     Rule(
-        "hardware", "power_or_thermal_throttling", "gpu",
+        "hardware",
+        "power_or_thermal_throttling",
+        "gpu",
         requires=(s.UTIL, s.CLOCK_RATIO),
         condition=_throttled,
         severity=lambda v, t: ramp(1.0 - v[s.CLOCK_RATIO], 1.0 - t.throttle_clock_ratio, 0.4),
@@ -419,7 +461,9 @@ RULES: tuple[Rule, ...] = (
         warns_alone=lambda v, t: True,
     ),
     Rule(
-        "hardware", "memory_capacity_exhausted", "gpu",
+        "hardware",
+        "memory_capacity_exhausted",
+        "gpu",
         requires=(s.MEM_RATIO,),
         condition=lambda v, t: v[s.MEM_RATIO] >= t.memory_capacity_ratio,
         severity=lambda v, t: ramp(v[s.MEM_RATIO], t.memory_capacity_ratio, 1.0),
@@ -432,29 +476,40 @@ RULES: tuple[Rule, ...] = (
     ),
     # ------------------------------------------------------------------ operator
     Rule(
-        "operator", "launch_bound_small_kernels", "gpu",
+        "operator",
+        "launch_bound_small_kernels",
+        "gpu",
         requires=(s.UTIL, s.SM, s.PCIE),
-        condition=lambda v, t: v[s.UTIL] >= t.launch_min_utilization
-        and _sms_far_below_util(v, t)
-        and v[s.PCIE] < t.pcie_busy_bytes_per_second
-        and not host_saturated(v, t),
+        condition=lambda v, t: (
+            v[s.UTIL] >= t.launch_min_utilization
+            and _sms_far_below_util(v, t)
+            and v[s.PCIE] < t.pcie_busy_bytes_per_second
+            and not host_saturated(v, t)
+        ),
         severity=lambda v, t: ramp(1.0 - v[s.SM] / max(v[s.UTIL], 1e-9), 1.0 - t.launch_sm_share_of_utilization, 1.0),
         evidence=(s.UTIL, s.SM, s.PCIE, s.BUSIEST_THREAD, s.BUSIEST_DEMAND),
         advice="Kernels are too small to fill the GPU and launches or host synchronisations between them "
-        "dominate: \"GPU util\" counts time any kernel runs, SM active shows almost no SM busy. Enable CUDA "
+        'dominate: "GPU util" counts time any kernel runs, SM active shows almost no SM busy. Enable CUDA '
         "graphs (vLLM: drop enforce_eager), torch.compile, fuse small ops, avoid per-step .item()/host syncs, "
         "and batch more work per launch.",
         describe=_describe_launch,
-        proximity=lambda v, t: ramp(1.0 - v[s.SM] / max(v[s.UTIL], 1e-9), 0.0, 1.0 - t.launch_sm_share_of_utilization)
-        if v[s.UTIL] >= t.launch_min_utilization else 0.0,
-        limit="kernel launch rate (SMs idle while \"GPU util\" counts)",
+        proximity=lambda v, t: (
+            ramp(1.0 - v[s.SM] / max(v[s.UTIL], 1e-9), 0.0, 1.0 - t.launch_sm_share_of_utilization)
+            if v[s.UTIL] >= t.launch_min_utilization
+            else 0.0
+        ),
+        limit='kernel launch rate (SMs idle while "GPU util" counts)',
     ),
     Rule(
-        "operator", "tensor_cores_unused", "gpu",
+        "operator",
+        "tensor_cores_unused",
+        "gpu",
         requires=(s.SM, s.TENSOR, s.DRAM),
-        condition=lambda v, t: v[s.SM] >= t.tensor_unused_sm_active
-        and v[s.TENSOR] < t.tensor_unused_tensor_active
-        and v[s.DRAM] < t.memory_bandwidth_dram_active,
+        condition=lambda v, t: (
+            v[s.SM] >= t.tensor_unused_sm_active
+            and v[s.TENSOR] < t.tensor_unused_tensor_active
+            and v[s.DRAM] < t.memory_bandwidth_dram_active
+        ),
         severity=lambda v, t: ramp(v[s.SM], t.tensor_unused_sm_active, 1.0),
         evidence=(s.SM, s.TENSOR, s.DRAM),
         advice="SMs are busy but the tensor pipes are idle: the math runs on CUDA cores. Check the dtype "
@@ -464,13 +519,23 @@ RULES: tuple[Rule, ...] = (
     ),
     # ------------------------------------------------------------------ memory (KV cache)
     Rule(
-        "memory", "kv_cache_pressure", "service",
+        "memory",
+        "kv_cache_pressure",
+        "service",
         requires=(),
         requires_any=(s.KV_USAGE_MAX, s.SLOT_CONTEXT_USAGE),
         condition=_kv_full,
         severity=_kv_severity,
-        evidence=(s.KV_USAGE_MAX, s.KV_USAGE, s.SLOT_CONTEXT_USAGE, s.PREEMPTION_RATE, s.WAITING, s.WAITING_CAPACITY,
-                  s.RUNNING, s.QUEUE_P95_RECENT),
+        evidence=(
+            s.KV_USAGE_MAX,
+            s.KV_USAGE,
+            s.SLOT_CONTEXT_USAGE,
+            s.PREEMPTION_RATE,
+            s.WAITING,
+            s.WAITING_CAPACITY,
+            s.RUNNING,
+            s.QUEUE_P95_RECENT,
+        ),
         advice="The KV cache is full and requests are preempted (evicted, then recomputed), wasting GPU work "
         "and spiking latency. Lower max_num_seqs or max_num_batched_tokens, give the KV cache more memory "
         "(gpu_memory_utilization, FP8 KV cache), shorten max_model_len, enable prefix caching, or add replicas.",
@@ -480,14 +545,34 @@ RULES: tuple[Rule, ...] = (
         warns_alone=lambda v, t: v.get(s.PREEMPTION_RATE, 0.0) > t.preemption_rate_per_second,
     ),
     Rule(
-        "memory", "kv_fragmentation_or_capacity_misjudged", "service",
+        "memory",
+        "kv_fragmentation_or_capacity_misjudged",
+        "service",
         requires=(s.WAITING,),
         requires_any=(s.KV_USAGE_MAX, s.SLOT_CONTEXT_USAGE),
         condition=_kv_fragmentation,
-        severity=lambda v, t: (ramp(v.get(s.WAITING_MAX, v[s.WAITING]), 0.0, t.queue_backlog_requests)
-                               + ramp(t.kv_usage_low - (kv_usage(v) or 0.0), 0.0, t.kv_usage_low)) / 2,
-        evidence=(s.WAITING, s.WAITING_MAX, s.WAITING_CAPACITY, s.QUEUE_P95_RECENT, s.QUEUE_P95, s.KV_USAGE_MAX, s.KV_USAGE,
-                  s.SLOT_CONTEXT_USAGE, s.SLOTS, s.SLOTS_BUSY, s.RUNNING, s.RUNNING_MAX, s.UTIL_MAX),
+        severity=lambda v, t: (
+            (
+                ramp(v.get(s.WAITING_MAX, v[s.WAITING]), 0.0, t.queue_backlog_requests)
+                + ramp(t.kv_usage_low - (kv_usage(v) or 0.0), 0.0, t.kv_usage_low)
+            )
+            / 2
+        ),
+        evidence=(
+            s.WAITING,
+            s.WAITING_MAX,
+            s.WAITING_CAPACITY,
+            s.QUEUE_P95_RECENT,
+            s.QUEUE_P95,
+            s.KV_USAGE_MAX,
+            s.KV_USAGE,
+            s.SLOT_CONTEXT_USAGE,
+            s.SLOTS,
+            s.SLOTS_BUSY,
+            s.RUNNING,
+            s.RUNNING_MAX,
+            s.UTIL_MAX,
+        ),
         advice="Requests queue although most of the KV cache is free: the scheduler believes it has no room. "
         "Check the block size and fragmentation, max_num_seqs (batch slots full while memory is free), a KV "
         "budget reserved for max_model_len instead of real lengths, or an admission watermark set too high.",
@@ -497,7 +582,9 @@ RULES: tuple[Rule, ...] = (
     ),
     # ------------------------------------------------------------------ scheduler
     Rule(
-        "scheduler", "serial_host_ceiling", "service",
+        "scheduler",
+        "serial_host_ceiling",
+        "service",
         requires=(s.BUSIEST_THREAD, s.SM_MAX),
         condition=_serial_host,
         severity=_serial_host_severity,
@@ -512,11 +599,15 @@ RULES: tuple[Rule, ...] = (
         limit="the busiest serving thread",
     ),
     Rule(
-        "scheduler", "queue_backlog", "service",
+        "scheduler",
+        "queue_backlog",
+        "service",
         requires=(s.WAITING,),
         condition=lambda v, t: v[s.WAITING] >= t.queue_backlog_requests or queueing(v, t),
-        severity=lambda v, t: max(ramp(v[s.WAITING], t.queue_backlog_requests, 4 * t.queue_backlog_requests),
-                                  ramp(v.get(s.WAITING_GROWTH, 0.0), 0.0, 1.0)),
+        severity=lambda v, t: max(
+            ramp(v[s.WAITING], t.queue_backlog_requests, 4 * t.queue_backlog_requests),
+            ramp(v.get(s.WAITING_GROWTH, 0.0), 0.0, 1.0),
+        ),
         evidence=(s.WAITING, s.WAITING_GROWTH, s.RUNNING, s.QUEUE_P95),
         advice="Requests pile up faster than the server finishes them: the offered load exceeds capacity. "
         "Add replicas or GPUs, cap concurrency at the gateway, lower max_tokens, and check the other layers "
@@ -527,7 +618,9 @@ RULES: tuple[Rule, ...] = (
     ),
     # ------------------------------------------------------------------ parallel
     Rule(
-        "parallel", "gpu_imbalance", "group",
+        "parallel",
+        "gpu_imbalance",
+        "group",
         requires=(s.GROUP_SKEW, s.GROUP_SM_MEAN, s.GROUP_GPUS),
         condition=_imbalance,
         severity=lambda v, t: ramp(v[s.GROUP_SKEW], t.imbalance_skew, t.imbalance_skew + 1.0),
@@ -539,7 +632,9 @@ RULES: tuple[Rule, ...] = (
     ),
     # ------------------------------------------------------------------ speculative decoding
     Rule(
-        "speculative_decoding", "low_acceptance", "service",
+        "speculative_decoding",
+        "low_acceptance",
+        "service",
         requires=(s.SPEC_DRAFT,),
         condition=_low_acceptance,
         severity=lambda v, t: ramp(t.spec_acceptance_min - v[s.SPEC_ACCEPTANCE], 0.0, t.spec_acceptance_min),
@@ -552,13 +647,26 @@ RULES: tuple[Rule, ...] = (
     ),
     # ------------------------------------------------------------------ application
     Rule(
-        "application", "batching_window_too_large", "service",
+        "application",
+        "batching_window_too_large",
+        "service",
         requires=(s.TTFT_P95, s.SM_MAX),
         condition=_batching_window,
-        severity=lambda v, t: ramp(recent_p95(v, s.TTFT_P95_RECENT, s.TTFT_P95), t.batching_ttft_p95_seconds,
-                                   4 * t.batching_ttft_p95_seconds),
-        evidence=(s.TTFT_P95_RECENT, s.TTFT_P95, s.QUEUE_P95_RECENT, s.SM_MAX, s.UTIL_MAX, s.UTIL_MAX_RECENT, s.UTIL_MAX_TTFT,
-                  s.WAITING, s.WAITING_MAX_TTFT, s.KV_USAGE_MAX),
+        severity=lambda v, t: ramp(
+            recent_p95(v, s.TTFT_P95_RECENT, s.TTFT_P95), t.batching_ttft_p95_seconds, 4 * t.batching_ttft_p95_seconds
+        ),
+        evidence=(
+            s.TTFT_P95_RECENT,
+            s.TTFT_P95,
+            s.QUEUE_P95_RECENT,
+            s.SM_MAX,
+            s.UTIL_MAX,
+            s.UTIL_MAX_RECENT,
+            s.UTIL_MAX_TTFT,
+            s.WAITING,
+            s.WAITING_MAX_TTFT,
+            s.KV_USAGE_MAX,
+        ),
         advice="Time to first token is high while the GPU idles and nothing piles up: requests are held back "
         "waiting for a batch to fill. Shorten the batching delay (Triton max_queue_delay_microseconds, TGI "
         "waiting_served_ratio / max_waiting_tokens, a gateway batch window) and let continuous batching "
@@ -566,7 +674,9 @@ RULES: tuple[Rule, ...] = (
         describe=_describe_batching,
     ),
     Rule(
-        "application", "retries_and_timeouts", "service",
+        "application",
+        "retries_and_timeouts",
+        "service",
         requires=(s.FAILED_BASE,),
         condition=_failures,
         severity=lambda v, t: ramp(v.get(s.FAILED_SHARE, 0.0), t.failure_share, max(0.5, 2 * t.failure_share)),
@@ -578,7 +688,9 @@ RULES: tuple[Rule, ...] = (
         warns_alone=lambda v, t: True,
     ),
     Rule(
-        "application", "slo_breach", "service",
+        "application",
+        "slo_breach",
+        "service",
         requires=(),
         requires_any=(s.TTFT_P95, s.ITL_P95),
         condition=lambda v, t: ttft_high(v, t) or itl_high(v, t),
@@ -591,12 +703,54 @@ RULES: tuple[Rule, ...] = (
         proximity=_slo_proximity,
         limit="the latency SLO",
     ),
+    # ------------------------------------------------------------------ application: the canary probe
+    Rule(
+        "application",
+        "front_end_overhead",
+        "service",
+        requires=(pr.PROBE_OUTSIDE, pr.PROBE_ENGINE_TTFT),
+        condition=_front_end_overhead,
+        severity=lambda v, t: ramp(v[pr.PROBE_OUTSIDE], t.front_end_overhead_seconds, 4 * t.front_end_overhead_seconds),
+        evidence=(
+            pr.PROBE_CLIENT_TTFT,
+            pr.PROBE_ENGINE_TTFT,
+            pr.PROBE_OUTSIDE,
+            pr.PROBE_TTFT,
+            s.BUSIEST_THREAD,
+            s.BUSIEST_DEMAND,
+            s.PROCESS_CPU,
+        ),
+        advice="Clients wait much longer for their first token than the engine says it took: the time is spent "
+        "in front of the engine's scheduler. Look at what sits between clients and the engine: a gateway, proxy "
+        "or load balancer (its own queue, response buffering, TLS, auth, retries), the network, and the engine's "
+        "own API-server process (HTTP parsing, chat templates, tokenisation). If the serving process's busiest "
+        "thread is at a full core, the API server is the ceiling: run more API-server processes (vLLM "
+        "--api-server-count), replicas, or move tokenisation off that thread; with the GPU idle as well the "
+        "scheduler layer's serial_host_ceiling names it. Compare llm_probe_ttft_seconds with "
+        "llm_request_ttft_seconds on the Application dashboard.",
+        describe=_describe_front_end,
+    ),
+    Rule(
+        "application",
+        "engine_unresponsive",
+        "service",
+        requires=(pr.PROBE_HUNG,),
+        condition=lambda v, t: v[pr.PROBE_HUNG] >= 1,
+        severity=lambda v, t: 1.0,  # an outage, not a slowdown
+        evidence=(pr.PROBE_HUNG, pr.PROBE_FAILING, s.WAITING, s.RUNNING),
+        advice="The engine accepts requests but answers none, while its /metrics still answers with counters "
+        "that do not move: the engine core is hung (a deadlock, a stuck collective or NCCL call, a GPU fault, "
+        "a stopped process). Before restarting, collect: py-spy dump --pid <engine core pid> (vLLM: the "
+        "EngineCore process, not the API server; py-spy dump --native for a stuck CUDA call), nvidia-smi (and "
+        "nvidia-smi -q -d PERFORMANCE, Xid lines in dmesg), and the last log lines of the engine. Then restart "
+        "the engine and file the dump with the engine's project.",
+        describe=_describe_unresponsive,
+        warns_alone=lambda v, t: True,  # an outage is news even when no other symptom can be judged
+    ),
 )
 
 #: every cause id by layer, in table order (a contract with dashboards and alerts)
-CAUSES: dict[str, tuple[str, ...]] = {
-    layer: tuple(r.cause for r in RULES if r.layer == layer) for layer in LAYERS
-}
+CAUSES: dict[str, tuple[str, ...]] = {layer: tuple(r.cause for r in RULES if r.layer == layer) for layer in LAYERS}
 
 
 def _check_table() -> None:

@@ -10,6 +10,12 @@ layer shows ``unknown`` rather than a false ``ok``.
 Signals come in three scopes: per GPU (keyed by the ``gpu`` label), per
 parallel group, and one ``service`` scope for engine, process and whole-node
 aggregates. Signal names are what the verdict shows as evidence.
+
+How a metric's series are reduced into one service-wide figure (waiting requests
+add up, KV usage is the worst rank) is the metric's ``reduce`` in
+``exporter/schema.py``, and such a signal is named after it
+(``schema.reduced_name``); the failure reasons and the harmful throttle reasons
+are the schema's too, so the alerts and the ramp cannot judge differently.
 """
 
 from __future__ import annotations
@@ -17,7 +23,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from exporter.diagnosis.probe import probe_signals
 from exporter.diagnosis.window import Window
+from exporter.schema import FAILED_FINISH_REASONS, HARMFUL_THROTTLE_REASONS, reduce_series, reduced_name
 from exporter.store import Snapshot
 
 # --- per GPU (latest snapshot) ------------------------------------------------------
@@ -35,15 +43,8 @@ CLOCK = "llm_gpu_sm_clock_hertz"
 CLOCK_RATIO = "llm_gpu_sm_clock_hertz / llm_gpu_sm_clock_max_hertz"
 TEMP = "llm_gpu_temperature_celsius"
 PCIE = "llm_gpu_pcie_transmit_bytes_per_second + llm_gpu_pcie_receive_bytes_per_second"
-#: throttle reasons that mean power or heat, not idleness or a user clock setting
-THROTTLE_CAUSES: tuple[str, ...] = (
-    "sw_power_cap",
-    "hw_slowdown",
-    "sw_thermal_slowdown",
-    "hw_thermal_slowdown",
-    "hw_power_brake_slowdown",
-)
-THROTTLED = 'max(llm_gpu_throttle_reason_active{reason=~"' + "|".join(THROTTLE_CAUSES) + '"})'
+#: per GPU: 1 while any harmful throttle reason (power or heat, exporter/schema.py THROTTLE_REASONS) is set
+THROTTLED = reduced_name("llm_gpu_throttle_reason_active", '{reason=~"' + "|".join(HARMFUL_THROTTLE_REASONS) + '"}')
 
 # --- per parallel group ---------------------------------------------------------------
 GROUP_SKEW = "llm_parallel_sm_active_skew_ratio"
@@ -53,20 +54,28 @@ GROUP_SM_MAX = "max(llm_gpu_sm_active_ratio)"
 TENSOR_MAX = "max(llm_gpu_tensor_active_ratio)"
 
 # --- service (engines, processes, node-wide GPU aggregates) ---------------------------------
-SM_MAX = "max(llm_gpu_sm_active_ratio)"
-TENSOR_MAX = "max(llm_gpu_tensor_active_ratio)"
-UTIL_MAX = "max(llm_gpu_utilization_ratio)"
-UTIL_MAX_WINDOW = "max_over_window(max(llm_gpu_utilization_ratio))"
-UTIL_MAX_RECENT = "max_over_recent(max(llm_gpu_utilization_ratio))"
-BUSIEST_THREAD = "max(llm_process_busiest_thread_cpu_ratio)"
-BUSIEST_DEMAND = "max(llm_process_busiest_thread_cpu_demand_ratio)"
-PROCESS_CPU = "max(llm_process_cpu_ratio)"
-WAITING = "sum(llm_scheduler_requests_waiting)"
-WAITING_GROWTH = "deriv(sum(llm_scheduler_requests_waiting))"
-WAITING_MAX = "max_over_recent(sum(llm_scheduler_requests_waiting))"
-RUNNING = "sum(llm_scheduler_requests_running)"
-KV_USAGE = "max(llm_kv_cache_usage_ratio)"
-KV_USAGE_MAX = "max_over_window(max(llm_kv_cache_usage_ratio))"
+# each named after how the schema reduces the metric across its series, e.g. "sum(llm_scheduler_requests_waiting)"
+SM_MAX = reduced_name(SM)
+TENSOR_MAX = reduced_name(TENSOR)
+UTIL_MAX = reduced_name(UTIL)
+UTIL_MAX_WINDOW = f"max_over_window({UTIL_MAX})"
+UTIL_MAX_RECENT = f"max_over_recent({UTIL_MAX})"
+BUSIEST_THREAD_METRIC = "llm_process_busiest_thread_cpu_ratio"
+BUSIEST_DEMAND_METRIC = "llm_process_busiest_thread_cpu_demand_ratio"
+PROCESS_CPU_METRIC = "llm_process_cpu_ratio"
+BUSIEST_THREAD = reduced_name(BUSIEST_THREAD_METRIC)
+BUSIEST_DEMAND = reduced_name(BUSIEST_DEMAND_METRIC)
+PROCESS_CPU = reduced_name(PROCESS_CPU_METRIC)
+WAITING_METRIC = "llm_scheduler_requests_waiting"
+RUNNING_METRIC = "llm_scheduler_requests_running"
+BY_REASON_METRIC = "llm_scheduler_requests_waiting_by_reason"
+KV_METRIC = "llm_kv_cache_usage_ratio"
+WAITING = reduced_name(WAITING_METRIC)
+WAITING_GROWTH = f"deriv({WAITING})"
+WAITING_MAX = f"max_over_recent({WAITING})"
+RUNNING = reduced_name(RUNNING_METRIC)
+KV_USAGE = reduced_name(KV_METRIC)
+KV_USAGE_MAX = f"max_over_window({KV_USAGE})"
 PREEMPTION_RATE = "rate(llm_kv_cache_preemptions_total)"
 TTFT_P95 = "p95(llm_request_ttft_seconds)"
 ITL_P95 = "p95(llm_request_inter_token_seconds)"
@@ -80,38 +89,43 @@ ITL_P95_RECENT = "p95_over_recent(llm_request_inter_token_seconds)"
 QUEUE_P95_RECENT = "p95_over_recent(llm_scheduler_queue_seconds)"
 #: the fewest requests waiting in any snapshot of the recent seconds: >= 1 means nobody drained
 #: the queue in that time (a flickering gauge reads 0 now and then; a sustained queue never does)
-WAITING_MIN = "min_over_recent(sum(llm_scheduler_requests_waiting))"
+WAITING_MIN = f"min_over_recent({WAITING})"
 #: first-party "why do they wait" (vLLM >= 0.11): capacity = no room in the batch or the KV cache
-WAITING_CAPACITY = 'sum(llm_scheduler_requests_waiting_by_reason{reason="capacity"})'
-WAITING_DEFERRED = 'sum(llm_scheduler_requests_waiting_by_reason{reason="deferred"})'
+WAITING_CAPACITY = reduced_name(BY_REASON_METRIC, '{reason="capacity"}')
+WAITING_DEFERRED = reduced_name(BY_REASON_METRIC, '{reason="deferred"}')
 #: the same gauges over the recent seconds: one scrape can land between two engine steps and
 #: read 0 running, 0 waiting on a busy server, so "is anything waiting for capacity" looks back
-WAITING_CAPACITY_MAX = 'max_over_recent(sum(llm_scheduler_requests_waiting_by_reason{reason="capacity"}))'
-SLOTS_BUSY_MAX = "max_over_recent(sum(llm_scheduler_slots_busy))"
-RUNNING_MAX_RECENT = "max_over_recent(sum(llm_scheduler_requests_running))"
-RUNNING_MAX = "max_over_window(sum(llm_scheduler_requests_running))"
+WAITING_CAPACITY_MAX = f"max_over_recent({WAITING_CAPACITY})"
 #: llama.cpp sequence slots (from /props and /slots) and the context they hold
-SLOTS = "sum(llm_scheduler_slots)"
-SLOTS_BUSY = "sum(llm_scheduler_slots_busy)"
-SLOT_CONTEXT_USAGE = "sum(llm_kv_cache_used_tokens) / (sum(llm_scheduler_slots) * max(llm_kv_cache_slot_context_tokens))"
+SLOTS_METRIC = "llm_scheduler_slots"
+SLOTS_BUSY_METRIC = "llm_scheduler_slots_busy"
+SLOT_CONTEXT_METRIC = "llm_kv_cache_slot_context_tokens"
+KV_USED_METRIC = "llm_kv_cache_used_tokens"
+SLOTS = reduced_name(SLOTS_METRIC)
+SLOTS_BUSY = reduced_name(SLOTS_BUSY_METRIC)
+SLOTS_BUSY_MAX = f"max_over_recent({SLOTS_BUSY})"
+RUNNING_MAX_RECENT = f"max_over_recent({RUNNING})"
+RUNNING_MAX = f"max_over_window({RUNNING})"
+SLOT_CONTEXT_USAGE = f"{reduced_name(KV_USED_METRIC)} / ({SLOTS} * {reduced_name(SLOT_CONTEXT_METRIC)})"
 #: the scheduler loop's pace and batch (vLLM iteration_tokens histogram)
 ENGINE_STEPS_RATE = "rate(llm_scheduler_iteration_tokens_count)"
 TOKENS_PER_STEP = "increase(llm_scheduler_iteration_tokens_sum) / increase(llm_scheduler_iteration_tokens_count)"
 #: the engine's own cost model (vLLM enable_mfu_metrics), next to what the GPU measured
 EST_FLOPS_RATE = "rate(llm_engine_estimated_gpu_flops_total)"
 EST_READ_RATE = "rate(llm_engine_estimated_gpu_read_bytes_total)"
-SLEEPING = 'max(llm_engine_sleep_state{state!="awake"})'
+SLEEP_METRIC = "llm_engine_sleep_state"
+SLEEPING = reduced_name(SLEEP_METRIC, '{state!="awake"}')
 GENERATION_RATE = "rate(llm_generation_tokens_total)"
 MIN_QUANTILE_OBSERVATIONS = 20
 #: over the look-back of the recent TTFT p95 *and* that p95 before it: the requests whose first
 #: token was observed there arrived up to that long before, so this is what the GPU and the queue
 #: did while they waited
-UTIL_MAX_TTFT = "max_over_ttft_span(max(llm_gpu_utilization_ratio))"
-WAITING_MAX_TTFT = "max_over_ttft_span(sum(llm_scheduler_requests_waiting))"
+UTIL_MAX_TTFT = f"max_over_ttft_span({UTIL_MAX})"
+WAITING_MAX_TTFT = f"max_over_ttft_span({WAITING})"
 SPEC_DRAFT = "increase(llm_spec_decode_draft_tokens_total)"
 SPEC_ACCEPTANCE = "increase(llm_spec_decode_accepted_tokens_total) / increase(llm_spec_decode_draft_tokens_total)"
-#: finish reasons that mean the request did not complete normally
-FAILED_REASONS: tuple[str, ...] = ("abort", "aborted", "cancelled", "canceled", "error", "timeout")
+#: finish reasons that mean the request did not complete: the schema's one set (the recording rule reads it too)
+FAILED_REASONS: tuple[str, ...] = FAILED_FINISH_REASONS
 FAILED_RATE = 'rate(llm_requests_finished_total{reason=~"' + "|".join(FAILED_REASONS) + '"})'
 REJECTED_RATE = "rate(llm_requests_rejected_total)"
 FINISHED_RATE = "rate(llm_requests_finished_total)"
@@ -122,16 +136,37 @@ FAILED_BASE = "increase(llm_requests_finished_total + llm_requests_rejected_tota
 SCOPES: tuple[str, ...] = ("gpu", "group", "service")
 
 #: the metric families the signals read from a snapshot (the diagnosis window keeps only these)
-_READ_PREFIXES: tuple[str, ...] = ("llm_gpu_", "llm_parallel_", "llm_process_")
-_READ_NAMES: frozenset[str] = frozenset({
-    "llm_scheduler_requests_waiting", "llm_scheduler_requests_running", "llm_scheduler_requests_waiting_by_reason",
-    "llm_scheduler_slots", "llm_scheduler_slots_busy", "llm_kv_cache_slot_context_tokens", "llm_kv_cache_used_tokens",
-    "llm_engine_sleep_state", "llm_kv_cache_usage_ratio", "llm_kv_cache_preemptions_total",
-    "llm_request_ttft_seconds", "llm_request_inter_token_seconds", "llm_scheduler_queue_seconds",
-    "llm_scheduler_iteration_tokens", "llm_engine_estimated_gpu_flops_total", "llm_engine_estimated_gpu_read_bytes_total",
-    "llm_generation_tokens_total", "llm_spec_decode_draft_tokens_total", "llm_spec_decode_accepted_tokens_total",
-    "llm_requests_finished_total", "llm_requests_rejected_total",
-})
+_READ_PREFIXES: tuple[str, ...] = (
+    "llm_gpu_",
+    "llm_parallel_",
+    "llm_process_",
+    "llm_probe_",
+)  # llm_probe_: exporter/diagnosis/probe.py
+_READ_NAMES: frozenset[str] = frozenset(
+    {
+        "llm_scheduler_requests_waiting",
+        "llm_scheduler_requests_running",
+        "llm_scheduler_requests_waiting_by_reason",
+        "llm_scheduler_slots",
+        "llm_scheduler_slots_busy",
+        "llm_kv_cache_slot_context_tokens",
+        "llm_kv_cache_used_tokens",
+        "llm_engine_sleep_state",
+        "llm_kv_cache_usage_ratio",
+        "llm_kv_cache_preemptions_total",
+        "llm_request_ttft_seconds",
+        "llm_request_inter_token_seconds",
+        "llm_scheduler_queue_seconds",
+        "llm_scheduler_iteration_tokens",
+        "llm_engine_estimated_gpu_flops_total",
+        "llm_engine_estimated_gpu_read_bytes_total",
+        "llm_generation_tokens_total",
+        "llm_spec_decode_draft_tokens_total",
+        "llm_spec_decode_accepted_tokens_total",
+        "llm_requests_finished_total",
+        "llm_requests_rejected_total",
+    }
+)
 
 
 def reads(name: str) -> bool:
@@ -182,8 +217,11 @@ def live_gpus(snap: Snapshot) -> list[str]:
 def gpu_signals(snap: Snapshot) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for gpu in live_gpus(snap):
-        v = {name: val for name in (UTIL, SM, OCCUPANCY, TENSOR, DRAM, MEM_USED, MEM_TOTAL, POWER, CLOCK, TEMP)
-             if (val := snap.maximum(name, gpu=gpu)) is not None}
+        v = {
+            name: val
+            for name in (UTIL, SM, OCCUPANCY, TENSOR, DRAM, MEM_USED, MEM_TOTAL, POWER, CLOCK, TEMP)
+            if (val := snap.maximum(name, gpu=gpu)) is not None
+        }
         total = snap.maximum(MEM_TOTAL, gpu=gpu)
         if MEM_USED in v and total:
             v[MEM_RATIO] = v[MEM_USED] / total
@@ -199,8 +237,10 @@ def gpu_signals(snap: Snapshot) -> dict[str, dict[str, float]]:
             v[PCIE] = (tx or 0.0) + (rx or 0.0)
         reasons = {p.labels.get("reason", ""): p.value for p in snap.samples("llm_gpu_throttle_reason_active", gpu=gpu)}
         if reasons:
-            v[THROTTLED] = max((reasons.get(r, 0.0) for r in THROTTLE_CAUSES), default=0.0)
-            for r in THROTTLE_CAUSES:
+            v[THROTTLED] = (
+                reduce_series("llm_gpu_throttle_reason_active", (reasons.get(r, 0.0) for r in HARMFUL_THROTTLE_REASONS)) or 0.0
+            )
+            for r in HARMFUL_THROTTLE_REASONS:
                 if reasons.get(r):
                     v[f'llm_gpu_throttle_reason_active{{reason="{r}"}}'] = reasons[r]
         out[gpu] = v
@@ -244,72 +284,74 @@ def service_signals(window: Window, gpus: Mapping[str, Mapping[str, float]], rec
     snap = window.latest
     assert snap is not None
     v: dict[str, float] = {}
-    sms = [g[SM] for g in gpus.values() if SM in g]
-    if sms:
-        v[SM_MAX] = max(sms)
-    tensors = [g[TENSOR] for g in gpus.values() if TENSOR in g]
-    if tensors:
-        v[TENSOR_MAX] = max(tensors)
-    utils = [g[UTIL] for g in gpus.values() if UTIL in g]
-    if utils:
-        v[UTIL_MAX] = max(utils)
-    util_hist = window.gauge_history(lambda s: s.maximum(UTIL))
+    for metric, key in ((SM, SM_MAX), (TENSOR, TENSOR_MAX), (UTIL, UTIL_MAX)):
+        _put(v, key, reduce_series(metric, [g[metric] for g in gpus.values() if metric in g]))
+    util_hist = window.gauge_history(lambda s: figure(s, UTIL))
     if util_hist:
         v[UTIL_MAX_WINDOW] = max(util_hist)
-        _put(v, UTIL_MAX_RECENT, max(window.gauge_history(lambda s: s.maximum(UTIL), recent_seconds), default=None))
-    _put(v, BUSIEST_THREAD, snap.maximum("llm_process_busiest_thread_cpu_ratio"))
-    _put(v, BUSIEST_DEMAND, snap.maximum("llm_process_busiest_thread_cpu_demand_ratio"))
-    _put(v, PROCESS_CPU, snap.maximum("llm_process_cpu_ratio"))
-    _put(v, WAITING, snap.total("llm_scheduler_requests_waiting"))
-    _put(v, WAITING_CAPACITY, _by_reason(snap, "capacity"))
-    _put(v, WAITING_DEFERRED, _by_reason(snap, "deferred"))
-    _put(v, SLOTS, snap.total("llm_scheduler_slots"))
-    _put(v, SLOTS_BUSY, snap.total("llm_scheduler_slots_busy"))
-    slot_ctx = snap.maximum("llm_kv_cache_slot_context_tokens")
-    used = snap.total("llm_kv_cache_used_tokens")
+        _put(v, UTIL_MAX_RECENT, max(window.gauge_history(lambda s: figure(s, UTIL), recent_seconds), default=None))
+    _put(v, BUSIEST_THREAD, figure(snap, BUSIEST_THREAD_METRIC))
+    _put(v, BUSIEST_DEMAND, figure(snap, BUSIEST_DEMAND_METRIC))
+    _put(v, PROCESS_CPU, figure(snap, PROCESS_CPU_METRIC))
+    _put(v, WAITING, figure(snap, WAITING_METRIC))
+    _put(v, WAITING_CAPACITY, figure(snap, BY_REASON_METRIC, reason="capacity"))
+    _put(v, WAITING_DEFERRED, figure(snap, BY_REASON_METRIC, reason="deferred"))
+    _put(v, SLOTS, figure(snap, SLOTS_METRIC))
+    _put(v, SLOTS_BUSY, figure(snap, SLOTS_BUSY_METRIC))
+    slot_ctx = figure(snap, SLOT_CONTEXT_METRIC)
+    used = figure(snap, KV_USED_METRIC)
     if slot_ctx and used is not None and v.get(SLOTS):
         v[SLOT_CONTEXT_USAGE] = used / (v[SLOTS] * slot_ctx)
-    sleeping = [p.value for p in snap.samples("llm_engine_sleep_state") if p.labels.get("state") not in ("", "awake")]
-    if sleeping:
-        v[SLEEPING] = max(sleeping)
-    running_hist = window.gauge_history(lambda s: s.total("llm_scheduler_requests_running"))
+    _put(
+        v,
+        SLEEPING,
+        reduce_series(SLEEP_METRIC, [p.value for p in snap.samples(SLEEP_METRIC) if p.labels.get("state") not in ("", "awake")]),
+    )
+    running_hist = window.gauge_history(lambda s: figure(s, RUNNING_METRIC))
     if running_hist:
         v[RUNNING_MAX] = max(running_hist)
-    for name, reduce in ((WAITING_CAPACITY_MAX, lambda s: _by_reason(s, "capacity")),
-                         (SLOTS_BUSY_MAX, lambda s: s.total("llm_scheduler_slots_busy")),
-                         (RUNNING_MAX_RECENT, lambda s: s.total("llm_scheduler_requests_running"))):
+    for name, reduce in (
+        (WAITING_CAPACITY_MAX, lambda s: figure(s, BY_REASON_METRIC, reason="capacity")),
+        (SLOTS_BUSY_MAX, lambda s: figure(s, SLOTS_BUSY_METRIC)),
+        (RUNNING_MAX_RECENT, lambda s: figure(s, RUNNING_METRIC)),
+    ):
         _put(v, name, max(window.gauge_history(reduce, recent_seconds), default=None))
-    _put(v, RUNNING, snap.total("llm_scheduler_requests_running"))
-    waiting_hist = window.gauge_history(lambda s: s.total("llm_scheduler_requests_waiting"))
+    _put(v, RUNNING, figure(snap, RUNNING_METRIC))
+    waiting_hist = window.gauge_history(lambda s: figure(s, WAITING_METRIC))
     if waiting_hist:
-        recent = window.gauge_history(lambda s: s.total("llm_scheduler_requests_waiting"), recent_seconds)
+        recent = window.gauge_history(lambda s: figure(s, WAITING_METRIC), recent_seconds)
         _put(v, WAITING_MAX, max(recent, default=None))
         if len(recent) >= 2:  # "never drained" needs more than one look
             v[WAITING_MIN] = min(recent)
     if len(waiting_hist) >= 2 and window.span > 0:
         v[WAITING_GROWTH] = (waiting_hist[-1] - waiting_hist[0]) / window.span
-    _put(v, KV_USAGE, snap.maximum("llm_kv_cache_usage_ratio"))
-    kv_hist = window.gauge_history(lambda s: s.maximum("llm_kv_cache_usage_ratio"))
+    _put(v, KV_USAGE, figure(snap, KV_METRIC))
+    kv_hist = window.gauge_history(lambda s: figure(s, KV_METRIC))
     if kv_hist:
         v[KV_USAGE_MAX] = max(kv_hist)
     _put(v, PREEMPTION_RATE, window.rate("llm_kv_cache_preemptions_total"))
     _put(v, TTFT_P95, window.quantile("llm_request_ttft_seconds", 0.95))
-    _put(v, ITL_P95_RECENT, _first(window.recent_quantile("llm_request_inter_token_seconds", 0.95, MIN_QUANTILE_OBSERVATIONS,
-                                                          recent_seconds)))
+    _put(
+        v,
+        ITL_P95_RECENT,
+        _first(window.recent_quantile("llm_request_inter_token_seconds", 0.95, MIN_QUANTILE_OBSERVATIONS, recent_seconds)),
+    )
     _pace(window, v)
     _put(v, ITL_P95, window.quantile("llm_request_inter_token_seconds", 0.95))
     _put(v, QUEUE_P95, window.quantile("llm_scheduler_queue_seconds", 0.95))
-    _put(v, QUEUE_P95_RECENT, _first(window.recent_quantile("llm_scheduler_queue_seconds", 0.95, MIN_QUANTILE_OBSERVATIONS,
-                                                            recent_seconds)))
+    _put(
+        v,
+        QUEUE_P95_RECENT,
+        _first(window.recent_quantile("llm_scheduler_queue_seconds", 0.95, MIN_QUANTILE_OBSERVATIONS, recent_seconds)),
+    )
     ttft = window.recent_quantile("llm_request_ttft_seconds", 0.95, MIN_QUANTILE_OBSERVATIONS, recent_seconds)
     if ttft is not None:
         v[TTFT_P95_RECENT] = ttft[0]
         span = min(window.seconds, ttft[1] + ttft[0])
         if util_hist:
-            _put(v, UTIL_MAX_TTFT, max(window.gauge_history(lambda s: s.maximum(UTIL), span), default=None))
+            _put(v, UTIL_MAX_TTFT, max(window.gauge_history(lambda s: figure(s, UTIL), span), default=None))
         if waiting_hist:
-            _put(v, WAITING_MAX_TTFT, max(window.gauge_history(lambda s: s.total("llm_scheduler_requests_waiting"), span),
-                                          default=None))
+            _put(v, WAITING_MAX_TTFT, max(window.gauge_history(lambda s: figure(s, WAITING_METRIC), span), default=None))
     drafted = window.counter_delta("llm_spec_decode_draft_tokens_total")
     accepted = window.counter_delta("llm_spec_decode_accepted_tokens_total")
     if drafted is not None:
@@ -317,12 +359,13 @@ def service_signals(window: Window, gpus: Mapping[str, Mapping[str, float]], rec
         if accepted is not None and drafted > 0:
             v[SPEC_ACCEPTANCE] = accepted / drafted
     _failures(window, v)
+    probe_signals(window, v)  # the canary probe's figures (exporter/diagnosis/probe.py)
     return v
 
 
-def _by_reason(snap: Snapshot, reason: str) -> float | None:
-    values = [p.value for p in snap.samples("llm_scheduler_requests_waiting_by_reason") if p.labels.get("reason") == reason]
-    return sum(values) if values else None
+def figure(snap: Snapshot, metric: str, **match: str) -> float | None:
+    """``metric``'s matching series in ``snap`` reduced the way the schema says (None: absent)."""
+    return reduce_series(metric, snap.values(metric, **match))
 
 
 def _pace(window: Window, v: dict[str, float]) -> None:

@@ -40,9 +40,17 @@ class DiagnosisSource:
 
     name = "diagnosis"
 
-    def __init__(self, store: SnapshotStore, engine: DiagnosisEngine, interval: float, timeout: float,
-                 derived: Iterable[str] = DERIVED_SOURCES, align_share: float = ALIGN_SHARE,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        store: SnapshotStore,
+        engine: DiagnosisEngine,
+        interval: float,
+        timeout: float,
+        derived: Iterable[str] = DERIVED_SOURCES,
+        align_share: float = ALIGN_SHARE,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.store = store
         self.engine = engine
         self.interval = interval

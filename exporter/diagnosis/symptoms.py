@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from exporter.diagnosis import signals as s
+from exporter.diagnosis.probe import PROBE_FAILING, PROBE_TTFT
 from exporter.diagnosis.thresholds import Thresholds
 
 View = Mapping[str, float]
@@ -55,7 +56,14 @@ def latest_p95(v: View, recent: str, window: str) -> float | None:
 
 def ttft_high(v: View, t: Thresholds) -> bool:
     p95 = latest_p95(v, s.TTFT_P95_RECENT, s.TTFT_P95)
-    return p95 is not None and p95 > t.slo_ttft_p95_seconds
+    return (p95 is not None and p95 > t.slo_ttft_p95_seconds) or probe_ttft_high(v, t)
+
+
+def probe_ttft_high(v: View, t: Thresholds) -> bool:
+    """What clients see, measured by the canary probe (exporter/diagnosis/probe.py): the engine's
+    own TTFT misses the time spent in front of it (gateway, proxy, API server)."""
+    client = v.get(PROBE_TTFT)
+    return client is not None and client > t.slo_ttft_p95_seconds
 
 
 def itl_high(v: View, t: Thresholds) -> bool:
@@ -75,7 +83,9 @@ def queueing(v: View, t: Thresholds) -> bool:
     taken): then the queue-time histogram does not move, yet the queue stays.
     """
     queue_p95 = latest_p95(v, s.QUEUE_P95_RECENT, s.QUEUE_P95)
-    waited_long = queue_p95 is not None and queue_p95 >= t.queueing_p95_seconds and v.get(s.WAITING_MAX, v.get(s.WAITING, 0.0)) >= 1
+    waited_long = (
+        queue_p95 is not None and queue_p95 >= t.queueing_p95_seconds and v.get(s.WAITING_MAX, v.get(s.WAITING, 0.0)) >= 1
+    )
     return waited_long or queue_sustained(v)
 
 
@@ -85,7 +95,9 @@ def _throughput_saturated(v: View, t: Thresholds) -> bool:
 
 
 def _failures(v: View, t: Thresholds) -> bool:
-    return v.get(s.FAILED_BASE, 0.0) >= t.failure_min_requests and v.get(s.FAILED_SHARE, 0.0) >= t.failure_share
+    """A notable share of requests failed, or the canary's last request timed out or broke off."""
+    engine = v.get(s.FAILED_BASE, 0.0) >= t.failure_min_requests and v.get(s.FAILED_SHARE, 0.0) >= t.failure_share
+    return engine or v.get(PROBE_FAILING, 0.0) >= 1
 
 
 def fmt_seconds(x: float) -> str:
@@ -97,8 +109,10 @@ def fmt_seconds(x: float) -> str:
 
 
 def _describe_ttft(v: View, t: Thresholds) -> str:
-    p95 = latest_p95(v, s.TTFT_P95_RECENT, s.TTFT_P95) or 0.0
-    return f"TTFT p95 {fmt_seconds(p95)} > SLO {fmt_seconds(t.slo_ttft_p95_seconds)}"
+    p95 = latest_p95(v, s.TTFT_P95_RECENT, s.TTFT_P95)
+    if (p95 is None or p95 <= t.slo_ttft_p95_seconds) and probe_ttft_high(v, t):
+        return f"client-seen TTFT (canary probe) {fmt_seconds(v[PROBE_TTFT])} > SLO {fmt_seconds(t.slo_ttft_p95_seconds)}"
+    return f"TTFT p95 {fmt_seconds(p95 or 0.0)} > SLO {fmt_seconds(t.slo_ttft_p95_seconds)}"
 
 
 def _describe_itl(v: View, t: Thresholds) -> str:
@@ -125,11 +139,20 @@ def _describe_saturated(v: View, t: Thresholds) -> str:
 
 
 def _describe_failures(v: View, t: Thresholds) -> str:
+    engine = v.get(s.FAILED_BASE, 0.0) >= t.failure_min_requests and v.get(s.FAILED_SHARE, 0.0) >= t.failure_share
+    if not engine and v.get(PROBE_FAILING, 0.0) >= 1:
+        return f"the canary probe's last request to {v[PROBE_FAILING]:.0f} engine(s) timed out or broke off"
     return f"{100 * v.get(s.FAILED_SHARE, 0.0):.0f} % of requests failed, timed out or were rejected"
 
 
 SYMPTOMS: tuple[Symptom, ...] = (
-    Symptom("ttft_high", (s.TTFT_P95, s.TTFT_P95_RECENT), ttft_high, (s.TTFT_P95_RECENT, s.TTFT_P95), _describe_ttft),
+    Symptom(
+        "ttft_high",
+        (s.TTFT_P95, s.TTFT_P95_RECENT, PROBE_TTFT),
+        ttft_high,
+        (s.TTFT_P95_RECENT, s.TTFT_P95, PROBE_TTFT),
+        _describe_ttft,
+    ),
     Symptom("itl_high", (s.ITL_P95, s.ITL_P95_RECENT), itl_high, (s.ITL_P95_RECENT, s.ITL_P95), _describe_itl),
     Symptom(
         "queueing",
@@ -145,8 +168,13 @@ SYMPTOMS: tuple[Symptom, ...] = (
         (s.WAITING_GROWTH, s.WAITING_MIN, s.FINISHED_RATE, s.RUNNING, s.RUNNING_MAX),
         _describe_saturated,
     ),
-    Symptom("failures", (s.FAILED_BASE,), _failures, (s.FAILED_SHARE, s.FAILED_RATE, s.REJECTED_RATE, s.FINISHED_RATE),
-            _describe_failures),
+    Symptom(
+        "failures",
+        (s.FAILED_BASE, PROBE_FAILING),
+        _failures,
+        (s.FAILED_SHARE, s.FAILED_RATE, s.REJECTED_RATE, s.FINISHED_RATE, PROBE_FAILING),
+        _describe_failures,
+    ),
 )
 
 SYMPTOM_IDS: tuple[str, ...] = tuple(x.id for x in SYMPTOMS)

@@ -132,6 +132,11 @@ class Thresholds:
     #: the most requests a batching window holds at once before the wait counts as a backlog: a
     #: window of W s at R requests/s holds about R x W (3/s over a 0.8 s window peaks near 8)
     batching_max_waiting: float = 16.0
+    # --- application: the canary probe (exporter/probe, exporter/diagnosis/probe.py) ---
+    #: front-end overhead: the probe's TTFT exceeds the engine's own by at least this ...
+    front_end_overhead_seconds: float = 0.5
+    #: ... and that time outside the engine is at least this share of what the client waited
+    front_end_overhead_share: float = 0.5
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any] | None) -> Thresholds:
@@ -154,20 +159,49 @@ class Thresholds:
     def _check(self) -> None:
         """Cross-field and range checks, each naming the key."""
         ratios = (
-            "warning_score", "bottleneck_score", "busy_utilization", "compute_tensor_active",
-            "compute_sm_active", "memory_bandwidth_dram_active", "util_sm_gap", "throttle_clock_ratio", "power_cap_ratio",
-            "memory_capacity_ratio", "launch_min_utilization", "launch_sm_share_of_utilization",
-            "tensor_unused_sm_active", "tensor_unused_tensor_active", "kv_usage_full", "kv_usage_low",
-            "sm_idle", "imbalance_min_sm_active", "spec_acceptance_min", "failure_share", "primary_tie_margin", "primary_confident",
+            "warning_score",
+            "bottleneck_score",
+            "busy_utilization",
+            "compute_tensor_active",
+            "compute_sm_active",
+            "memory_bandwidth_dram_active",
+            "util_sm_gap",
+            "throttle_clock_ratio",
+            "power_cap_ratio",
+            "memory_capacity_ratio",
+            "launch_min_utilization",
+            "launch_sm_share_of_utilization",
+            "tensor_unused_sm_active",
+            "tensor_unused_tensor_active",
+            "kv_usage_full",
+            "kv_usage_low",
+            "sm_idle",
+            "imbalance_min_sm_active",
+            "spec_acceptance_min",
+            "failure_share",
+            "primary_tie_margin",
+            "primary_confident",
+            "front_end_overhead_share",
         )
         for name in ratios:
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
                 raise ValueError(f"diagnosis.{name}: expected a ratio between 0 and 1, got {v}")
         positive = (
-            "window_seconds", "recent_seconds", "slo_ttft_p95_seconds", "slo_itl_p95_seconds", "pcie_busy_bytes_per_second",
-            "host_saturated_cpu", "host_saturated_demand", "queue_backlog_requests", "batching_ttft_p95_seconds",
-            "kv_queue_p95_seconds", "queueing_p95_seconds", "saturation_waiting_growth_per_second", "batching_max_waiting",
+            "window_seconds",
+            "recent_seconds",
+            "slo_ttft_p95_seconds",
+            "slo_itl_p95_seconds",
+            "pcie_busy_bytes_per_second",
+            "host_saturated_cpu",
+            "host_saturated_demand",
+            "queue_backlog_requests",
+            "batching_ttft_p95_seconds",
+            "kv_queue_p95_seconds",
+            "queueing_p95_seconds",
+            "saturation_waiting_growth_per_second",
+            "batching_max_waiting",
+            "front_end_overhead_seconds",
         )
         for name in positive:
             if not getattr(self, name) > 0:
@@ -175,8 +209,13 @@ class Thresholds:
         for name in ("preemption_rate_per_second", "spec_min_draft_tokens", "failure_min_requests"):
             if getattr(self, name) < 0:
                 raise ValueError(f"diagnosis.{name}: expected a number >= 0, got {getattr(self, name)}")
-        for name in ("persistence_cycles", "clear_cycles", "symptom_persistence_cycles", "symptom_clear_cycles",
-                     "confidence_settled_cycles"):
+        for name in (
+            "persistence_cycles",
+            "clear_cycles",
+            "symptom_persistence_cycles",
+            "symptom_clear_cycles",
+            "confidence_settled_cycles",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"diagnosis.{name}: expected an integer >= 1, got {getattr(self, name)}")
         if self.imbalance_skew < 1.0:

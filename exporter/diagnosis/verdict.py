@@ -153,5 +153,8 @@ def _nan(x: float | None) -> float:
 
 def unknown_verdict(timestamp: float | None = None) -> Verdict:
     """What we know before the first cycle: nothing."""
-    return Verdict(timestamp or time.time(), {layer: LayerVerdict(None, "unknown") for layer in LAYERS},
-                   notices=["no diagnosis cycle has run yet"])
+    return Verdict(
+        timestamp or time.time(),
+        {layer: LayerVerdict(None, "unknown") for layer in LAYERS},
+        notices=["no diagnosis cycle has run yet"],
+    )

@@ -35,17 +35,24 @@ PER_NAME_CAP = 256
 MAX_POINTS = 60_000
 
 LabelFilter = Callable[[Mapping[str, str]], bool]
+#: one series' identity: its labels, sorted
+SeriesKey = tuple[tuple[str, str], ...]
 
 
-def _key(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+def _key(labels: Mapping[str, str]) -> SeriesKey:
     return tuple(sorted(labels.items()))
 
 
 class Window:
     """Snapshots of the last ``seconds``, oldest first."""
 
-    def __init__(self, seconds: float, keep: Callable[[str], bool] | None = None,
-                 per_name_cap: int = PER_NAME_CAP, max_points: int = MAX_POINTS) -> None:
+    def __init__(
+        self,
+        seconds: float,
+        keep: Callable[[str], bool] | None = None,
+        per_name_cap: int = PER_NAME_CAP,
+        max_points: int = MAX_POINTS,
+    ) -> None:
         self.seconds = seconds
         self._keep = keep
         self._per_name_cap = per_name_cap
@@ -80,8 +87,7 @@ class Window:
             points.append(p)
         # no ``sources``: each source's state holds its whole point list, which would keep every
         # point of every kept snapshot alive (the reader gets the latest snapshot whole anyway)
-        return Snapshot(snap.timestamp, points, {}, monotonic=snap.monotonic,
-                        valid_until=snap.valid_until, version=snap.version)
+        return Snapshot(snap.timestamp, points, {}, monotonic=snap.monotonic, valid_until=snap.valid_until, version=snap.version)
 
     def __len__(self) -> int:
         return len(self._snaps)
@@ -132,7 +138,7 @@ class Window:
             return []
         latest = self._snaps[-1]
         new = _counter_values(latest, name, where)
-        first: dict[tuple, tuple[float, float]] = {}
+        first: dict[SeriesKey, tuple[float, float]] = {}
         for snap in list(self._snaps)[:-1]:
             if len(first) == len(new):
                 break
@@ -166,7 +172,7 @@ class Window:
         if len(self._snaps) < 2:
             return None
         new = {_key(h.labels): h for h in self._snaps[-1].histograms(name)}
-        old: dict[tuple, HistogramSample] = {}
+        old: dict[SeriesKey, HistogramSample] = {}
         for snap in self._since(seconds):
             for h in snap.histograms(name):
                 k = _key(h.labels)
@@ -192,11 +198,7 @@ class Window:
             acc = merged.setdefault(bounds, [0.0] * len(bounds))
             for i, (_, c) in enumerate(buckets):
                 acc[i] += c
-        found = [
-            v
-            for bounds, counts in merged.items()
-            if (v := bucket_quantile(q, list(zip(bounds, counts)))) is not None
-        ]
+        found = [v for bounds, counts in merged.items() if (v := bucket_quantile(q, list(zip(bounds, counts)))) is not None]
         return max(found) if found else None
 
     def recent_quantile(self, name: str, q: float, min_count: float, seconds: float = 0.0) -> tuple[float, float] | None:
@@ -238,7 +240,7 @@ class Window:
         if len(self._snaps) < 2:
             return None
         new = {_key(h.labels): h for h in self._snaps[-1].histograms(name)}
-        old: dict[tuple, HistogramSample] = {}
+        old: dict[SeriesKey, HistogramSample] = {}
         for snap in self._since(seconds):
             if len(old) == len(new):
                 break
@@ -273,12 +275,8 @@ class Window:
         return out
 
 
-def _counter_values(snap: Snapshot, name: str, where: LabelFilter | None) -> dict[tuple, float]:
-    return {
-        _key(p.labels): p.value
-        for p in snap.samples(name)
-        if isinstance(p, Sample) and (where is None or where(p.labels))
-    }
+def _counter_values(snap: Snapshot, name: str, where: LabelFilter | None) -> dict[SeriesKey, float]:
+    return {_key(p.labels): p.value for p in snap.samples(name) if isinstance(p, Sample) and (where is None or where(p.labels))}
 
 
 def bucket_quantile(q: float, buckets: Iterable[tuple[float, float]]) -> float | None:
@@ -305,4 +303,3 @@ def bucket_quantile(q: float, buckets: Iterable[tuple[float, float]]) -> float |
             return lower + (le - lower) * (rank - prev_count) / (count - prev_count)
         prev_le, prev_count = le, count
     return pairs[-2][0] if len(pairs) > 1 else None
-

@@ -22,8 +22,8 @@ publishes and only stops pathological bodies (``too_many_series``).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import replace
-from typing import Iterable
 
 from exporter.samples import HistogramSample, Point
 from exporter.schema import SPECS

@@ -9,15 +9,15 @@ module only evaluates them. A configured ``type`` overrides family detection.
 
 from __future__ import annotations
 
-from functools import lru_cache
-from typing import AbstractSet
+from collections.abc import Set
+from functools import cache
 
 from exporter.engines.mappings import MAPPINGS
 from exporter.engines.table import EngineMapping, Generation
 from exporter.engines.textparse import Exposition
 
 
-def family_counts(names: AbstractSet[str]) -> dict[str, int]:
+def family_counts(names: Set[str]) -> dict[str, int]:
     """Number of served names that carry each family's prefixes."""
     counts = {family: 0 for family in MAPPINGS}
     for name in names:
@@ -28,7 +28,7 @@ def family_counts(names: AbstractSet[str]) -> dict[str, int]:
     return counts
 
 
-def detect_family(names: AbstractSet[str]) -> str | None:
+def detect_family(names: Set[str]) -> str | None:
     """The family with the most names served, or None when no family matches.
 
     Ties go to the earlier family in ``MAPPINGS`` (a deterministic answer).
@@ -40,14 +40,14 @@ def detect_family(names: AbstractSet[str]) -> str | None:
     return next(f for f, c in counts.items() if c == best)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _variant(family: str, prefix: str) -> EngineMapping:
     base = MAPPINGS[family]
     written = base.prefix_styles[0][0]
     return base if prefix == written else base.with_prefix(written, prefix)
 
 
-def served_variant(mapping: EngineMapping, names: AbstractSet[str]) -> tuple[EngineMapping, str | None]:
+def served_variant(mapping: EngineMapping, names: Set[str]) -> tuple[EngineMapping, str | None]:
     """The table read with the prefix the endpoint serves, and that prefix's style name.
 
     For families with one prefix this is ``(mapping, None)``.
@@ -72,10 +72,7 @@ def _matches(rule: Generation, mapping: EngineMapping, exp: Exposition) -> bool:
     if rule.label is not None:
         label = rule.label
         found = any(
-            label in labels
-            for name, rows in exp.samples.items()
-            if name.startswith(mapping.prefixes)
-            for labels, _ in rows
+            label in labels for name, rows in exp.samples.items() if name.startswith(mapping.prefixes) for labels, _ in rows
         )
         if not found:
             return False

@@ -34,8 +34,9 @@ import ssl
 import threading
 import time
 import zlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any
 from urllib.parse import quote, urljoin, urlsplit
 
 from exporter.engines.urls import DEFAULT_PORTS, origin, safe_url
@@ -208,7 +209,11 @@ def _ended_early() -> SourceError:
     return SourceError("connection", "the body ended early")
 
 
-def _resolve(host: str, port: int, deadline: float) -> list[tuple]:  # type: ignore[type-arg]
+#: one ``getaddrinfo`` entry: family, kind, protocol, canonical name, socket address
+_AddrInfo = tuple[socket.AddressFamily, socket.SocketKind, int, str, tuple[Any, ...]]
+
+
+def _resolve(host: str, port: int, deadline: float) -> Sequence[_AddrInfo]:
     """``getaddrinfo`` bounded by the deadline (a literal address needs no lookup)."""
     try:
         ipaddress.ip_address(host)
@@ -216,24 +221,25 @@ def _resolve(host: str, port: int, deadline: float) -> list[tuple]:  # type: ign
         pass
     else:
         return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
-    found: dict[str, object] = {}
+    found: list[Sequence[_AddrInfo]] = []
+    failed: list[OSError] = []
 
     def lookup() -> None:
         try:
-            found["addrs"] = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            found.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
         except OSError as err:
-            found["error"] = err
+            failed.append(err)
         except UnicodeError:  # a host name IDNA cannot encode (a label over 63 characters, ...)
-            found["error"] = socket.gaierror("Name or service not known")
+            failed.append(socket.gaierror("Name or service not known"))
 
     worker = threading.Thread(target=lookup, name=f"resolve:{host[:40]}", daemon=True)
     worker.start()
     worker.join(max(0.0, deadline - time.monotonic()))
     if worker.is_alive():
         raise TimeoutError("name lookup")
-    if "error" in found:
-        raise found["error"]  # type: ignore[misc]
-    return found["addrs"]  # type: ignore[return-value]
+    if failed:
+        raise failed[0]
+    return found[0]
 
 
 def _connect(host: str, port: int, deadline: float) -> socket.socket:
@@ -388,7 +394,7 @@ def _decoded(body: bytearray, encoding: str, cap: int) -> bytearray:
         return body
     if encoding not in ("gzip", "x-gzip", "deflate"):
         raise SourceError("parse", f"unsupported Content-Encoding {encoding[:30]!r}")
-    for wbits in ((31,) if encoding != "deflate" else (15, -15)):
+    for wbits in (31,) if encoding != "deflate" else (15, -15):
         inflater = zlib.decompressobj(wbits)
         try:
             out = inflater.decompress(body, cap + 1)
@@ -428,7 +434,10 @@ def _network_error(err: BaseException, url: str, req: Request, phase: str) -> So
     text = f"{type(err).__name__} {err}"
     short = next((s for marker, s in _CONNECTION_REASONS if marker in text), None)
     if isinstance(err, ssl.SSLError):
-        return SourceError("connection", f"{where}: TLS failed ({short or (err.reason or type(err).__name__)[:60]}); check ca_bundle / tls_verify")
+        return SourceError(
+            "connection",
+            f"{where}: TLS failed ({short or (err.reason or type(err).__name__)[:60]}); check ca_bundle / tls_verify",
+        )
     if isinstance(err, socket.gaierror):
         short = "unknown host"
     return SourceError("connection", f"{where}: {short or type(err).__name__} (during the {phase})")

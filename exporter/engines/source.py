@@ -29,7 +29,6 @@ import base64
 import logging
 import os
 import ssl
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from exporter import __version__
@@ -41,6 +40,7 @@ from exporter.engines.urls import host_port, safe_url, split_userinfo
 from exporter.memtrim import LARGE_BYTES, release_free_memory
 from exporter.samples import Point, Sample, SampleResult, SourceError
 from exporter.schema import SERIES_DROP_REASONS
+from exporter.secretfile import read_secret_file
 
 if TYPE_CHECKING:  # config imports the CLI; keep this module light to import
     from exporter.config import EngineConfig
@@ -63,7 +63,7 @@ TRIMS_AFTER_LARGE = 2
 class EngineSource:
     """The Source for ``engine:<name>``: one HTTP GET per interval, then normalise."""
 
-    def __init__(self, cfg: "EngineConfig") -> None:
+    def __init__(self, cfg: EngineConfig) -> None:
         self.cfg = cfg
         self._url, self._url_auth = split_userinfo(cfg.url)
         server = cfg.name
@@ -128,7 +128,8 @@ class EngineSource:
             )
         except SeriesLimitError as err:
             raise SourceError(
-                "too_many_series", f"{self._url}: {err} (the input safety limit for max_series {cfg.max_series}); fix the engine's label cardinality"
+                "too_many_series",
+                f"{self._url}: {err} (the input safety limit for max_series {cfg.max_series}); fix the engine's label cardinality",
             ) from None
         except ParseError as err:
             raise SourceError("parse", f"{self._url}: {str(err)[:200]}") from None
@@ -155,7 +156,15 @@ class EngineSource:
             if n and reason not in self._dropping:
                 self._dropping.add(reason)
                 hint = f"max_series is {self.cfg.max_series}" if reason == "budget" else "see llm_exporter_series_dropped_total"
-                log.warning("%s: %d series %s (reason %s; %d series published; %s)", self.name, n, _DROP_WORDS[reason], reason, published, hint)
+                log.warning(
+                    "%s: %d series %s (reason %s; %d series published; %s)",
+                    self.name,
+                    n,
+                    _DROP_WORDS[reason],
+                    reason,
+                    published,
+                    hint,
+                )
             elif not n and reason in self._dropping:
                 self._dropping.discard(reason)
                 log.info("%s: no more series %s (reason %s)", self.name, _DROP_WORDS[reason], reason)
@@ -173,12 +182,20 @@ class EngineSource:
         labels = {"server": self.server, "engine": "llamacpp", "model": info.labels.get("model", "") if info else "", "rank": ""}
         base = llamacpp_slots.base_of(self._url)
         out: list[Sample] = []
-        for path, parse in ((llamacpp_slots.PROPS_PATH, llamacpp_slots.props_points),
-                            (llamacpp_slots.SLOTS_PATH, llamacpp_slots.slots_points)):
+        for path, parse in (
+            (llamacpp_slots.PROPS_PATH, llamacpp_slots.props_points),
+            (llamacpp_slots.SLOTS_PATH, llamacpp_slots.slots_points),
+        ):
             try:
-                response = get(Request(url=base + path, timeout=min(1.0, self.cfg.timeout / 2),
-                                       max_body_bytes=min(self.cfg.max_body_bytes, 4 << 20), headers=self._headers(),
-                                       tls=self._tls_context() if base.startswith("https:") else None))
+                response = get(
+                    Request(
+                        url=base + path,
+                        timeout=min(1.0, self.cfg.timeout / 2),
+                        max_body_bytes=min(self.cfg.max_body_bytes, 4 << 20),
+                        headers=self._headers(),
+                        tls=self._tls_context() if base.startswith("https:") else None,
+                    )
+                )
             except SourceError as err:
                 log.debug("%s: %s unavailable (%s)", self.name, path, err.reason)
                 continue
@@ -221,28 +238,13 @@ class EngineSource:
         elif self._url_auth is not None:
             pair = self._url_auth
         if pair is not None:
-            raw = f"{pair[0]}:{pair[1]}".encode("utf-8")
+            raw = f"{pair[0]}:{pair[1]}".encode()
             headers["Authorization"] = "Basic " + base64.b64encode(raw).decode("ascii")
         return headers
 
     def _read_secret(self, path: str | None, what: str) -> str | None:
         """A token or password read from ``path`` now (rotation without restart); never logged."""
-        if not path:
-            return None
-        try:
-            secret = Path(path).read_text(encoding="utf-8").strip()
-        except OSError as err:
-            raise SourceError("file_missing", f"cannot read {what} {path}: {err.strerror}") from None
-        except UnicodeDecodeError:
-            raise SourceError("malformed", f"{what} {path} is not UTF-8 text") from None
-        if not secret:
-            raise SourceError("malformed", f"{what} {path} is empty")
-        if what == "bearer_token_file" and not all(33 <= ord(c) <= 126 for c in secret):
-            raise SourceError("malformed", f"{what} {path} holds characters not allowed in an HTTP header")
-        if len(secret) >= 3 and secret not in self._secrets:
-            self._secrets.append(secret)
-            del self._secrets[:-4]  # the URL's pair and the latest file contents
-        return secret
+        return read_secret_file(path, what, self._secrets)
 
     def _tls_context(self) -> ssl.SSLContext:
         """The TLS settings, rebuilt when the ``ca_bundle`` file changes (certificate rotation)."""
@@ -256,7 +258,9 @@ class EngineSource:
         try:
             context = ssl.create_default_context(cafile=cfg.ca_bundle) if cfg.ca_bundle else ssl.create_default_context()
         except (OSError, ssl.SSLError) as err:
-            raise SourceError("malformed", f"ca_bundle {cfg.ca_bundle}: not a PEM certificate bundle ({type(err).__name__})") from None
+            raise SourceError(
+                "malformed", f"ca_bundle {cfg.ca_bundle}: not a PEM certificate bundle ({type(err).__name__})"
+            ) from None
         if not cfg.tls_verify and not cfg.ca_bundle:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE

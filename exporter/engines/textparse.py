@@ -23,8 +23,8 @@ does not (and does not end with ``# EOF``) was cut off and is rejected.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Set
 from dataclasses import dataclass, field
-from typing import AbstractSet, Iterator
 
 #: Labels of one sample (a fresh dict per sample; callers may keep it).
 Labels = dict[str, str]
@@ -69,7 +69,7 @@ class Exposition:
     series: int = 0
 
 
-def parse(text: str, wanted: AbstractSet[str], max_series: int | None = None) -> Exposition:
+def parse(text: str, wanted: Set[str], max_series: int | None = None) -> Exposition:
     """Parse ``text``, keeping only samples whose name is in ``wanted``.
 
     Raises :class:`ParseError` on invalid input and :class:`SeriesLimitError` when

@@ -29,11 +29,12 @@ import importlib
 import logging
 import os
 import sys
+from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any, Mapping
+from typing import Any
 
 from exporter.gpu.fields import MIB, reading_points
-from exporter.samples import Sample, SampleResult, SourceError
+from exporter.samples import Point, SampleResult, SourceError
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,9 @@ DCGM_ST_CONNECTION_NOT_VALID = -21
 DEFAULT_PORT = 5555
 ENERGY_INTERVAL_S = 30.0
 
+#: a field value as the DCGM bindings hand it over (None: never reported)
+DcgmValue = int | float | str | None
+
 
 def is_blank(value: object) -> bool:
     """True for DCGM's "no value" sentinels (and None), which must never reach Prometheus."""
@@ -98,18 +102,18 @@ def is_blank(value: object) -> bool:
     return False
 
 
-def reading_from_dcgm(values: Mapping[int, object]) -> dict[str, object]:
+def reading_from_dcgm(values: Mapping[int, DcgmValue]) -> dict[str, object]:
     """A reading (replay CSV keys and units) from one GPU's ``{field_id: value}``."""
     reading: dict[str, object] = {}
     for field_id, value in values.items():
-        if is_blank(value):
+        if value is None or is_blank(value):
             continue
         if field_id in DCGM_FIELDS:
             key, factor = DCGM_FIELDS[field_id]
             # Decimal keeps a ratio of 0.92 at 92 percent, not 92.00000000000001
-            reading[key] = float(Decimal(repr(float(value))) * Decimal(repr(factor)))  # type: ignore[arg-type]
+            reading[key] = float(Decimal(repr(float(value))) * Decimal(repr(factor)))
         elif field_id == THROTTLE_FIELD:
-            reading["throttle_reasons"] = int(value)  # type: ignore[call-overload]
+            reading["throttle_reasons"] = int(value)
         elif field_id == NAME_FIELD:
             reading["gpu_name"] = str(value)
         elif field_id == UUID_FIELD:
@@ -170,9 +174,9 @@ class _Session:
             raise
         return fg
 
-    def latest(self) -> dict[int, dict[int, object]]:
+    def latest(self) -> dict[int, dict[int, DcgmValue]]:
         """{gpu_id: {field_id: value}} of the newest non-blank value of every watched field."""
-        out: dict[int, dict[int, object]] = {gpu: {} for gpu in self.gpu_ids}
+        out: dict[int, dict[int, DcgmValue]] = {gpu: {} for gpu in self.gpu_ids}
         for fg in self.field_groups:
             values = self.group.samples.GetLatest(fg).values
             for gpu_id, fields in values.items():
@@ -184,7 +188,7 @@ class _Session:
     def close(self) -> None:
         """Unwatch and delete what we created; errors ignored (the engine may be gone)."""
         for fg in getattr(self, "field_groups", []):
-            for step in (lambda: self.group.samples.UnwatchFields(fg), fg.Delete):
+            for step in (lambda fg=fg: self.group.samples.UnwatchFields(fg), fg.Delete):
                 try:
                     step()
                 except Exception:
@@ -240,7 +244,7 @@ class DcgmSource:
             lost = getattr(self._structs, "DCGM_ST_CONNECTION_NOT_VALID", DCGM_ST_CONNECTION_NOT_VALID)
             reason = "connection" if getattr(err, "value", None) == lost else "dcgm_unavailable"
             raise SourceError(reason, f"DCGM: {err}") from None
-        points: list[Sample] = []
+        points: list[Point] = []
         for gpu_id in sorted(latest):
             reading = reading_from_dcgm(latest[gpu_id])
             points.extend(reading_points(gpu_id, reading, "dcgm", profiling=self._session.profiling))

@@ -16,9 +16,9 @@ NVML twin.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Mapping
 
 from exporter.samples import Sample
 from exporter.schema import THROTTLE_REASON_BITS

@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from exporter.gpu.fields import MIB, reading_points
 from exporter.gpu.gpm import GpmPair, gpm_supported
-from exporter.samples import Sample, SampleResult, SourceError
+from exporter.samples import Point, Sample, SampleResult, SourceError
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +120,7 @@ class NvmlSource:
         except nvml.NVMLError as err:
             raise SourceError("internal", f"nvmlInit: {err}") from None
         try:
-            count = nvml.nvmlDeviceGetCount()
+            count: int = nvml.nvmlDeviceGetCount()
             devices = [self._open(_Device(index=i)) for i in range(count)]
         except _LibraryGone as gone:
             self._shutdown()
@@ -191,7 +192,7 @@ class NvmlSource:
         self.start()
         assert self._devices is not None
         now = self._clock()
-        points: list[Sample] = []
+        points: list[Point] = []
         partial: list[SourceError] = []
         try:
             for dev in self._devices:

@@ -61,7 +61,7 @@ from importlib import resources
 from pathlib import Path
 
 from exporter.gpu.fields import ReadingError, normalise, reading_points
-from exporter.samples import SampleResult, SourceError
+from exporter.samples import Point, SampleResult, SourceError
 
 BUNDLED_TRACES: tuple[str, ...] = ("kernels", "serving")
 
@@ -176,7 +176,7 @@ class ReplaySource:
 
     def sample(self) -> SampleResult:
         readings = [f.current() for f in self.files]  # raises before anything advances
-        points = []
+        points: list[Point] = []
         for index, reading in enumerate(readings):
             points.extend(reading_points(index, reading, "replay"))
         for f in self.files:

@@ -28,7 +28,7 @@ import json
 import requests
 
 from exporter.gpu.fields import ReadingError, reading_points
-from exporter.samples import Sample, SampleResult, SourceError
+from exporter.samples import Point, SampleResult, SourceError
 
 MAX_BODY_BYTES = 1024 * 1024
 
@@ -83,7 +83,7 @@ def decode_sim_gpus(body: object, where: str) -> SampleResult:
     gpus = body.get("gpus") if isinstance(body, dict) else None
     if not isinstance(gpus, list):
         raise SourceError("malformed", f'{where}: expected {{"gpus": [...]}}')
-    points: list[Sample] = []
+    points: list[Point] = []
     lost: list[SourceError] = []
     for index, gpu in enumerate(gpus):
         if not isinstance(gpu, dict):

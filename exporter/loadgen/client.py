@@ -112,7 +112,8 @@ async def _streamed(client: httpx.AsyncClient, path: str, body: dict[str, Any]) 
                 usage_tokens = usage.get("completion_tokens")
         end = time.perf_counter()
         return _Attempt(
-            "ok", 200,
+            "ok",
+            200,
             ttft_s=None if first is None else first - start,
             e2e_s=end - start,
             itl_s=gaps,
@@ -135,13 +136,23 @@ async def _plain(client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> 
     text, reason = _chunk_text(obj)
     usage = obj.get("usage") or {}
     tokens = usage.get("completion_tokens")
-    return _Attempt("ok", 200, e2e_s=end - start, output_tokens=int(tokens) if tokens is not None else len(text.split()),
-                    finish_reason=reason)
+    return _Attempt(
+        "ok", 200, e2e_s=end - start, output_tokens=int(tokens) if tokens is not None else len(text.split()), finish_reason=reason
+    )
 
 
-async def issue(client: httpx.AsyncClient, spec: LoadSpec, model: str, index: int, prompt: str, prompt_tokens: int,
-                max_tokens: int, run_start: float, rng: random.Random | None = None,
-                may_retry: Callable[[], bool] = lambda: True) -> RequestRecord:
+async def issue(
+    client: httpx.AsyncClient,
+    spec: LoadSpec,
+    model: str,
+    index: int,
+    prompt: str,
+    prompt_tokens: int,
+    max_tokens: int,
+    run_start: float,
+    rng: random.Random | None = None,
+    may_retry: Callable[[], bool] = lambda: True,
+) -> RequestRecord:
     """Send request ``index`` with retries; never raises except on cancellation.
 
     Backoff waits are jittered (x0.5-1.5) so that clients which failed together
@@ -164,7 +175,7 @@ async def issue(client: httpx.AsyncClient, spec: LoadSpec, model: str, index: in
             attempt = _Attempt("connection_error", error=f"{type(err).__name__}: {err}")
         if not attempt.retryable or n == spec.retries or not may_retry():
             break
-        await asyncio.sleep(spec.retry_backoff_s * (2 ** n) * (0.5 + rng.random()))
+        await asyncio.sleep(spec.retry_backoff_s * (2**n) * (0.5 + rng.random()))
         if not may_retry():
             break
     end = time.perf_counter()

@@ -18,8 +18,24 @@ import secrets
 
 from exporter.loadgen.spec import LoadSpec
 
-_PREFIX_WORDS = ("system", "policy", "context", "document", "section", "clause", "table", "figure", "note", "entry",
-                 "record", "field", "value", "header", "summary", "detail")
+_PREFIX_WORDS = (
+    "system",
+    "policy",
+    "context",
+    "document",
+    "section",
+    "clause",
+    "table",
+    "figure",
+    "note",
+    "entry",
+    "record",
+    "field",
+    "value",
+    "header",
+    "summary",
+    "detail",
+)
 
 
 def pick(rng: random.Random, mix: tuple[tuple[int, float], ...]) -> int:

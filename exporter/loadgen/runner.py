@@ -74,8 +74,9 @@ async def run_load(
     tally = _Tally(spec.max_records)
     timeout = httpx.Timeout(None, connect=spec.connect_timeout_s)
     limits = httpx.Limits(max_connections=spec.concurrency + 2, max_keepalive_connections=spec.concurrency)
-    async with httpx.AsyncClient(base_url=spec.base_url.rstrip("/"), timeout=timeout, limits=limits,
-                                 headers=spec.headers) as client:
+    async with httpx.AsyncClient(
+        base_url=spec.base_url.rstrip("/"), timeout=timeout, limits=limits, headers=spec.headers
+    ) as client:
         model = spec.model or await discover_model(client)
         loop = asyncio.get_running_loop()
         run_start = time.perf_counter()
@@ -83,7 +84,7 @@ async def run_load(
         # when the run ends: at the deadline, or once a drain has had its chance
         end = None if deadline is None else deadline + (spec.timeout_s + DRAIN_GRACE_S if spec.drain else 0.0)
         indexes = itertools.count()
-        in_flight: dict[asyncio.Task[RequestRecord], tuple[int, int, int, float]] = {}
+        in_flight: dict[asyncio.Task[None], tuple[int, int, int, float]] = {}  # the task running one()
         slots = asyncio.Semaphore(spec.concurrency)
         finished = asyncio.Event()
 
@@ -103,11 +104,11 @@ async def run_load(
             prompt, n_prompt, n_max = prompts.make(index)
             task = asyncio.current_task()
             assert task is not None
-            in_flight[task] = (index, n_prompt, n_max, time.perf_counter())  # type: ignore[index]
+            in_flight[task] = (index, n_prompt, n_max, time.perf_counter())
             try:
                 record(await issue(client, spec, model, index, prompt, n_prompt, n_max, run_start, rng, may_retry))
             finally:
-                in_flight.pop(task, None)  # type: ignore[arg-type]
+                in_flight.pop(task, None)
 
         def next_index() -> int | None:
             index = next(indexes)
@@ -127,6 +128,11 @@ async def run_load(
         async def open_arrivals() -> None:
             assert spec.rate is not None
             children: set[asyncio.Task[None]] = set()
+
+            def ended(child: asyncio.Task[None]) -> None:
+                children.discard(child)
+                slots.release()
+
             try:
                 while not done_issuing():
                     gap = rng.expovariate(spec.rate)
@@ -141,15 +147,18 @@ async def run_load(
                         break
                     child = asyncio.create_task(one(index))
                     children.add(child)
-                    child.add_done_callback(lambda t: (children.discard(t), slots.release()))
+                    child.add_done_callback(ended)
                 if children:
                     await asyncio.gather(*children, return_exceptions=True)
             finally:
                 for child in list(children):
                     child.cancel()
 
-        producers = [asyncio.create_task(open_arrivals())] if spec.rate is not None else [
-            asyncio.create_task(closed_client(i)) for i in range(spec.concurrency)]
+        producers = (
+            [asyncio.create_task(open_arrivals())]
+            if spec.rate is not None
+            else [asyncio.create_task(closed_client(i)) for i in range(spec.concurrency)]
+        )
 
         async def watch() -> None:
             await asyncio.gather(*producers, return_exceptions=True)
@@ -178,8 +187,17 @@ async def run_load(
             await asyncio.gather(watcher, return_exceptions=True)
             now = time.perf_counter()
             for index, n_prompt, n_max, started in pending.values():
-                record(RequestRecord(index=index, start_s=started - run_start, status="cancelled", attempts=1,
-                                     prompt_tokens=n_prompt, max_tokens=n_max, total_s=now - started))
+                record(
+                    RequestRecord(
+                        index=index,
+                        start_s=started - run_start,
+                        status="cancelled",
+                        attempts=1,
+                        prompt_tokens=n_prompt,
+                        max_tokens=n_max,
+                        total_s=now - started,
+                    )
+                )
         duration = time.perf_counter() - run_start
     records = sorted(tally.records, key=lambda r: r.index)
     summary = summarize(records, duration, tally.counts, (tally.prompt_tokens, tally.output_tokens), tally.retries)

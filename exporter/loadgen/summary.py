@@ -25,16 +25,24 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
-def summarize(records: Iterable[RequestRecord], duration_s: float, counts: dict[str, int] | None = None,
-              tokens: tuple[int, int] | None = None, retries: int | None = None) -> LoadSummary:
+def summarize(
+    records: Iterable[RequestRecord],
+    duration_s: float,
+    counts: dict[str, int] | None = None,
+    tokens: tuple[int, int] | None = None,
+    retries: int | None = None,
+) -> LoadSummary:
     """Summary of ``records``; ``counts``/``tokens``/``retries`` override them when records were dropped."""
     recs = list(records)
     by_status = dict(counts) if counts is not None else {}
     if counts is None:
         for r in recs:
             by_status[r.status] = by_status.get(r.status, 0) + 1
-    prompt_tokens, output_tokens = tokens if tokens is not None else (
-        sum(r.prompt_tokens for r in recs if r.status == "ok"), sum(r.output_tokens for r in recs if r.status == "ok"))
+    prompt_tokens, output_tokens = (
+        tokens
+        if tokens is not None
+        else (sum(r.prompt_tokens for r in recs if r.status == "ok"), sum(r.output_tokens for r in recs if r.status == "ok"))
+    )
     extra = retries if retries is not None else sum(r.attempts - 1 for r in recs)
     ok = [r for r in recs if r.status == "ok"]
     ttft = [r.ttft_s for r in ok if r.ttft_s is not None]
@@ -57,8 +65,14 @@ def summarize(records: Iterable[RequestRecord], duration_s: float, counts: dict[
         output_tokens=output_tokens,
         requests_per_s=n_ok / span,
         output_tokens_per_s=output_tokens / span,
-        ttft_p50_s=percentile(ttft, 50), ttft_p95_s=percentile(ttft, 95), ttft_p99_s=percentile(ttft, 99),
-        itl_p50_s=percentile(itl, 50), itl_p95_s=percentile(itl, 95), itl_p99_s=percentile(itl, 99),
-        e2e_p50_s=percentile(e2e, 50), e2e_p95_s=percentile(e2e, 95), e2e_p99_s=percentile(e2e, 99),
+        ttft_p50_s=percentile(ttft, 50),
+        ttft_p95_s=percentile(ttft, 95),
+        ttft_p99_s=percentile(ttft, 99),
+        itl_p50_s=percentile(itl, 50),
+        itl_p95_s=percentile(itl, 95),
+        itl_p99_s=percentile(itl, 99),
+        e2e_p50_s=percentile(e2e, 50),
+        e2e_p95_s=percentile(e2e, 95),
+        e2e_p99_s=percentile(e2e, 99),
         by_status={k: by_status.get(k, 0) for k in STATUSES if by_status.get(k)},
     )

@@ -4,9 +4,10 @@ Why these reductions (documented in docs/ramp.md):
 
 - Gauges: mean and max over the step's *settled* samples (those taken after the
   warm-up share of the step), so the row shows both the typical level and the
-  peak. Across series of one scrape a gauge is reduced the way its meaning asks:
-  KV usage and busiest thread take the worst series, queue lengths sum, GPU
-  activity ratios average over the GPUs.
+  peak. Across series of one scrape a gauge is reduced the way its schema spec
+  says (``MetricSpec.reduce``, the same reduction the diagnosis judges): KV
+  usage, busiest thread and GPU activity take the worst series, queue lengths,
+  memory and power sum, the SM clock averages over the GPUs.
 - Counters: increase from the first to the last sample of the whole step (a
   counter that went backwards restarted; its last value is the increase).
 - Diagnosis: per layer the mean and max score, and the *upper median* status of
@@ -31,7 +32,8 @@ Why these reductions (documented in docs/ramp.md):
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from exporter.ramp.model import (
     STATE_SEVERITY,
@@ -44,6 +46,7 @@ from exporter.ramp.model import (
     PrimaryFigures,
     Stat,
 )
+from exporter.schema import reduce_series
 
 #: one /metrics scrape: sample name -> [(labels, value), ...]
 Scrape = Mapping[str, Sequence[tuple[Mapping[str, str], float]]]
@@ -53,26 +56,26 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values)
 
 
-#: short name -> (schema metric, reduction across the series of one scrape)
-GAUGES: dict[str, tuple[str, Callable[[Sequence[float]], float]]] = {
-    "kv_cache_usage_ratio": ("llm_kv_cache_usage_ratio", max),
-    "requests_running": ("llm_scheduler_requests_running", sum),
-    "requests_waiting": ("llm_scheduler_requests_waiting", sum),
-    "kv_cache_predicted_max_concurrency": ("llm_kv_cache_predicted_max_concurrency", min),
-    "busiest_thread_cpu_ratio": ("llm_process_busiest_thread_cpu_ratio", max),
-    "busiest_thread_cpu_demand_ratio": ("llm_process_busiest_thread_cpu_demand_ratio", max),
-    "process_cpu_ratio": ("llm_process_cpu_ratio", sum),
-    "gpu_utilization_ratio": ("llm_gpu_utilization_ratio", _mean),
-    "sm_active_ratio": ("llm_gpu_sm_active_ratio", _mean),
-    "sm_occupancy_ratio": ("llm_gpu_sm_occupancy_ratio", _mean),
-    "tensor_active_ratio": ("llm_gpu_tensor_active_ratio", _mean),
-    "dram_active_ratio": ("llm_gpu_dram_active_ratio", _mean),
-    "gpu_memory_used_bytes": ("llm_gpu_memory_used_bytes", sum),
-    "gpu_power_watts": ("llm_gpu_power_watts", sum),
-    "sm_clock_hertz": ("llm_gpu_sm_clock_hertz", _mean),
-    "pcie_receive_bytes_per_second": ("llm_gpu_pcie_receive_bytes_per_second", sum),
-    "pcie_transmit_bytes_per_second": ("llm_gpu_pcie_transmit_bytes_per_second", sum),
-    "parallel_sm_active_skew_ratio": ("llm_parallel_sm_active_skew_ratio", max),
+#: short name -> schema gauge (reduced across the series of one scrape by its spec's ``reduce``)
+GAUGES: dict[str, str] = {
+    "kv_cache_usage_ratio": "llm_kv_cache_usage_ratio",
+    "requests_running": "llm_scheduler_requests_running",
+    "requests_waiting": "llm_scheduler_requests_waiting",
+    "kv_cache_predicted_max_concurrency": "llm_kv_cache_predicted_max_concurrency",
+    "busiest_thread_cpu_ratio": "llm_process_busiest_thread_cpu_ratio",
+    "busiest_thread_cpu_demand_ratio": "llm_process_busiest_thread_cpu_demand_ratio",
+    "process_cpu_ratio": "llm_process_cpu_ratio",
+    "gpu_utilization_ratio": "llm_gpu_utilization_ratio",
+    "sm_active_ratio": "llm_gpu_sm_active_ratio",
+    "sm_occupancy_ratio": "llm_gpu_sm_occupancy_ratio",
+    "tensor_active_ratio": "llm_gpu_tensor_active_ratio",
+    "dram_active_ratio": "llm_gpu_dram_active_ratio",
+    "gpu_memory_used_bytes": "llm_gpu_memory_used_bytes",
+    "gpu_power_watts": "llm_gpu_power_watts",
+    "sm_clock_hertz": "llm_gpu_sm_clock_hertz",
+    "pcie_receive_bytes_per_second": "llm_gpu_pcie_receive_bytes_per_second",
+    "pcie_transmit_bytes_per_second": "llm_gpu_pcie_transmit_bytes_per_second",
+    "parallel_sm_active_skew_ratio": "llm_parallel_sm_active_skew_ratio",
 }
 
 #: short name -> schema counter (sample name on the wire)
@@ -96,8 +99,9 @@ def _values(scrape: Scrape, name: str) -> list[float]:
 def exporter_figures(scrapes: Sequence[Scrape], settled: Sequence[Scrape]) -> ExporterFigures:
     """Gauges over ``settled`` (mean/max), counters from first to last of ``scrapes``."""
     out = ExporterFigures(samples=len(scrapes))
-    for short, (metric, reduce) in GAUGES.items():
-        per_scrape = [reduce(vals) for vals in (_values(s, metric) for s in settled) if vals]
+    for short, metric in GAUGES.items():
+        reduced = (reduce_series(metric, _values(s, metric)) for s in settled)
+        per_scrape = [v for v in reduced if v is not None]
         if per_scrape:
             out.gauges[short] = Stat(mean=_mean(per_scrape), max=max(per_scrape))
     for short, metric in COUNTERS.items():
@@ -160,12 +164,20 @@ def primary_figures(docs: Sequence[Mapping[str, Any]]) -> list[PrimaryFigures]:
         explains: list[str] = []
         for p in seen:
             explains += [str(x) for x in p.get("explains") or () if str(x) not in explains]
-        out.append(PrimaryFigures(
-            layer=layer, cause=cause, readings=len(seen), share=len(seen) / degraded,
-            confidence_mean=_mean(confidences) if confidences else 0.0, chain=chain,
-            summary=str(same.get("summary") or ""), explains=explains,
-            evidence=dict(evidence) if isinstance(evidence, Mapping) else {}, advice=str(same.get("advice") or ""),
-        ))
+        out.append(
+            PrimaryFigures(
+                layer=layer,
+                cause=cause,
+                readings=len(seen),
+                share=len(seen) / degraded,
+                confidence_mean=_mean(confidences) if confidences else 0.0,
+                chain=chain,
+                summary=str(same.get("summary") or ""),
+                explains=explains,
+                evidence=dict(evidence) if isinstance(evidence, Mapping) else {},
+                advice=str(same.get("advice") or ""),
+            )
+        )
     # stable: between equal counts and confidences, the primary named first in the step stays first
     return sorted(out, key=lambda pf: (pf.readings, pf.confidence_mean), reverse=True)
 
@@ -215,7 +227,8 @@ def diagnosis_figures(docs: Sequence[Mapping[str, Any]]) -> DiagnosisFigures:
                 continue
             key = (str(b["layer"]), str(b["cause"]))
             score = float(b.get("score") or 0.0)
-            evidence = b.get("evidence") if isinstance(b.get("evidence"), Mapping) else {}
+            raw_evidence = b.get("evidence")
+            evidence = raw_evidence if isinstance(raw_evidence, Mapping) else {}
             cf = causes.get(key)
             if cf is None:
                 cf = causes[key] = CauseFigures(key[0], key[1], score, 0.0, dict(evidence), str(b.get("advice", "")))

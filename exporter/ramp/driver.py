@@ -7,8 +7,9 @@ by exporter.loadgen, so there is exactly one load generator in the project.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 from exporter.ramp.aggregate import Scrape, diagnosis_figures, exporter_figures
 from exporter.ramp.knee import KneeCriteria, Saturation, find_knee, first_saturated_layer

@@ -53,8 +53,9 @@ baseline (``crossed`` false).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from exporter.ramp.model import SATURATED_STATUSES, STATUS_SEVERITY, LayerFigures, PrimaryFigures, Step
 
@@ -189,12 +190,15 @@ def _pick(step: Step, layers: Sequence[str], statuses: Sequence[str]) -> tuple[s
 
 def _saturation(step: Step, name: str, lf: LayerFigures, crossed: bool) -> Saturation:
     found = Saturation(
-        layer=name, status=lf.status, score=lf.score_mean, step_index=step.index, concurrency=step.concurrency,
-        crossed=crossed, state=step.diagnosis.state,
+        layer=name,
+        status=lf.status,
+        score=lf.score_mean,
+        step_index=step.index,
+        concurrency=step.concurrency,
+        crossed=crossed,
+        state=step.diagnosis.state,
     )
-    causes = sorted(
-        (c for c in step.diagnosis.causes if c.layer == name), key=lambda c: (c.share, c.score_max), reverse=True
-    )
+    causes = sorted((c for c in step.diagnosis.causes if c.layer == name), key=lambda c: (c.share, c.score_max), reverse=True)
     if causes:
         found.cause, found.evidence, found.advice = causes[0].cause, dict(causes[0].evidence), causes[0].advice
     return found
@@ -231,12 +235,16 @@ def _first_crossing(steps: Sequence[Step], knee: Step) -> Saturation | None:
     def score(name: str, index: int) -> float:
         return steps[index].diagnosis.layers[name].score_mean or 0.0
 
-    tier = [(broke[n], warned[n], -score(n, broke[n]), n) for n in layers if broke[n] is not None]
+    tier: list[tuple[int, int, float, str]] = []
+    for n in layers:
+        b, w = broke[n], warned[n]
+        if b is not None:  # a bottleneck step is a saturated one too: w is set, at most b
+            tier.append((b, b if w is None else w, -score(n, b), n))
     if not tier:
-        tier = [(warned[n], warned[n], -score(n, warned[n]), n) for n in layers if warned[n] is not None]
+        tier = [(w, w, -score(n, w), n) for n in layers if (w := warned[n]) is not None]
     if not tier:
         return None
-    index, _, _, name = min(tier)  # type: ignore[type-var]
+    index, _, _, name = min(tier)
     return _saturation(steps[index], name, steps[index].diagnosis.layers[name], crossed=True)
 
 
@@ -254,12 +262,23 @@ def _from_primary(steps: Sequence[Step], step: Step, primary: PrimaryFigures) ->
     base = steps[0].diagnosis
     at_baseline = step.index > 0 and any((p.layer, p.cause) == (primary.layer, primary.cause) for p in base.primaries)
     return Saturation(
-        layer=primary.layer, status=lf.status if lf is not None else "unknown",
-        score=lf.score_mean if lf is not None else None, step_index=step.index, concurrency=step.concurrency,
-        cause=primary.cause, evidence=dict(primary.evidence), advice=primary.advice,
-        crossed=not (step.index == 0 or at_baseline), source=SOURCE_PRIMARY, chain=primary.chain,
-        summary=primary.summary, explains=list(primary.explains), confidence=primary.confidence_mean,
-        readings=primary.readings, degraded_readings=step.diagnosis.degraded_readings, state=step.diagnosis.state,
+        layer=primary.layer,
+        status=lf.status if lf is not None else "unknown",
+        score=lf.score_mean if lf is not None else None,
+        step_index=step.index,
+        concurrency=step.concurrency,
+        cause=primary.cause,
+        evidence=dict(primary.evidence),
+        advice=primary.advice,
+        crossed=not (step.index == 0 or at_baseline),
+        source=SOURCE_PRIMARY,
+        chain=primary.chain,
+        summary=primary.summary,
+        explains=list(primary.explains),
+        confidence=primary.confidence_mean,
+        readings=primary.readings,
+        degraded_readings=step.diagnosis.degraded_readings,
+        state=step.diagnosis.state,
     )
 
 
@@ -300,15 +319,15 @@ def first_saturated_layer(steps: Sequence[Step], knee: Step | None) -> Saturatio
             f"load by its window); named from the step that confirmed the knee, concurrency {confirming.concurrency}"
         )
         return found
-    found = _from_layers(steps, knee)
-    if found is None:
+    layered = _from_layers(steps, knee)
+    if layered is None:
         return None
-    found.note = _not_degraded(steps, knee) + "; named from the layer statuses instead"
-    return found
+    layered.note = _not_degraded(steps, knee) + "; named from the layer statuses instead"
+    return layered
 
 
 def _not_degraded(steps: Sequence[Step], knee: Step) -> str:
-    """"no reading at or before the knee was degraded", naming the first degraded step after it, if any."""
+    """ "no reading at or before the knee was degraded", naming the first degraded step after it, if any."""
     why = f"no reading at or before the knee (concurrency {knee.concurrency}) was degraded"
     later = first_degraded(steps)
     if later is not None and later.diagnosis.primary is not None:

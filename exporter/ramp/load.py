@@ -50,8 +50,7 @@ class LoadSettings:
 
 
 #: ClientFigures fields that LoadSummary holds under the same name
-_SAME_FIGURES = ("duration_s", "errors", "timeouts", "cancelled", "output_tokens", "requests_per_s",
-                 "output_tokens_per_s")
+_SAME_FIGURES = ("duration_s", "errors", "timeouts", "cancelled", "output_tokens", "requests_per_s", "output_tokens_per_s")
 
 
 def _percentiles(summary: LoadSummary, name: str) -> Percentiles:

@@ -9,8 +9,8 @@ pixel size.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from exporter.ramp.knee import Saturation
 from exporter.ramp.model import Step
@@ -36,9 +36,7 @@ def write_png(path: Path, steps: Sequence[Step], knee: Step | None, saturation: 
     import numpy as np
     from matplotlib.patches import Rectangle
 
-    fig, (top, bottom) = plt.subplots(
-        2, 1, figsize=FIGSIZE, dpi=DPI, gridspec_kw={"height_ratios": [3, 2]}, sharex=True
-    )
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=FIGSIZE, dpi=DPI, gridspec_kw={"height_ratios": [3, 2]}, sharex=True)
     try:
         x = list(range(len(steps)))
         labels = [str(s.concurrency) for s in steps]
@@ -47,8 +45,9 @@ def write_png(path: Path, steps: Sequence[Step], knee: Step | None, saturation: 
 
         degraded = [j for j, s in enumerate(steps) if s.diagnosis.state == "degraded"]
         for k, j in enumerate(degraded):  # the steps the diagnosis judged degraded, shaded
-            top.axvspan(j - 0.5, j + 0.5, color="mistyrose", zorder=0, lw=0,
-                        label="degraded (diagnosis)" if k == 0 else "_nolegend_")
+            top.axvspan(
+                j - 0.5, j + 0.5, color="mistyrose", zorder=0, lw=0, label="degraded (diagnosis)" if k == 0 else "_nolegend_"
+            )
         top.plot(x, thr, "o-", color="tab:blue", label="output tokens/s")
         top.set_ylabel("output tokens/s", color="tab:blue")
         top.set_ylim(bottom=0)
@@ -81,7 +80,12 @@ def write_png(path: Path, steps: Sequence[Step], knee: Step | None, saturation: 
                     grid[i, j] = lf.score_mean
         cmap = matplotlib.colormaps["RdYlGn_r"].with_extremes(bad="lightgrey")
         bottom.imshow(
-            np.ma.masked_invalid(grid), aspect="auto", cmap=cmap, vmin=0, vmax=1, interpolation="nearest",
+            np.ma.masked_invalid(grid),
+            aspect="auto",
+            cmap=cmap,
+            vmin=0,
+            vmax=1,
+            interpolation="nearest",
             extent=(-0.5, len(steps) - 0.5, len(LAYERS) - 0.5, -0.5),
         )
         for j, s in enumerate(steps):
@@ -100,8 +104,15 @@ def write_png(path: Path, steps: Sequence[Step], knee: Step | None, saturation: 
             bottom.add_patch(Rectangle((saturation.step_index - 0.5, row - 0.5), 1, 1, fill=False, lw=3, ec="blue"))
             bottom.text(len(steps) - 0.45, row, " first", va="center", fontsize=8, color="blue")
             if saturation.chain:
-                fig.text(0.5, 0.01, _clip(f"gave out first: {saturation.layer}: {saturation.chain}"), ha="center",
-                         va="bottom", fontsize=8, color="blue")
+                fig.text(
+                    0.5,
+                    0.01,
+                    _clip(f"gave out first: {saturation.layer}: {saturation.chain}"),
+                    ha="center",
+                    va="bottom",
+                    fontsize=8,
+                    color="blue",
+                )
         bottom.set_yticks(range(len(LAYERS)), LAYERS, fontsize=8)
         bottom.set_xticks(x, labels)
         bottom.set_xlabel("concurrency")

@@ -70,9 +70,7 @@ def check_target(base: str, model: str | None, timeout: float = 30.0) -> str:
         raise RampError(f"target {base} is unreachable: {err.__class__.__name__}: {err}") from None
     if resp.status_code in (400, 404, 422):
         served = f" (served: {', '.join(models)})" if models else ""
-        raise RampError(
-            f"target {base} rejected model {model!r}: HTTP {resp.status_code}: {_server_message(resp)}{served}"
-        )
+        raise RampError(f"target {base} rejected model {model!r}: HTTP {resp.status_code}: {_server_message(resp)}{served}")
     if resp.status_code >= 400:
         raise RampError(f"target {base} failed a one-token test request: HTTP {resp.status_code}: {_server_message(resp)}")
     return model

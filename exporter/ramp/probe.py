@@ -9,15 +9,15 @@ between a token's arrival and its timestamp.
 
 from __future__ import annotations
 
-import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.exposition import read_metrics
 from exporter.ramp.aggregate import Scrape
 from exporter.ramp.model import RampError
 
@@ -31,19 +31,6 @@ def base_url(url: str) -> str:
     if "://" not in url:
         url = "http://" + url
     return url
-
-
-def parse_metrics(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    """Gauge and counter samples by sample name; histograms and NaNs are skipped."""
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for family in text_string_to_metric_families(text):
-        if family.type in ("histogram", "gaugehistogram", "summary"):
-            continue
-        for s in family.samples:
-            if s.name.endswith("_created") or math.isnan(s.value):
-                continue
-            out.setdefault(s.name, []).append((dict(s.labels), float(s.value)))
-    return out
 
 
 class ExporterProbe:
@@ -60,7 +47,7 @@ class ExporterProbe:
     def scrape(self) -> Scrape:
         resp = self._client.get(self.url + "/metrics")
         resp.raise_for_status()
-        return parse_metrics(resp.text)
+        return read_metrics(resp.text).scalars()  # gauges and counters; histograms and NaNs skipped
 
     def diagnosis(self) -> dict[str, Any] | None:
         """The /diagnosis document, or None when this exporter serves none."""
@@ -132,7 +119,7 @@ class StepSampler:
         self._thread = threading.Thread(target=self._loop, name="ramp-probe", daemon=True)
         self._t0 = 0.0
 
-    def start(self) -> "StepSampler":
+    def start(self) -> StepSampler:
         self._t0 = time.monotonic()
         self._thread.start()
         return self

@@ -9,7 +9,8 @@ the load generator's event loop.
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -41,13 +42,15 @@ def live_line(scrape: Scrape, diagnosis: Mapping[str, Any] | None) -> str:
         else:
             layers = [(name, info) for name, info in (diagnosis.get("layers") or {}).items() if isinstance(info, Mapping)]
             if layers:
-                name, info = max(layers, key=lambda li: (STATUS_SEVERITY.get(str(li[1].get("status")), -1), li[1].get("score") or 0))
+                name, info = max(
+                    layers, key=lambda li: (STATUS_SEVERITY.get(str(li[1].get("status")), -1), li[1].get("score") or 0)
+                )
                 parts.append(f"worst {name}: {info.get('status')}")
     return "  ".join(parts)
 
 
 def state_text(step: Step) -> str:
-    """"degraded 75 %, primary memory/kv_cache_pressure (6 readings)", or "healthy"."""
+    """ "degraded 75 %, primary memory/kv_cache_pressure (6 readings)", or "healthy"."""
     d = step.diagnosis
     if not d.samples:
         return ""
@@ -100,7 +103,7 @@ class RichObserver:
         self._seconds = 1.0
         self._label = ""
 
-    def __enter__(self) -> "RichObserver":
+    def __enter__(self) -> RichObserver:
         self.progress.start()
         return self
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from exporter.ramp.knee import SOURCE_PRIMARY, Saturation, baseline_saturated, fallback_note
 from exporter.ramp.model import PrimaryFigures, Step
@@ -53,8 +54,13 @@ def build_report(
         "chain": (saturation.chain or None) if saturation else None,
         "note": saturation.note if saturation and saturation.note else (fallback_note(steps, knee, saturation) or None),
         "states": [
-            {"concurrency": s.concurrency, "state": s.diagnosis.state, "states": s.diagnosis.states,
-             "primary": _primary_name(s.diagnosis.primary), "chain": s.diagnosis.primary.chain if s.diagnosis.primary else None}
+            {
+                "concurrency": s.concurrency,
+                "state": s.diagnosis.state,
+                "states": s.diagnosis.states,
+                "primary": _primary_name(s.diagnosis.primary),
+                "chain": s.diagnosis.primary.chain if s.diagnosis.primary else None,
+            }
             for s in steps
         ],
         "totals": {
@@ -114,7 +120,7 @@ def _cell(text: str) -> str:
 
 
 def _state_cell(step: Step) -> str:
-    """"degraded (75 %)": the step's state and the share of its readings in it."""
+    """ "degraded (75 %)": the step's state and the share of its readings in it."""
     d = step.diagnosis
     if not d.samples:
         return "-"
@@ -203,9 +209,14 @@ def render_markdown(report: dict[str, Any], steps: Sequence[Step], knee: Step | 
             f"| {_gauge(s, 'requests_waiting', 'mean', '{:.1f}')} | {_num(s.exporter.counters.get('preemptions'), '{:.0f}')} "
             f"| {_gauge(s, 'busiest_thread_cpu_ratio')} | {_gauge(s, 'sm_active_ratio', 'mean')} | {_flags(s)} |"
         )
-    out += ["", "## Diagnosis per step", "",
-            "State: upper median of the readings (share of readings in it); primary: the cause named most often "
-            "in the degraded readings, with its chain.", ""]
+    out += [
+        "",
+        "## Diagnosis per step",
+        "",
+        "State: upper median of the readings (share of readings in it); primary: the cause named most often "
+        "in the degraded readings, with its chain.",
+        "",
+    ]
     out += ["| conc | state | primary | readings | confidence | chain |", "|---|---|---|---|---|---|"]
     for s in steps:
         p = s.diagnosis.primary
@@ -216,28 +227,51 @@ def render_markdown(report: dict[str, Any], steps: Sequence[Step], knee: Step | 
                 f"| {s.concurrency} | {_state_cell(s)} | {p.layer} `{p.cause}` | {p.readings} of {s.diagnosis.degraded_readings} "
                 f"| {p.confidence_mean:.2f} | {_cell(p.chain) or '-'} |"
             )
-    out += ["", "## Layers per step", "", "Status over the step (upper median of the samples) and mean score; **B** bottleneck, W warning, ? unknown.", ""]
+    out += [
+        "",
+        "## Layers per step",
+        "",
+        "Status over the step (upper median of the samples) and mean score; **B** bottleneck, W warning, ? unknown.",
+        "",
+    ]
     out.append("| conc | " + " | ".join(LAYERS) + " |")
     out.append("|" + "---|" * (len(LAYERS) + 1))
     for s in steps:
         out.append(f"| {s.concurrency} | " + " | ".join(_layer_cell(s, layer) for layer in LAYERS) + " |")
     if any(lf.headroom_mean is not None for s in steps for lf in s.diagnosis.layers.values()):
-        out += ["", "## Headroom per step", "", "How far each layer stayed from its nearest limit (mean over the step; 0 % = at it).", ""]
+        out += [
+            "",
+            "## Headroom per step",
+            "",
+            "How far each layer stayed from its nearest limit (mean over the step; 0 % = at it).",
+            "",
+        ]
         out.append("| conc | " + " | ".join(LAYERS) + " |")
         out.append("|" + "---|" * (len(LAYERS) + 1))
         for s in steps:
             out.append(f"| {s.concurrency} | " + " | ".join(_headroom_cell(s, layer) for layer in LAYERS) + " |")
     causes = [(s, cf) for s in steps for cf in s.diagnosis.causes]
     if causes:
-        out += ["", "## Causes reported", "", "| conc | layer | cause | role | max score | share of step |",
-                "|---|---|---|---|---|---|"]
+        out += [
+            "",
+            "## Causes reported",
+            "",
+            "| conc | layer | cause | role | max score | share of step |",
+            "|---|---|---|---|---|---|",
+        ]
         for s, cf in causes:
-            out.append(f"| {s.concurrency} | {cf.layer} | `{cf.cause}` | {cf.role or '-'} | {cf.score_max:.2f} | {cf.share:.0%} |")
+            out.append(
+                f"| {s.concurrency} | {cf.layer} | `{cf.cause}` | {cf.role or '-'} | {cf.score_max:.2f} | {cf.share:.0%} |"
+            )
     errors = [(s, m) for s in steps for m in s.client.error_messages]
     if errors:
         out += ["", "## Client errors (first of each step)", ""] + [f"- concurrency {s.concurrency}: {m}" for s, m in errors]
     t = report["totals"]
-    out += ["", f"Totals: {t['requests']} requests completed, {t['errors']} errors ({t['timeouts']} timeouts), {t['output_tokens']} output tokens.", ""]
+    out += [
+        "",
+        f"Totals: {t['requests']} requests completed, {t['errors']} errors ({t['timeouts']} timeouts), {t['output_tokens']} output tokens.",
+        "",
+    ]
     return "\n".join(out)
 
 

@@ -49,8 +49,9 @@ def draw(out_dir: Path, chart: Chart, collected: Collected) -> ChartFile:
     minutes = collected.span_s >= 180
     div, xunit = (60.0, "minutes") if minutes else (1.0, "seconds")
     end = collected.end
-    fig, axes = plt.subplots(len(chart.panels), 1, figsize=(WIDTH_IN, PANEL_IN * len(chart.panels) + 0.7), dpi=DPI,
-                             sharex=True, squeeze=False)
+    fig, axes = plt.subplots(
+        len(chart.panels), 1, figsize=(WIDTH_IN, PANEL_IN * len(chart.panels) + 0.7), dpi=DPI, sharex=True, squeeze=False
+    )
     curves = 0
     empty: list[str] = []
     try:
@@ -78,8 +79,17 @@ def draw(out_dir: Path, chart: Chart, collected: Collected) -> ChartFile:
             if drawn == 0:
                 empty.append(panel.title)
                 queries = "; ".join(s.promql() for s in panel.series)
-                ax.text(0.5, 0.5, "no data for: " + _clip(queries, 110), ha="center", va="center", fontsize=8,
-                        color="grey", transform=ax.transAxes, wrap=True)
+                ax.text(
+                    0.5,
+                    0.5,
+                    "no data for: " + _clip(queries, 110),
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="grey",
+                    transform=ax.transAxes,
+                    wrap=True,
+                )
                 ax.set_yticks([])
             else:
                 if panel.unit in ("ratio", "onoff"):

@@ -9,7 +9,7 @@ Two sources for the charts:
   evaluated over those readings (:mod:`exporter.report.series`).
 
 Every failure to reach a server is a ``RuntimeError`` with one readable line,
-worded as ``diagnose``'s fetch() words it (exporter/diagnosis/cli.py).
+worded as ``diagnose``'s fetch() words it (exporter/diagnosis/client.py).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from exporter.exposition import read_metrics
 from exporter.report.series import HEADROOM, SCORE, STATE, SYMPTOM, Chart, Curves, Reading
 
 #: one chart's data: per panel, legend -> [(t, v)]; and per panel the query errors met
@@ -70,7 +71,7 @@ def _get(session: Any, url: str, timeout: float, params: dict[str, str] | None =
 
 def fetch_verdict(session: Any, base: str, timeout: float) -> dict[str, Any]:
     """GET BASE/diagnosis?signals=1; raises RuntimeError with one readable line on any failure."""
-    from exporter.diagnosis.cli import verdict_of
+    from exporter.diagnosis.client import verdict_of
 
     url = base + "/diagnosis"
     return verdict_of(url, _get(session, url, timeout, {"signals": "1"}))
@@ -82,19 +83,6 @@ def fetch_metrics(session: Any, base: str, timeout: float) -> str:
     if response.status_code != 200:
         raise RuntimeError(f"{url} answered HTTP {response.status_code}")
     return str(response.text)
-
-
-def parse_exposition(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    """Every sample by its sample name (buckets, counters' _total included; _created dropped)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name.endswith("_created"):
-                continue
-            out.setdefault(s.name, []).append((dict(s.labels), float(s.value)))
-    return out
 
 
 def verdict_samples(verdict: dict[str, Any]) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -116,8 +104,9 @@ def verdict_samples(verdict: dict[str, Any]) -> dict[str, list[tuple[dict[str, s
     }
 
 
-def sample_exporter(base: str, timeout: float, seconds: float, interval: float, charts: list[Chart],
-                    first: dict[str, Any], session: Any) -> Collected:
+def sample_exporter(
+    base: str, timeout: float, seconds: float, interval: float, charts: list[Chart], first: dict[str, Any], session: Any
+) -> Collected:
     """Poll /metrics and /diagnosis?signals=1 for ``seconds`` (bounded: at most seconds/interval + 2 polls).
 
     The verdict reported is the last one read. A poll that fails is counted and noted, not fatal:
@@ -134,7 +123,7 @@ def sample_exporter(base: str, timeout: float, seconds: float, interval: float, 
         tried += 1
         at = time.time()
         try:
-            values = parse_exposition(fetch_metrics(session, base, timeout))
+            values = read_metrics(fetch_metrics(session, base, timeout)).samples  # buckets kept: the charts' quantiles
             body = fetch_verdict(session, base, timeout)
         except (RuntimeError, ValueError) as err:
             if len(notes) < 5:
@@ -152,8 +141,9 @@ def sample_exporter(base: str, timeout: float, seconds: float, interval: float, 
     end = readings[-1][0] if readings else time.time()
     if tried > ok:
         notes.append(f"{tried - ok} of {tried} polls of the exporter failed")
-    collected = Collected(verdict, "exporter", base, start if not readings else readings[0][0], end, notes=notes,
-                          ok=ok, tried=tried)
+    collected = Collected(
+        verdict, "exporter", base, start if not readings else readings[0][0], end, notes=notes, ok=ok, tried=tried
+    )
     for chart in charts:
         collected.data[chart.stem] = [_merge(expr.local(readings) for expr in panel.series) for panel in chart.panels]
     return collected
@@ -180,8 +170,15 @@ def check_prometheus(session: Any, base: str, timeout: float) -> None:
         raise RuntimeError(f"{url} did not answer a Prometheus query (is this Prometheus?)")
 
 
-def query_prometheus(session: Any, base: str, timeout: float, minutes: float, charts: list[Chart],
-                     verdict: dict[str, Any], now: float | None = None) -> Collected:
+def query_prometheus(
+    session: Any,
+    base: str,
+    timeout: float,
+    minutes: float,
+    charts: list[Chart],
+    verdict: dict[str, Any],
+    now: float | None = None,
+) -> Collected:
     """Each key series over the last ``minutes``; a query Prometheus refuses is noted, not fatal."""
     check_prometheus(session, base, timeout)
     end = time.time() if now is None else now
@@ -196,17 +193,22 @@ def query_prometheus(session: Any, base: str, timeout: float, minutes: float, ch
             for expr in panel.series:
                 collected.tried += 1
                 query = expr.promql()
-                response = _get(session, url, timeout,
-                                {"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"},
-                                what="Prometheus")
+                response = _get(
+                    session,
+                    url,
+                    timeout,
+                    {"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"},
+                    what="Prometheus",
+                )
                 try:
                     body = response.json()
                 except ValueError:
                     body = None
                 if response.status_code != 200 or not isinstance(body, dict) or body.get("status") != "success":
                     reason = body.get("error") if isinstance(body, dict) else None
-                    collected.notes.append(f"Prometheus refused {query!r}: HTTP {response.status_code}"
-                                           + (f" ({reason})" if reason else ""))
+                    collected.notes.append(
+                        f"Prometheus refused {query!r}: HTTP {response.status_code}" + (f" ({reason})" if reason else "")
+                    )
                     continue
                 collected.ok += 1
                 for series in (body.get("data") or {}).get("result") or []:

@@ -65,10 +65,14 @@ class Context:
         span = max(0.0, (self.end or 0.0) - (self.start or 0.0))
         frame = f"from {utc(self.start)} to {utc(self.end)} UTC" if self.start and self.end else ""
         if self.source == "prometheus":
-            return (f"Charts come from Prometheus at {self.source_url} (/api/v1/query_range), "
-                    f"the last {span / 60:.0f} minutes, {frame}.")
-        return (f"Charts come from sampling the exporter at {self.source_url} (/metrics and /diagnosis?signals=1) "
-                f"for {span:.0f} s, {frame}; no Prometheus was given (--prometheus), so there is no longer history.")
+            return (
+                f"Charts come from Prometheus at {self.source_url} (/api/v1/query_range), "
+                f"the last {span / 60:.0f} minutes, {frame}."
+            )
+        return (
+            f"Charts come from sampling the exporter at {self.source_url} (/metrics and /diagnosis?signals=1) "
+            f"for {span:.0f} s, {frame}; no Prometheus was given (--prometheus), so there is no longer history."
+        )
 
 
 # --- formatting --------------------------------------------------------------------------
@@ -184,8 +188,10 @@ def headline(verdict: dict[str, Any]) -> str:
     state = str(verdict.get("state") or "unknown")
     primary = verdict.get("primary")
     if primary:
-        return (f"{state.upper()}: primary {primary.get('layer')} / {primary.get('cause')} "
-                f"(confidence {ratio(primary.get('confidence'))})")
+        return (
+            f"{state.upper()}: primary {primary.get('layer')} / {primary.get('cause')} "
+            f"(confidence {ratio(primary.get('confidence'))})"
+        )
     if state == "healthy":
         return "HEALTHY: no symptom; TTFT, ITL, queue and failures are within bounds"
     if state == "degraded":
@@ -215,9 +221,13 @@ def _md_evidence(evidence: dict[str, Any]) -> list[str]:
 
 
 def _md_cause(c: dict[str, Any]) -> list[str]:
-    out = [f"### {c.get('role', 'warning')}: {c.get('layer')} / {c.get('cause')}", "",
-           f"score {ratio(c.get('score'))}, confidence {ratio(c.get('confidence'))}"
-           + (f", explains {', '.join(map(str, c['explains']))}" if c.get("explains") else ""), ""]
+    out = [
+        f"### {c.get('role', 'warning')}: {c.get('layer')} / {c.get('cause')}",
+        "",
+        f"score {ratio(c.get('score'))}, confidence {ratio(c.get('confidence'))}"
+        + (f", explains {', '.join(map(str, c['explains']))}" if c.get("explains") else ""),
+        "",
+    ]
     if c.get("summary"):
         out += [wrap(str(c["summary"])), ""]
     if c.get("advice"):
@@ -274,8 +284,10 @@ def render_markdown(verdict: dict[str, Any], ctx: Context) -> str:
         out.append("- none")
     out += ["", "## Layers", "", "| layer | status | score | headroom | nearest limit |", "|---|---|---:|---:|---|"]
     for name, info in layer_rows(verdict):
-        out.append(f"| {name} | {info.get('status', 'unknown')} | {ratio(info.get('score'))} | "
-                   f"{percent(info.get('headroom'))} | {_cell(info.get('limit') or '')} |")
+        out.append(
+            f"| {name} | {info.get('status', 'unknown')} | {ratio(info.get('score'))} | "
+            f"{percent(info.get('headroom'))} | {_cell(info.get('limit') or '')} |"
+        )
     out.append("")
     contributing, rest = others(verdict)
     out += ["## Contributing causes", ""]
@@ -343,7 +355,8 @@ def _html_cause(c: dict[str, Any], i: int) -> str:
         f"<h3>{_e(role)}: {_e(c.get('layer'))} / {_e(c.get('cause'))}</h3>",
         f'<p>score <span class="num">{_e(ratio(c.get("score")))}</span>, confidence '
         f'<span class="num">{_e(ratio(c.get("confidence")))}</span>'
-        + (f", explains {_e(', '.join(map(str, c['explains'])))}" if c.get("explains") else "") + "</p>",
+        + (f", explains {_e(', '.join(map(str, c['explains'])))}" if c.get("explains") else "")
+        + "</p>",
     ]
     if c.get("summary"):
         parts.append(f'<p class="summary">{_e(c["summary"])}</p>')
@@ -369,8 +382,7 @@ def render_html(verdict: dict[str, Any], ctx: Context) -> str:
         f"<title>Incident snapshot: {_e(state)} - {_e(utc(verdict.get('timestamp')))} UTC</title>",
         f"<style>{_CSS}</style></head><body>",
         f'<section id="verdict" data-state="{_e(state)}">',
-        f'<div class="state" id="state" style="background:{_STATE_COLOURS.get(state, "#616161")}">'
-        f"{_e(headline(verdict))}</div>",
+        f'<div class="state" id="state" style="background:{_STATE_COLOURS.get(state, "#616161")}">{_e(headline(verdict))}</div>',
         f'<p class="meta">state <b>{_e(state)}</b>; verdict of {_e(utc(verdict.get("timestamp")))} UTC '
         f"(schema_version {_e(verdict.get('schema_version', NOT_AVAILABLE))}); exporter {_e(ctx.exporter_url)}; "
         f"report generated {_e(utc(ctx.generated))} UTC; raw verdict: diagnosis.json</p>",
@@ -402,13 +414,17 @@ def render_html(verdict: dict[str, Any], ctx: Context) -> str:
     symptoms = verdict.get("symptoms") or []
     for s in symptoms:
         ev = ", ".join(f"{k} = {evidence_value(k, v)}" for k, v in (s.get("evidence") or {}).items())
-        p.append(f'<li class="symptom" data-symptom="{_e(s.get("id"))}"><b>{_e(s.get("id"))}</b>: '
-                 f'<span class="text">{_e(s.get("text", ""))}</span>' + (f" <small>({_e(ev)})</small>" if ev else "") + "</li>")
+        p.append(
+            f'<li class="symptom" data-symptom="{_e(s.get("id"))}"><b>{_e(s.get("id"))}</b>: '
+            f'<span class="text">{_e(s.get("text", ""))}</span>' + (f" <small>({_e(ev)})</small>" if ev else "") + "</li>"
+        )
     if not symptoms:
         p.append("<li>none</li>")
     p.append("</ul></section>")
-    p.append('<section id="layer-map"><h2>Layers</h2><table id="layers">'
-             "<tr><th>layer</th><th>status</th><th>score</th><th>headroom</th><th>nearest limit</th></tr>")
+    p.append(
+        '<section id="layer-map"><h2>Layers</h2><table id="layers">'
+        "<tr><th>layer</th><th>status</th><th>score</th><th>headroom</th><th>nearest limit</th></tr>"
+    )
     for name, info in layer_rows(verdict):
         status = str(info.get("status", "unknown"))
         p.append(

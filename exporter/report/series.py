@@ -57,7 +57,8 @@ ACCEPTED_TOKENS = _name("llm_spec_decode_accepted_tokens_total")
 
 
 class Expr(Protocol):
-    label: str
+    @property
+    def label(self) -> str: ...  # read-only: the series are frozen dataclasses
 
     def promql(self) -> str: ...
 
@@ -288,8 +289,11 @@ def _layer_panel(layer: str) -> Panel:
 
 _LAYER_PANELS: dict[str, tuple[Panel, ...]] = {
     "hardware": (
-        Panel("GPU activity (ratio)", "ratio", (Gauge("SM active", SM, by="gpu"), Gauge("DRAM active", DRAM, by="gpu"),
-                                                Gauge("\"GPU util\"", UTIL, by="gpu"))),
+        Panel(
+            "GPU activity (ratio)",
+            "ratio",
+            (Gauge("SM active", SM, by="gpu"), Gauge("DRAM active", DRAM, by="gpu"), Gauge('"GPU util"', UTIL, by="gpu")),
+        ),
         Panel("PCIe transmit + receive", "bytes_per_second", (GaugeSum("PCIe", PCIE_TX, PCIE_RX, by="gpu"),)),
     ),
     "operator": (
@@ -312,21 +316,27 @@ _LAYER_PANELS: dict[str, tuple[Panel, ...]] = {
         Panel("draft acceptance (ratio)", "ratio", (RateRatio("accepted / drafted", ACCEPTED_TOKENS, DRAFT_TOKENS),)),
         Panel("draft tokens", "per_second", (Rate("draft tokens/s", DRAFT_TOKENS),)),
     ),
-    "application": (
-        Panel("latency p95", "seconds", (Quantile("TTFT p95", TTFT), Quantile("ITL p95", ITL))),
-    ),
+    "application": (Panel("latency p95", "seconds", (Quantile("TTFT p95", TTFT), Quantile("ITL p95", ITL))),),
 }
 
 
 def charts() -> list[Chart]:
     """The overview, then one chart per layer in the map's order."""
     out = [
-        Chart("verdict", "verdict over time", "verdict", (
-            Panel("bottleneck score per layer (0-1)", "ratio", (Gauge("score", SCORE, by="layer"),)),
-            Panel("headroom per layer (0-1, 1 = idle)", "ratio", (Gauge("headroom", HEADROOM, by="layer"),)),
-            Panel("service state and symptoms (1 = on; lines offset a little to stay apart)", "onoff", (Gauge("state", STATE, by="state"),
-                                                                Gauge("symptom", SYMPTOM, by="symptom"))),
-        )),
+        Chart(
+            "verdict",
+            "verdict over time",
+            "verdict",
+            (
+                Panel("bottleneck score per layer (0-1)", "ratio", (Gauge("score", SCORE, by="layer"),)),
+                Panel("headroom per layer (0-1, 1 = idle)", "ratio", (Gauge("headroom", HEADROOM, by="layer"),)),
+                Panel(
+                    "service state and symptoms (1 = on; lines offset a little to stay apart)",
+                    "onoff",
+                    (Gauge("state", STATE, by="state"), Gauge("symptom", SYMPTOM, by="symptom")),
+                ),
+            ),
+        ),
     ]
     for layer in LAYERS:
         out.append(Chart(f"layer-{layer}", f"{layer} layer", layer, (_layer_panel(layer), *_LAYER_PANELS[layer])))

@@ -1,5 +1,5 @@
 """``python -m exporter.simulator``: the ``simulate`` command without the rest of the CLI."""
 
-from exporter.simulator.cli import main
+from exporter.commands.simulate import main
 
 raise SystemExit(main())

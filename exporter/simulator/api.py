@@ -37,8 +37,9 @@ CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
 class ApiError(Exception):
     """Becomes an OpenAI-style error response."""
 
-    def __init__(self, status: int, message: str, type_: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None) -> None:
+    def __init__(
+        self, status: int, message: str, type_: str = "invalid_request_error", param: str | None = None, code: str | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
@@ -102,7 +103,9 @@ def _common(body: dict[str, Any], served: str) -> tuple[str, bool, bool]:
     if not isinstance(options, dict):
         raise ApiError(400, "stream_options must be an object", param="stream_options")
     temperature = body.get("temperature", 1.0)
-    if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2):
+    if temperature is not None and (
+        isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2
+    ):
         raise ApiError(400, f"temperature must be a number from 0 to 2, got {temperature!r}", param="temperature")
     return model, stream, bool(options.get("include_usage", False))
 
@@ -130,10 +133,12 @@ def _chat_ids(messages: Any) -> list[int]:
             raise ApiError(400, f"messages[{i}]: expected an object with a role of {', '.join(CHAT_ROLES)}", param="messages")
         content = m.get("content")
         if isinstance(content, list):
-            parts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]
-            if len(parts) != len(content) or not all(isinstance(p, str) for p in parts):
+            texts = [
+                t for p in content if isinstance(p, dict) and p.get("type") == "text" and isinstance(t := p.get("text"), str)
+            ]
+            if len(texts) != len(content):
                 raise ApiError(400, f"messages[{i}].content: only text parts are supported", param="messages")
-            content = " ".join(parts)
+            content = " ".join(texts)
         if not isinstance(content, str):
             raise ApiError(400, f"messages[{i}].content must be a string or a list of text parts", param="messages")
         flat.append({"role": m["role"], "content": content})
@@ -169,9 +174,20 @@ def create_app(sim: Simulator) -> FastAPI:
     @app.get("/v1/models")
     async def models() -> JSONResponse:
         cfg = engine.config
-        return JSONResponse({"object": "list", "data": [{
-            "id": cfg.model, "object": "model", "created": int(engine.start_unix), "owned_by": "llm-layer-exporter",
-            "max_model_len": cfg.max_model_len}]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": cfg.model,
+                        "object": "model",
+                        "created": int(engine.start_unix),
+                        "owned_by": "llm-layer-exporter",
+                        "max_model_len": cfg.max_model_len,
+                    }
+                ],
+            }
+        )
 
     @app.get("/metrics")
     async def metrics() -> Response:
@@ -190,9 +206,15 @@ def create_app(sim: Simulator) -> FastAPI:
 
     @app.get("/sim/scenarios")
     async def sim_scenarios() -> JSONResponse:
-        return JSONResponse({"current": engine.scenario, "scenarios": [
-            {"name": s.name, "summary": s.summary, "signature": s.signature, "settings": s.settings}
-            for s in scenarios.SCENARIOS.values()]})
+        return JSONResponse(
+            {
+                "current": engine.scenario,
+                "scenarios": [
+                    {"name": s.name, "summary": s.summary, "signature": s.signature, "settings": s.settings}
+                    for s in scenarios.SCENARIOS.values()
+                ],
+            }
+        )
 
     @app.post("/sim/scenario")
     async def sim_scenario(request: Request) -> JSONResponse:
@@ -234,18 +256,27 @@ def create_app(sim: Simulator) -> FastAPI:
             if value is not None:
                 break
         if prompt_len >= limit:
-            raise ApiError(400, f"This model's maximum context length is {limit} tokens. However, your prompt has "
-                                f"{prompt_len} tokens.", param="prompt", code="context_length_exceeded")
+            raise ApiError(
+                400,
+                f"This model's maximum context length is {limit} tokens. However, your prompt has {prompt_len} tokens.",
+                param="prompt",
+                code="context_length_exceeded",
+            )
         if value is None:
             return min(default, limit - prompt_len)
         if prompt_len + value > limit:
-            raise ApiError(400, f"This model's maximum context length is {limit} tokens. However, you requested "
-                                f"{prompt_len + value} tokens ({prompt_len} in the prompt, {value} for the completion).",
-                           param=names[-1], code="context_length_exceeded")
+            raise ApiError(
+                400,
+                f"This model's maximum context length is {limit} tokens. However, you requested "
+                f"{prompt_len + value} tokens ({prompt_len} in the prompt, {value} for the completion).",
+                param=names[-1],
+                code="context_length_exceeded",
+            )
         return value
 
-    async def _serve(request: Request, ids: list[int], max_tokens: int, model: str, stream: bool, usage: bool,
-                     chat: bool) -> Response:
+    async def _serve(
+        request: Request, ids: list[int], max_tokens: int, model: str, stream: bool, usage: bool, chat: bool
+    ) -> Response:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
 
@@ -255,15 +286,17 @@ def create_app(sim: Simulator) -> FastAPI:
         try:
             req = engine.submit(ids, max_tokens, stream, sink)
         except QueueFull as err:
-            return error_response(429, f"The server is overloaded: {err}. Retry later.", "rate_limit_exceeded",
-                                  code="queue_full")
+            return error_response(429, f"The server is overloaded: {err}. Retry later.", "rate_limit_exceeded", code="queue_full")
         except EngineStopped as err:
             return error_response(503, str(err), "service_unavailable")
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         created = int(time.time())
         if stream:
-            return StreamingResponse(_sse(req, queue, rid, created, model, usage, chat, len(ids)),
-                                     media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+            return StreamingResponse(
+                _sse(req, queue, rid, created, model, usage, chat, len(ids)),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache"},
+            )
         text, finish, completion = [], None, 0
         try:
             while finish is None:
@@ -287,11 +320,13 @@ def create_app(sim: Simulator) -> FastAPI:
         else:
             choice = {"index": 0, "text": content, "logprobs": None, "finish_reason": finish}
             obj = "text_completion"
-        return JSONResponse({"id": rid, "object": obj, "created": created, "model": model, "choices": [choice],
-                             "usage": usage_body})
+        return JSONResponse(
+            {"id": rid, "object": obj, "created": created, "model": model, "choices": [choice], "usage": usage_body}
+        )
 
-    async def _sse(req: Any, queue: asyncio.Queue[TokenEvent], rid: str, created: int, model: str, usage: bool,
-                   chat: bool, prompt_len: int) -> AsyncIterator[str]:
+    async def _sse(
+        req: Any, queue: asyncio.Queue[TokenEvent], rid: str, created: int, model: str, usage: bool, chat: bool, prompt_len: int
+    ) -> AsyncIterator[str]:
         obj = "chat.completion.chunk" if chat else "text_completion"
         finish = None
         completion = 0
@@ -302,8 +337,11 @@ def create_app(sim: Simulator) -> FastAPI:
                 choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
             else:
                 choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
-            return "data: " + json.dumps({"id": rid, "object": obj, "created": created, "model": model,
-                                          "choices": [choice]}) + "\n\n"
+            return (
+                "data: "
+                + json.dumps({"id": rid, "object": obj, "created": created, "model": model, "choices": [choice]})
+                + "\n\n"
+            )
 
         try:
             if chat:
@@ -317,9 +355,24 @@ def create_app(sim: Simulator) -> FastAPI:
                 finish = events[-1].finish_reason
                 yield chunk("".join(e.text for e in events), finish)
             if usage:
-                yield "data: " + json.dumps({"id": rid, "object": obj, "created": created, "model": model, "choices": [],
-                                              "usage": {"prompt_tokens": prompt_len, "completion_tokens": completion,
-                                                        "total_tokens": prompt_len + completion}}) + "\n\n"
+                yield (
+                    "data: "
+                    + json.dumps(
+                        {
+                            "id": rid,
+                            "object": obj,
+                            "created": created,
+                            "model": model,
+                            "choices": [],
+                            "usage": {
+                                "prompt_tokens": prompt_len,
+                                "completion_tokens": completion,
+                                "total_tokens": prompt_len + completion,
+                            },
+                        }
+                    )
+                    + "\n\n"
+                )
             yield "data: [DONE]\n\n"
         finally:
             if finish is None:

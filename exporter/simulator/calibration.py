@@ -37,18 +37,22 @@ class ActivityProfile:
 #: trace phase ``prefill_gemm_bf16`` (bf16 GEMM 8192^3): compute-bound, tensor pipes busy.
 #: Its measured power (651 W) is the power-capped value; the demand at full clock is
 #: GEMM_POWER_DEMAND_W below, the cap lowered the clock to 1522 MHz.
-GEMM = ActivityProfile(nvml_gpu_util=95.0, nvml_mem_util=23.9, sm_util=92.3, sm_occupancy=13.6,
-                       tensor_util=89.5, dram_bw_util=17.1, power_w=651.3)
+GEMM = ActivityProfile(
+    nvml_gpu_util=95.0, nvml_mem_util=23.9, sm_util=92.3, sm_occupancy=13.6, tensor_util=89.5, dram_bw_util=17.1, power_w=651.3
+)
 #: trace phase ``decode_gemv_bf16`` (28672x8192 weights times 8 columns): weight-streaming decode.
-GEMV = ActivityProfile(nvml_gpu_util=82.5, nvml_mem_util=91.3, sm_util=62.7, sm_occupancy=8.8,
-                       tensor_util=11.0, dram_bw_util=71.5, power_w=536.7)
+GEMV = ActivityProfile(
+    nvml_gpu_util=82.5, nvml_mem_util=91.3, sm_util=62.7, sm_occupancy=8.8, tensor_util=11.0, dram_bw_util=71.5, power_w=536.7
+)
 #: trace phase ``d2d_copy`` (2 GiB device-to-device): pure HBM streaming, the model for
 #: long-context attention that reads the KV cache.
-STREAM = ActivityProfile(nvml_gpu_util=98.1, nvml_mem_util=100.0, sm_util=97.4, sm_occupancy=78.3,
-                         tensor_util=0.1, dram_bw_util=86.6, power_w=416.2)
+STREAM = ActivityProfile(
+    nvml_gpu_util=98.1, nvml_mem_util=100.0, sm_util=97.4, sm_occupancy=78.3, tensor_util=0.1, dram_bw_util=86.6, power_w=416.2
+)
 #: trace phase ``h2d_copy_pcie``: a PCIe copy keeps NVML "GPU util" at 99 % with idle SMs.
-PCIE_COPY = ActivityProfile(nvml_gpu_util=99.1, nvml_mem_util=2.0, sm_util=0.0, sm_occupancy=0.0,
-                            tensor_util=0.0, dram_bw_util=1.1, power_w=132.9)
+PCIE_COPY = ActivityProfile(
+    nvml_gpu_util=99.1, nvml_mem_util=2.0, sm_util=0.0, sm_occupancy=0.0, tensor_util=0.0, dram_bw_util=1.1, power_w=132.9
+)
 
 #: trace phase ``idle`` (also ``init``): deep idle, clocks parked, bitmask 0x1 (GPU idle).
 IDLE_POWER_W = 81.2
@@ -126,7 +130,7 @@ def clock_scale_for(power_demand_w: float, power_limit_w: float) -> float:
         return 1.0
     dynamic = max(power_demand_w - IDLE_POWER_W, 1e-9)
     allowed = max(target - IDLE_POWER_W, 1.0)
-    return max(0.2, (allowed / dynamic) ** (1.0 / POWER_CLOCK_EXPONENT))
+    return max(0.2, math.pow(allowed / dynamic, 1.0 / POWER_CLOCK_EXPONENT))
 
 
 def capped_power(power_demand_w: float, power_limit_w: float) -> float:

@@ -41,8 +41,17 @@ BASE_FB_MIB = 617.0
 #: Activations and CUDA graphs, per GPU.
 ACTIVATION_MIB = 2048.0
 #: Cumulative values kept per step for windowed gauges, in this order.
-_WINDOW_KEYS = ("generation_tokens", "prompt_tokens_local_compute", "prefix_hits", "prefix_queries",
-                "spec_drafts", "spec_accepted_tokens", "spec_draft_tokens", "decode_steps", "decode_batch")
+_WINDOW_KEYS = (
+    "generation_tokens",
+    "prompt_tokens_local_compute",
+    "prefix_hits",
+    "prefix_queries",
+    "spec_drafts",
+    "spec_accepted_tokens",
+    "spec_draft_tokens",
+    "decode_steps",
+    "decode_batch",
+)
 
 
 class EngineStopped(Exception):
@@ -116,8 +125,20 @@ class EngineSnapshot:
         cfg = self.config
         finished = {k: v for k, v in s.counter_by("finished", "reason").items() if k}
         hist = {}
-        for name in ("ttft", "itl", "tpot", "e2e", "queue", "inference", "prefill", "decode", "iteration_tokens",
-                     "prompt_len", "gen_len", "request_preemptions"):
+        for name in (
+            "ttft",
+            "itl",
+            "tpot",
+            "e2e",
+            "queue",
+            "inference",
+            "prefill",
+            "decode",
+            "iteration_tokens",
+            "prompt_len",
+            "gen_len",
+            "request_preemptions",
+        ):
             data = s.histogram(name)
             hist[name] = {"count": data.count, "sum": data.sum}
         return {
@@ -143,9 +164,12 @@ class EngineSnapshot:
                 "cpu_blocks_used": self.cpu_blocks_used,
             },
             "preemptions": s.counter("preemptions"),
-            "prefix_cache": {"queried_tokens": s.counter("prefix_queries"), "hit_tokens": s.counter("prefix_hits"),
-                             "external_queried_tokens": s.counter("external_queries"),
-                             "external_hit_tokens": s.counter("external_hits")},
+            "prefix_cache": {
+                "queried_tokens": s.counter("prefix_queries"),
+                "hit_tokens": s.counter("prefix_hits"),
+                "external_queried_tokens": s.counter("external_queries"),
+                "external_hit_tokens": s.counter("external_hits"),
+            },
             "tokens": {
                 "prompt": s.counter("prompt_tokens"),
                 "prompt_cached": s.counter("prompt_tokens_cached"),
@@ -167,9 +191,12 @@ class EngineSnapshot:
                 "accepted_tokens": s.counter("spec_accepted_tokens"),
                 "accepted_per_position": [s.counter("spec_accepted_per_pos", position=str(i)) for i in range(cfg.spec_tokens)],
             },
-            "swap": {"out_blocks": s.counter("swap_out_blocks"), "in_blocks": s.counter("swap_in_blocks"),
-                     "offload_loaded_blocks": s.counter("offload_loaded_blocks"),
-                     "offload_stored_blocks": s.counter("offload_stored_blocks")},
+            "swap": {
+                "out_blocks": s.counter("swap_out_blocks"),
+                "in_blocks": s.counter("swap_in_blocks"),
+                "offload_loaded_blocks": s.counter("offload_loaded_blocks"),
+                "offload_stored_blocks": s.counter("offload_stored_blocks"),
+            },
             "scheduler": {
                 "thread_native_id": self.scheduler_thread_id,
                 "cpu_seconds": self.scheduler_cpu_seconds,
@@ -196,8 +223,7 @@ class Engine:
         self.stats = EngineStats(buckets)
         self.clock = SimClock(config.time_scale)
         self.scheduler = Scheduler(config, self.stats)
-        self.telemetry = GpuTelemetry(config.gpus, config.gpu_window_s, fb_used_mib(config), config.power_limit_w,
-                                      config.seed)
+        self.telemetry = GpuTelemetry(config.gpus, config.gpu_window_s, fb_used_mib(config), config.power_limit_w, config.seed)
         self._params = gpu_params(config)
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
@@ -237,8 +263,15 @@ class Engine:
         if self._stopping.is_set() or not self._thread.is_alive():
             raise EngineStopped("the simulated engine is not running")
         rid = next(self._ids)
-        req = SimRequest(id=f"sim-{rid}", prompt_ids=prompt_ids, max_tokens=max_tokens, streaming=streaming,
-                         sink=sink, arrival=self.clock.now(), seed=rid)
+        req = SimRequest(
+            id=f"sim-{rid}",
+            prompt_ids=prompt_ids,
+            max_tokens=max_tokens,
+            streaming=streaming,
+            sink=sink,
+            arrival=self.clock.now(),
+            seed=rid,
+        )
         with self._cond:
             self.scheduler.submit(req)
             self._cond.notify_all()
@@ -379,8 +412,14 @@ class Engine:
     def _window_rates(self, now: float) -> dict[str, float]:
         """Engine-computed windowed gauges (as SGLang / llama.cpp / TRT-LLM publish them)."""
         if len(self._window) < 2:
-            return {"generation_tokens_per_s": 0.0, "prompt_tokens_per_s": 0.0, "cache_hit_rate": 0.0,
-                    "spec_accept_rate": 0.0, "spec_accept_length": 0.0, "busy_slots_per_decode": 0.0}
+            return {
+                "generation_tokens_per_s": 0.0,
+                "prompt_tokens_per_s": 0.0,
+                "cache_hit_rate": 0.0,
+                "spec_accept_rate": 0.0,
+                "spec_accept_length": 0.0,
+                "busy_slots_per_decode": 0.0,
+            }
         (t_a, a), (t_b, b) = self._window[0], self._window[-1]
         span = max(now - t_a, t_b - t_a, 1e-9)
         d = {k: b[i] - a[i] for i, k in enumerate(_WINDOW_KEYS)}

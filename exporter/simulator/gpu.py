@@ -62,8 +62,15 @@ class GpuTelemetry:
     own bookkeeping between back-to-back steps counts as nothing.
     """
 
-    def __init__(self, gpus: int, window_s: float, fb_used_mib: float, power_limit_w: float, seed: int = 0,
-                 wall: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        gpus: int,
+        window_s: float,
+        fb_used_mib: float,
+        power_limit_w: float,
+        seed: int = 0,
+        wall: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.gpus = gpus
         self.window = window_s
         self.fb_used_mib = fb_used_mib

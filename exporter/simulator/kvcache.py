@@ -27,7 +27,7 @@ def block_hashes(token_ids: Sequence[int], block_size: int, prev: bytes | None =
     out: list[bytes] = []
     chain = prev or b""
     for i in range(len(token_ids) // block_size):
-        chunk = token_ids[i * block_size:(i + 1) * block_size]
+        chunk = token_ids[i * block_size : (i + 1) * block_size]
         chain = hashlib.blake2b(chain + struct.pack(f"<{block_size}I", *chunk), digest_size=12).digest()
         out.append(chain)
     return out

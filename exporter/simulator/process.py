@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from exporter.simulator.cli import READY_PREFIX
+from exporter.commands.simulate import READY_PREFIX
 
 _URL = re.compile(r"(https?://\S+)")
 _PR_SET_PDEATHSIG = 1
@@ -39,10 +39,25 @@ def die_with_parent() -> None:
 class SimulatorProcess:
     """A simulator child process; ``start()`` waits for it to listen, ``stop()`` ends it."""
 
-    def __init__(self, scenario: str = "healthy", dialect: str = "vllm", settings: dict[str, Any] | None = None,
-                 host: str = "127.0.0.1", extra_args: list[str] | None = None) -> None:
-        self.args = [sys.executable, "-m", "exporter.simulator", "--scenario", scenario, "--dialect", dialect,
-                     "--listen-address", f"{host}:0"]
+    def __init__(
+        self,
+        scenario: str = "healthy",
+        dialect: str = "vllm",
+        settings: dict[str, Any] | None = None,
+        host: str = "127.0.0.1",
+        extra_args: list[str] | None = None,
+    ) -> None:
+        self.args = [
+            sys.executable,
+            "-m",
+            "exporter.simulator",
+            "--scenario",
+            scenario,
+            "--dialect",
+            dialect,
+            "--listen-address",
+            f"{host}:0",
+        ]
         for name, value in (settings or {}).items():
             self.args += ["--" + name.replace("_", "-"), str(value).lower() if isinstance(value, bool) else str(value)]
         self.args += extra_args or []
@@ -61,8 +76,9 @@ class SimulatorProcess:
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env.setdefault("PYTHONUNBUFFERED", "1")
-        self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                     preexec_fn=die_with_parent)
+        self.proc = subprocess.Popen(
+            self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, preexec_fn=die_with_parent
+        )
         threading.Thread(target=self._pump, name="sim-output", daemon=True).start()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -90,7 +90,7 @@ class SimRequest:
             start = len(self.hashes)
             # chain from the last known hash: only the new blocks are hashed
             prev = self.hashes[-1] if self.hashes else None
-            self.hashes.extend(block_hashes(ids[start * block_size: full * block_size], block_size, prev))
+            self.hashes.extend(block_hashes(ids[start * block_size : full * block_size], block_size, prev))
         return self.hashes
 
     def next_output_word(self) -> tuple[str, int]:

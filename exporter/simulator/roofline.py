@@ -129,7 +129,10 @@ def step_cost(work: StepWork, params: GpuParams) -> list[GpuStep]:
             d_flops = share * 2.0 * params.draft_share * geo.params_b * 1e9 * work.decode_seqs
             d_bytes = share * params.draft_share * geo.weight_bytes
             d_time = work.draft_passes * (
-                max(d_flops / (cal.PEAK_BF16_FLOPS * cal.COMPUTE_EFFICIENCY * clock), d_bytes / (params.hbm_bytes_s * cal.MEMORY_EFFICIENCY))
+                max(
+                    d_flops / (cal.PEAK_BF16_FLOPS * cal.COMPUTE_EFFICIENCY * clock),
+                    d_bytes / (params.hbm_bytes_s * cal.MEMORY_EFFICIENCY),
+                )
                 + cal.STEP_OVERHEAD_S
             )
             gemv = {k: getattr(cal.GEMV, k) for k in PROFILE_KEYS}

@@ -51,8 +51,15 @@ class Scenario:
         cfg = apply_overrides(base or SimConfig(), self.settings)
         return apply_overrides(cfg, overrides or {})
 
-    def load_spec(self, base_url: str, time_scale: float = 1.0, duration_s: float | None = None,
-                  max_requests: int | None = None, seed: int = 0, model: str | None = None) -> LoadSpec:
+    def load_spec(
+        self,
+        base_url: str,
+        time_scale: float = 1.0,
+        duration_s: float | None = None,
+        max_requests: int | None = None,
+        seed: int = 0,
+        model: str | None = None,
+    ) -> LoadSpec:
         """The load generator settings for this scenario; wall-clock values follow ``time_scale``."""
         p = self.load
         return LoadSpec(
@@ -96,8 +103,14 @@ _SCENARIOS: list[Scenario] = [
         "DRAM active high, GPU util high, ITL and TTFT well inside the SLOs, nothing waiting",
         {"num_gpu_blocks": 16384, "max_num_seqs": 128, "max_num_batched_tokens": 8192},
         # the old memory_bandwidth_bound load: the decode shape of a busy, healthy server
-        LoadProfile(concurrency=64, prompt_tokens=((7168, 1.0),), max_tokens=((512, 1.0),), shared_prefix_ratio=1.0,
-                    shared_prefix_tokens=7040, prefix_groups=1),
+        LoadProfile(
+            concurrency=64,
+            prompt_tokens=((7168, 1.0),),
+            max_tokens=((512, 1.0),),
+            shared_prefix_ratio=1.0,
+            shared_prefix_tokens=7040,
+            prefix_groups=1,
+        ),
     ),
     Scenario(
         "kv_pressure",
@@ -126,8 +139,14 @@ _SCENARIOS: list[Scenario] = [
         "GPU busy, DRAM active high, tensor active low, ITL p95 over the 0.2 s SLO, nothing waiting",
         {"num_gpu_blocks": 16384, "max_num_seqs": 192, "max_num_batched_tokens": 8192, "hbm_gb_s": 200.0},
         # one long shared document: prefill is mostly prefix-cache hits, decode reads ~7k tokens of KV per sequence
-        LoadProfile(concurrency=128, prompt_tokens=((7168, 1.0),), max_tokens=((512, 1.0),), shared_prefix_ratio=1.0,
-                    shared_prefix_tokens=7040, prefix_groups=1),
+        LoadProfile(
+            concurrency=128,
+            prompt_tokens=((7168, 1.0),),
+            max_tokens=((512, 1.0),),
+            shared_prefix_ratio=1.0,
+            shared_prefix_tokens=7040,
+            prefix_groups=1,
+        ),
     ),
     Scenario(
         "power_throttled",
@@ -142,8 +161,14 @@ _SCENARIOS: list[Scenario] = [
         "prefix cache offloaded to host memory over a narrow PCIe link: every hit is a copy",
         "NVML GPU util high while SM active is low, PCIe receive traffic high",
         {"kv_offload": True, "pcie_mib_s": 16000.0, "num_cpu_blocks": 16384},
-        LoadProfile(concurrency=32, prompt_tokens=((6144, 1.0),), max_tokens=((16, 1.0),), shared_prefix_ratio=1.0,
-                    shared_prefix_tokens=6016, prefix_groups=8),
+        LoadProfile(
+            concurrency=32,
+            prompt_tokens=((6144, 1.0),),
+            max_tokens=((16, 1.0),),
+            shared_prefix_ratio=1.0,
+            shared_prefix_tokens=6016,
+            prefix_groups=8,
+        ),
     ),
     Scenario(
         "low_spec_acceptance",
@@ -151,16 +176,18 @@ _SCENARIOS: list[Scenario] = [
         "spec acceptance rate (accepted / draft tokens) far below 0.5, throughput saturated, requests queue",
         {"spec_tokens": 4, "spec_acceptance": 0.2, "spec_draft_cost": 0.1, "num_gpu_blocks": 3584},
         # mixed lengths and staggered starts: the clients do not finish (and return) in lock-step waves
-        LoadProfile(concurrency=160, prompt_tokens=_MIXED_PROMPTS, max_tokens=_MIXED_OUTPUTS, shared_prefix_ratio=0.0,
-                    ramp_up_s=8.0),
+        LoadProfile(
+            concurrency=160, prompt_tokens=_MIXED_PROMPTS, max_tokens=_MIXED_OUTPUTS, shared_prefix_ratio=0.0, ramp_up_s=8.0
+        ),
     ),
     Scenario(
         "tp_imbalance",
         "one GPU of a 4-way tensor-parallel group does 2.5x the work of the others, under more clients than it serves",
         "SM active of GPU 0 far above the other GPUs (max / mean skew > 1.5), requests queue",
         {"gpus": 4, "tp_imbalance": 2.5, "num_gpu_blocks": 3584},
-        LoadProfile(concurrency=160, prompt_tokens=_MIXED_PROMPTS, max_tokens=_MIXED_OUTPUTS, shared_prefix_ratio=0.0,
-                    ramp_up_s=8.0),
+        LoadProfile(
+            concurrency=160, prompt_tokens=_MIXED_PROMPTS, max_tokens=_MIXED_OUTPUTS, shared_prefix_ratio=0.0, ramp_up_s=8.0
+        ),
     ),
     Scenario(
         "batching_window",
@@ -175,8 +202,15 @@ _SCENARIOS: list[Scenario] = [
         "waiting near the queue limit, aborts (client timeouts) and 429 rejections piling up, no layer at its limit",
         # 8 slots and a KV cache that holds them at 60-80 %: neither slots-with-free-memory nor a full cache
         {"max_num_seqs": 8, "max_queue_len": 64, "num_gpu_blocks": 480},
-        LoadProfile(concurrency=96, prompt_tokens=((512, 1.0),), max_tokens=((256, 1.0),), shared_prefix_ratio=0.0,
-                    timeout_s=6.0, retries=2, ramp_up_s=3.0),
+        LoadProfile(
+            concurrency=96,
+            prompt_tokens=((512, 1.0),),
+            max_tokens=((256, 1.0),),
+            shared_prefix_ratio=0.0,
+            timeout_s=6.0,
+            retries=2,
+            ramp_up_s=3.0,
+        ),
     ),
 ]
 

@@ -53,8 +53,16 @@ class SimulatorServer:
         self.simulator = simulator
         self.host = host
         # limit_concurrency bounds open connections (503 beyond), the queue limit bounds admitted requests
-        config = uvicorn.Config(create_app(simulator), host=host, port=port, log_level=log_level, lifespan="off",
-                                access_log=False, timeout_graceful_shutdown=2, limit_concurrency=MAX_CONNECTIONS)
+        config = uvicorn.Config(
+            create_app(simulator),
+            host=host,
+            port=port,
+            log_level=log_level,
+            lifespan="off",
+            access_log=False,
+            timeout_graceful_shutdown=2,
+            limit_concurrency=MAX_CONNECTIONS,
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="sim-http", daemon=True)
         self.port = port

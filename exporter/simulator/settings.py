@@ -53,9 +53,15 @@ class SimConfig:
     max_num_batched_tokens: int = field(default=2048, metadata=_k("per-step token budget (chunked prefill)"))
     max_model_len: int = field(default=8192, metadata=_k("longest prompt + output, tokens"))
     max_queue_len: int = field(default=256, metadata=_k("most waiting requests; beyond it requests get 429"))
-    batch_wait_s: float = field(default=0.0, metadata=_k("batching window: hold new requests until the oldest waited this long (model s)"))
-    batch_min_requests: int = field(default=0, metadata=_k("with a batching window: admit early once this many wait (0 = max_num_seqs)"))
-    stop_probability: float = field(default=0.0, metadata=_k("chance per output token that the request stops (finish_reason stop)"))
+    batch_wait_s: float = field(
+        default=0.0, metadata=_k("batching window: hold new requests until the oldest waited this long (model s)")
+    )
+    batch_min_requests: int = field(
+        default=0, metadata=_k("with a batching window: admit early once this many wait (0 = max_num_seqs)")
+    )
+    stop_probability: float = field(
+        default=0.0, metadata=_k("chance per output token that the request stops (finish_reason stop)")
+    )
     # --- KV cache --------------------------------------------------------------------
     block_size: int = field(default=16, metadata=_k("tokens per KV-cache block"))
     num_gpu_blocks: int = field(default=4096, metadata=_k("KV-cache blocks on the GPU"))
@@ -96,8 +102,19 @@ class SimConfig:
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad knob."""
-        positive_ints = ("gpus", "max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size",
-                         "num_gpu_blocks", "max_queue_len", "layers", "hidden", "kv_heads", "head_dim")
+        positive_ints = (
+            "gpus",
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "max_model_len",
+            "block_size",
+            "num_gpu_blocks",
+            "max_queue_len",
+            "layers",
+            "hidden",
+            "kv_heads",
+            "head_dim",
+        )
         for name in positive_ints:
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name}: expected a positive integer, got {getattr(self, name)!r}")
@@ -125,7 +142,7 @@ class SimConfig:
         return dataclasses.asdict(self)
 
 
-def knob_fields() -> list[dataclasses.Field]:  # type: ignore[type-arg]
+def knob_fields() -> list[dataclasses.Field[Any]]:
     """The fields the CLI exposes as flags (all of them)."""
     return list(dataclasses.fields(SimConfig))
 

@@ -13,8 +13,26 @@ from typing import Any
 
 #: Words the simulated model "generates" (cycled deterministically per request).
 VOCAB: tuple[str, ...] = (
-    "the", "layer", "cache", "token", "batch", "kernel", "memory", "queue", "prefill", "decode",
-    "block", "tensor", "stream", "clock", "power", "thread", "model", "scheduler", "latency", "window",
+    "the",
+    "layer",
+    "cache",
+    "token",
+    "batch",
+    "kernel",
+    "memory",
+    "queue",
+    "prefill",
+    "decode",
+    "block",
+    "tensor",
+    "stream",
+    "clock",
+    "power",
+    "thread",
+    "model",
+    "scheduler",
+    "latency",
+    "window",
 )
 #: Words a chat template adds around each message.
 ROLE_TAG = "<|{role}|>"

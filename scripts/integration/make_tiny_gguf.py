@@ -9,6 +9,7 @@ directly with the `gguf` package: an SPM ("llama") vocabulary of <unk>/<s>/</s>,
 
 Shape: n_embd 128, n_ff 256, 2 layers, 4 heads, 2 KV heads (head size 32), context 2048.
 """
+
 from __future__ import annotations
 
 import sys
@@ -24,9 +25,34 @@ N_HEAD_KV = 2
 HEAD_DIM = N_EMBD // N_HEAD
 N_CTX_TRAIN = 2048
 WORDS = [
-    "the", "cache", "block", "token", "prefix", "model", "server", "request", "queue",
-    "layer", "kernel", "memory", "decode", "prefill", "batch", "metric", "alpha", "beta",
-    "gamma", "delta", "one", "two", "three", "four", "five", "six", "seven", "eight",
+    "the",
+    "cache",
+    "block",
+    "token",
+    "prefix",
+    "model",
+    "server",
+    "request",
+    "queue",
+    "layer",
+    "kernel",
+    "memory",
+    "decode",
+    "prefill",
+    "batch",
+    "metric",
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
 ]
 
 

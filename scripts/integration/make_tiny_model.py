@@ -9,6 +9,7 @@ Shape: hidden 128, intermediate 256, 2 layers, 4 attention heads, 2 KV heads, so
 head size is 32 -- the smallest the vLLM CPU attention backend accepts.
 Run it with the vLLM venv's python (it needs torch, transformers, tokenizers).
 """
+
 from __future__ import annotations
 
 import json
@@ -30,9 +31,31 @@ CHAT_TEMPLATE = (
 def _corpus(n_lines: int = 2000) -> list[str]:
     rng = random.Random(1234)
     words = [
-        "the", "cache", "block", "token", "prefix", "model", "server", "request",
-        "queue", "layer", "kernel", "memory", "decode", "prefill", "batch", "metric",
-        "alpha", "beta", "gamma", "delta", "one", "two", "three", "four", "five",
+        "the",
+        "cache",
+        "block",
+        "token",
+        "prefix",
+        "model",
+        "server",
+        "request",
+        "queue",
+        "layer",
+        "kernel",
+        "memory",
+        "decode",
+        "prefill",
+        "batch",
+        "metric",
+        "alpha",
+        "beta",
+        "gamma",
+        "delta",
+        "one",
+        "two",
+        "three",
+        "four",
+        "five",
     ]
     letters = "abcdefghijklmnopqrstuvwxyz0123456789 .,:;!?-_()[]{}'\"\n"
     lines = []

@@ -12,7 +12,7 @@ def test_render_is_cached_per_store_version() -> None:
     assert cache.render() is first  # same bytes object: nothing re-rendered
     store.record_success("gpu", [Sample("llm_gpu_power_watts", {"gpu": "0", "uuid": "u"}, 200)], 0.0)
     second = cache.render()
-    assert second is not first and b"llm_gpu_power_watts{gpu=\"0\",uuid=\"u\"} 200.0" in second
+    assert second is not first and b'llm_gpu_power_watts{gpu="0",uuid="u"} 200.0' in second
 
 
 def test_unknown_names_are_dropped_and_logged_once(caplog) -> None:  # type: ignore[no-untyped-def]

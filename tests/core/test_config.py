@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cli import UsageError
 from exporter.config import add_serve_arguments, load_config
+from exporter.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
 

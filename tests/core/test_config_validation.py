@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cli import UsageError
 from exporter.config import add_serve_arguments, load_config
-from tests.helpers import free_port
+from exporter.errors import UsageError
+from tests.support.ports import free_port
 from tests.tls import self_signed_cert
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,7 +70,10 @@ def test_flags_out_of_range_name_the_flag(argv: list[str], needle: str) -> None:
         ("engines:\n  - url: http://a:1\n    name: 5\n", "engines[0]: name: expected a non-empty string"),
         ("engines:\n  - url: http://a:1\n    type: [vllm]\n", "engines[0]: type: expected one of"),
         ("engines:\n  - url: http://a:1\n    interval: 0.01\n", "engines[0]: interval: expected 0.1 to 3600"),
-        ("engines:\n  - url: http://a:1\n    interval: 2\n    timeout: 2\n", "engines[0]: timeout 2 s must be less than its interval 2 s"),
+        (
+            "engines:\n  - url: http://a:1\n    interval: 2\n    timeout: 2\n",
+            "engines[0]: timeout 2 s must be less than its interval 2 s",
+        ),
         ("engines:\n  - url: http://a:1\n    timeout: true\n", "engines[0]: timeout: expected a positive number"),
         ("engines:\n  - url: http://a:1\n    max_series: 1.5\n", "engines[0]: max_series: expected a positive integer"),
         ("engines:\n  - url: http://a:1\n    max_series: true\n", "engines[0]: max_series: expected a positive integer"),
@@ -83,7 +86,10 @@ def test_flags_out_of_range_name_the_flag(argv: list[str], needle: str) -> None:
         ("engines:\n  - 5\n", "engines[0]: expected a mapping with a url"),
         ("engines:\n  url: http://a:1\n", "engines: expected a list"),
         ("engine_interval: 1\nengines:\n  - url: http://a:1\n    interval: 0.5\n", ""),  # valid: derived timeout 0.45
-        ("engine_timeout: 3\nengines:\n  - url: http://a:1\n    interval: 1\n", "engines[0]: timeout 3 s must be less than its interval 1 s"),
+        (
+            "engine_timeout: 3\nengines:\n  - url: http://a:1\n    interval: 1\n",
+            "engines[0]: timeout 3 s must be less than its interval 1 s",
+        ),
         ("listen_address: 9750\n", ": listen_address: expected a non-empty string, got 9750"),
         ("gpu_interval: [1]\n", ": gpu_interval: expected a positive number"),
         ("gpu_interval: true\n", ": gpu_interval: expected a positive number"),
@@ -138,21 +144,41 @@ def _cli_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
         (tmp / name).write_text(text)
     return [
         ("tiny interval", ["--gpu-interval", "1e-9"], "--gpu-interval: expected 0.1 to 3600 seconds, got '1e-9'"),
-        ("timeout over interval", ["--gpu-interval", "1", "--gpu-timeout", "2"], "--gpu-timeout: 2 s must be less than --gpu-interval 1 s"),
-        ("engine timeout over interval", ["--config", str(tmp / "timeout.yaml")], "engines[0]: timeout 5 s must be less than its interval 1 s"),
-        ("port out of range", ["--listen-address", "127.0.0.1:99999"], "--listen-address: expected HOST:PORT with a port 1-65535"),
+        (
+            "timeout over interval",
+            ["--gpu-interval", "1", "--gpu-timeout", "2"],
+            "--gpu-timeout: 2 s must be less than --gpu-interval 1 s",
+        ),
+        (
+            "engine timeout over interval",
+            ["--config", str(tmp / "timeout.yaml")],
+            "engines[0]: timeout 5 s must be less than its interval 1 s",
+        ),
+        (
+            "port out of range",
+            ["--listen-address", "127.0.0.1:99999"],
+            "--listen-address: expected HOST:PORT with a port 1-65535",
+        ),
         ("url is a number", ["--config", str(tmp / "url5.yaml")], "engines[0]: url: expected an http(s) URL string, got 5"),
         ("missing config", ["--config", str(tmp / "nope.yaml")], f"--config: cannot read {tmp}/nope.yaml"),
-        ("certificate as key_file", ["--web-config-file", str(tmp / "web-key-is-cert.yml")],
-         f"--web-config-file: {tmp}/web-key-is-cert.yml: tls_server_config.key_file: {cert} holds no PEM private key (it is a certificate"),
+        (
+            "certificate as key_file",
+            ["--web-config-file", str(tmp / "web-key-is-cert.yml")],
+            f"--web-config-file: {tmp}/web-key-is-cert.yml: tls_server_config.key_file: {cert} holds no PEM private key (it is a certificate",
+        ),
         ("missing key_file", ["--web-config-file", str(tmp / "web-missing.yml")], "tls_server_config.key_file: file"),
         ("missing web config", ["--web-config-file", str(tmp / "nope.yml")], "--web-config-file: cannot read"),
         ("TLS 1.0", ["--web-config-file", str(tmp / "web-tls10.yml")], "tls_server_config.min_version: TLS10 is refused"),
-        ("unverified client certs", ["--web-config-file", str(tmp / "web-any.yml")], "client_auth_type: RequireAnyClientCert is refused"),
+        (
+            "unverified client certs",
+            ["--web-config-file", str(tmp / "web-any.yml")],
+            "client_auth_type: RequireAnyClientCert is refused",
+        ),
         ("users not a mapping", ["--web-config-file", str(tmp / "web-users.yml")], "basic_auth_users: expected a mapping"),
     ]
 
 
+@pytest.mark.slow  # a dozen CLI start-ups
 def test_cli_prints_one_line_and_exits_2(tmp_path: Path) -> None:
     port = free_port()
     failures = []

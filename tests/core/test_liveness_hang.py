@@ -16,7 +16,7 @@ from exporter.collector import ExpositionCache
 from exporter.runner import RunnerGroup, SourceRunner
 from exporter.samples import Sample, SampleResult
 from exporter.store import SnapshotStore
-from tests.helpers import wait_for
+from tests.support.waiting import wait_until
 
 VALUE_LINE = b'llm_scheduler_requests_waiting{engine="",model="",rank="",server="h"} 7.0'
 UP = b'llm_exporter_source_up{source="engine:h"} 1.0'
@@ -70,10 +70,10 @@ def test_a_hung_sample_reads_down_within_timeout_plus_one_second_and_recovers(ca
     group.add(src)
     group.start()
     try:
-        assert wait_for(lambda: UP in cache.render() and VALUE_LINE in cache.render(), timeout=5)
+        wait_until(lambda: UP in cache.render() and VALUE_LINE in cache.render(), 5, "the first sample served")
         src.hang.set()
-        assert wait_for(lambda: src.blocked_at is not None, timeout=5)
-        assert wait_for(lambda: DOWN in cache.render(), timeout=src.timeout + 1.0)
+        wait_until(lambda: src.blocked_at is not None, 5, "the sample to block")
+        wait_until(lambda: DOWN in cache.render(), src.timeout + 1.0, "the hung source to read down")
         assert src.blocked_at is not None and time.monotonic() - src.blocked_at <= src.timeout + 1.0
         body = cache.render()
         assert VALUE_LINE not in body  # the hung source's stale values are dropped at once
@@ -81,12 +81,14 @@ def test_a_hung_sample_reads_down_within_timeout_plus_one_second_and_recovers(ca
         st = store.states()["engine:h"]
         assert not st.up and st.last_error is not None and st.last_error.reason == "timeout"
         # the watchdog logs the hang while it lasts
-        assert wait_for(lambda: any("engine:h down: timeout" in r.getMessage() for r in caplog.records), timeout=2)
+        wait_until(
+            lambda: any("engine:h down: timeout" in r.getMessage() for r in caplog.records), 2, "the watchdog's hang log line"
+        )
         time.sleep(0.3)
         assert DOWN in cache.render() and _timeouts(cache.render()) == 1.0  # still down, counted once
         src.release.set()
         released = time.monotonic()
-        assert wait_for(lambda: UP in cache.render() and VALUE_LINE in cache.render(), timeout=5)
+        wait_until(lambda: UP in cache.render() and VALUE_LINE in cache.render(), 5, "the source to recover")
         assert time.monotonic() - released <= src.interval + 1.0
         assert _timeouts(cache.render()) == 1.0  # the late return of the hung attempt is not counted again
     finally:
@@ -103,7 +105,7 @@ def test_close_never_runs_under_an_in_flight_sample(caplog: pytest.LogCaptureFix
     runner = SourceRunner(src, store)
     runner.start()
     try:
-        assert wait_for(lambda: src.blocked_at is not None, timeout=5)
+        wait_until(lambda: src.blocked_at is not None, 5, "the sample to block")
         started = time.monotonic()
         runner.stop(timeout=0.3)
         assert time.monotonic() - started < 2.0  # the wait is bounded
@@ -111,7 +113,7 @@ def test_close_never_runs_under_an_in_flight_sample(caplog: pytest.LogCaptureFix
         assert any("still running" in r.getMessage() for r in caplog.records)
     finally:
         src.release.set()
-    assert wait_for(lambda: not runner._thread.is_alive(), timeout=5)
+    wait_until(lambda: not runner._thread.is_alive(), 5, "the runner thread to end")
     runner.stop(timeout=1.0)  # nothing in flight now: it closes
     assert src.closed and not src.closed_while_running
 
@@ -126,7 +128,7 @@ def test_group_stop_waits_a_bounded_time_in_all() -> None:
         group.add(s)
     group.start()
     try:
-        assert wait_for(lambda: all(s.blocked_at is not None for s in sources), timeout=5)
+        wait_until(lambda: all(s.blocked_at is not None for s in sources), 5, "every sample to block")
         started = time.monotonic()
         group.stop(timeout=0.5)
         assert time.monotonic() - started < 1.5  # one shared deadline, not 0.5 s per source

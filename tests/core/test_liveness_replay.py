@@ -14,7 +14,7 @@ from exporter.gpu import replay as replay_module
 from exporter.runner import RunnerGroup
 from exporter.samples import SourceError
 from exporter.store import SnapshotStore
-from tests.helpers import wait_for
+from tests.support.waiting import wait_until
 
 TRACE = Path(replay_module.__file__).resolve().parent.parent / "data" / "traces" / "kernels.csv"
 
@@ -30,7 +30,9 @@ def _big_trace(tmp_path: Path, megabytes: float) -> Path:
     return path
 
 
-def test_files_are_parsed_when_the_source_is_built_not_in_its_first_sample(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_files_are_parsed_when_the_source_is_built_not_in_its_first_sample(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = _big_trace(tmp_path, 3.0)
     calls = []
     real = replay_module.parse_trace
@@ -70,17 +72,21 @@ def test_a_slow_reparse_reads_down_while_it_parses_then_up(tmp_path: Path, monke
     group.add(source)
     group.start()
     try:
-        assert wait_for(lambda: store.snapshot().source_up("gpu"), timeout=5)
+        wait_until(lambda: store.snapshot().source_up("gpu"), 5, "the replayed GPU up")
         monkeypatch.setattr(replay_module, "parse_trace", slow_parse)
         path.write_text(TRACE.read_text() + "\n")  # the file changes on disk: the next sample re-parses it
         os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))
         assert parsing.wait(5)
-        assert wait_for(lambda: not store.snapshot().source_up("gpu"), timeout=0.3 + 1.0)
+        wait_until(lambda: not store.snapshot().source_up("gpu"), 0.3 + 1.0, "the slow parse to read down")
         snap = store.snapshot()
         assert snap.values("llm_gpu_power_watts") == []
         assert snap.sources["gpu"].last_error is not None and snap.sources["gpu"].last_error.reason == "timeout"
         finish.set()
-        assert wait_for(lambda: store.snapshot().source_up("gpu") and store.snapshot().values("llm_gpu_power_watts"), timeout=5)
+        wait_until(
+            lambda: store.snapshot().source_up("gpu") and store.snapshot().values("llm_gpu_power_watts"),
+            5,
+            "the replayed GPU back up with values",
+        )
     finally:
         finish.set()
         group.stop()

@@ -23,7 +23,7 @@ from exporter.basicauth import BasicAuthVerifier, CpuBudget, Verdict, bcrypt_cos
 from exporter.server import OPEN_PATHS, create_app
 from exporter.store import SnapshotStore
 from exporter.webconfig import load_web_config
-from tests.helpers import UvicornThread
+from tests.support.asgi import UvicornThread
 
 
 def _hash(password: bytes, cost: int = 4) -> bytes:
@@ -285,7 +285,9 @@ def test_http_contract_open_probes_and_everything_else_guarded(tmp_path: Path) -
         assert requests.get(base + "/metrics", auth=("prom", "right"), timeout=5).status_code == 200
 
 
-def test_http_503_with_retry_after_when_the_pool_is_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, check: _CountingCheck) -> None:
+def test_http_503_with_retry_after_when_the_pool_is_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, check: _CountingCheck
+) -> None:
     class Small(BasicAuthVerifier):
         def __init__(self, users):  # type: ignore[no-untyped-def]
             super().__init__(users, workers=1, max_pending=1, max_wait=5.0)

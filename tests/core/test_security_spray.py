@@ -19,21 +19,23 @@ from __future__ import annotations
 import base64
 import http.client
 import json
-import os
 import random
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import bcrypt
 import pytest
 
-from tests.helpers import free_port, wait_for
+from tests.support.ports import free_port
+from tests.support.processes import Child
+from tests.support.waiting import wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow  # a 30 s spray and a 90-guess timing comparison on a live serve
+
 USER, PASSWORD = "prometheus", "correct horse battery staple"
 SPRAY_CLIENTS, SPRAY_SECONDS = 16, 30.0
 METRICS_P99_S, HEALTHZ_P99_S = 0.050, 0.020
@@ -84,25 +86,23 @@ def exporter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     web = tmp / "web.yml"
     web.write_text(f"basic_auth_users:\n  {USER}: '{hashed}'\n")
     port = free_port()
-    log = open(tmp / "serve.log", "wb")
-    proc = subprocess.Popen(
-        [*_cli(), "serve", "--gpu-source", "none", "--listen-address", f"127.0.0.1:{port}",
-         "--web-config-file", str(web), "--log-level", "warning"],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"),
-    )
-    try:
-        assert wait_for(lambda: _get(http.client.HTTPConnection("127.0.0.1", port, timeout=2), "/healthz")[0] == 200, timeout=60), (
-            (tmp / "serve.log").read_text()
+    argv = [
+        *_cli(),
+        "serve",
+        "--gpu-source",
+        "none",
+        "--listen-address",
+        f"127.0.0.1:{port}",
+        "--web-config-file",
+        str(web),
+        "--log-level",
+        "warning",
+    ]
+    with Child(argv, "serve", log_dir=tmp).start() as proc:
+        proc.wait_ready(
+            lambda: _get(http.client.HTTPConnection("127.0.0.1", port, timeout=2), "/healthz")[0] == 200, 60, "/healthz to answer"
         )
         yield port
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        log.close()
 
 
 def _auth(user: str, password: str) -> dict[str, str]:
@@ -136,13 +136,19 @@ def test_spray_of_wrong_passwords_keeps_metrics_and_healthz_fast(exporter: int) 
     metrics, health = (http.client.HTTPConnection("127.0.0.1", port, timeout=10) for _ in range(2))
     good = _auth(USER, PASSWORD)
     # the first check may miss its 3 s wait on a starved machine (503); it still ends up cached
-    assert wait_for(lambda: _get(http.client.HTTPConnection("127.0.0.1", port, timeout=10), "/metrics", good)[0] == 200, timeout=30)
+    wait_until(
+        lambda: _get(http.client.HTTPConnection("127.0.0.1", port, timeout=10), "/metrics", good)[0] == 200,
+        30,
+        "the first authorised /metrics",
+    )
     for _ in range(30):  # warm-up, on the connections that measure
         assert _get(metrics, "/metrics", good)[0] == 200
         assert _get(health, "/healthz")[0] == 200
     sprayer = subprocess.Popen(
         [sys.executable, "-c", SPRAYER, str(port), str(SPRAY_SECONDS), str(SPRAY_CLIENTS), USER],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     m_times: list[float] = []
     h_times: list[float] = []
@@ -182,7 +188,7 @@ def test_spray_of_wrong_passwords_keeps_metrics_and_healthz_fast(exporter: int) 
 def test_wrong_user_and_wrong_password_take_the_same_time(exporter: int) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", exporter, timeout=10)
     # checks a spray left queued are dropped within max_wait (3 s); until then a guess may get 503
-    assert wait_for(lambda: _get(conn, "/metrics", _auth(USER, "warm-up"))[0] == 401, timeout=15)
+    wait_until(lambda: _get(conn, "/metrics", _auth(USER, "warm-up"))[0] == 401, 15, "a wrong password answered 401")
     times: dict[str, list[float]] = {"user": [], "password": []}
     busy = 0
     rng = random.Random(13)
@@ -200,6 +206,8 @@ def test_wrong_user_and_wrong_password_take_the_same_time(exporter: int) -> None
                 times[kind].append(elapsed)
     wrong_user, wrong_password = statistics.median(times["user"]), statistics.median(times["password"])
     ratio = max(wrong_user, wrong_password) / min(wrong_user, wrong_password)
-    print(f"\nmedian wrong user {wrong_user * 1000:.1f} ms, wrong password {wrong_password * 1000:.1f} ms, ratio {ratio:.3f}, 503s {busy}")
+    print(
+        f"\nmedian wrong user {wrong_user * 1000:.1f} ms, wrong password {wrong_password * 1000:.1f} ms, ratio {ratio:.3f}, 503s {busy}"
+    )
     assert wrong_user > 0.010, "a wrong user must cost a bcrypt check, as a wrong password does"
     assert ratio <= 1.20, f"wrong user {wrong_user * 1000:.1f} ms vs wrong password {wrong_password * 1000:.1f} ms"

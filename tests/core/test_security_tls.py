@@ -6,10 +6,8 @@ handshake; "refused" means the client got no HTTP answer.
 
 from __future__ import annotations
 
-import os
 import socket
 import ssl
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,7 +17,9 @@ from cryptography.hazmat.primitives import serialization
 from exporter.server import create_app
 from exporter.store import SnapshotStore
 from exporter.webconfig import WebConfig, load_web_config
-from tests.helpers import UvicornThread, free_port, wait_for
+from tests.support.asgi import UvicornThread
+from tests.support.ports import free_port
+from tests.support.processes import Child
 from tests.tls import self_signed_cert
 
 
@@ -39,8 +39,14 @@ def _web_config(tmp_path: Path, pki: dict[str, Path], extra: str = "") -> WebCon
     return load_web_config(str(f))
 
 
-def _client(pki: dict[str, Path], *, min_v: ssl.TLSVersion | None = None, max_v: ssl.TLSVersion | None = None,
-            ciphers: str | None = None, cert: str | None = None) -> ssl.SSLContext:
+def _client(
+    pki: dict[str, Path],
+    *,
+    min_v: ssl.TLSVersion | None = None,
+    max_v: ssl.TLSVersion | None = None,
+    ciphers: str | None = None,
+    cert: str | None = None,
+) -> ssl.SSLContext:
     ctx = ssl.create_default_context(cafile=str(pki["server_cert"]))
     if min_v:
         ctx.minimum_version = min_v
@@ -65,7 +71,7 @@ def _get(port: int, ctx: ssl.SSLContext) -> tuple[str, str, bytes] | None:
                 tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
                 data = tls.recv(4096)
                 version, cipher = tls.version() or "", tls.cipher()[0]  # type: ignore[index]
-    except (ssl.SSLError, ConnectionError, socket.timeout):
+    except (TimeoutError, ssl.SSLError, ConnectionError):
         return None
     if not data:
         return None
@@ -130,7 +136,9 @@ def _write_bad_keys(tmp_path: Path, pki: dict[str, Path]) -> dict[str, Path]:
     key = serialization.load_pem_private_key(pki["server_key"].read_bytes(), password=None)
     encrypted = tmp_path / "encrypted.pem"
     encrypted.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.BestAvailableEncryption(b"pw"))
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.BestAvailableEncryption(b"pw")
+        )
     )
     junk = tmp_path / "junk.pem"
     junk.write_text("not a certificate\n")
@@ -151,8 +159,14 @@ def _write_bad_keys(tmp_path: Path, pki: dict[str, Path]) -> dict[str, Path]:
         ("client_auth_type: Sometimes", "client_auth_type: expected one of"),
         ("client_auth_type: RequireAndVerifyClientCert", "client_ca_file: required"),
         ("client_ca_file: {client_cert}", "client_auth_type is NoClientCert"),
-        ("client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: {junk}", "client_ca_file: " + "{junk} holds no PEM certificate"),
-        ("client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: /nope.pem", "client_ca_file: file '/nope.pem' does not exist"),
+        (
+            "client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: {junk}",
+            "client_ca_file: " + "{junk} holds no PEM certificate",
+        ),
+        (
+            "client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: /nope.pem",
+            "client_ca_file: file '/nope.pem' does not exist",
+        ),
         ("cipher_suites: [TLS_RSA_WITH_RC4_128_SHA]", "unknown or insecure suite"),
         ("cipher_suites: [TLS_AES_128_GCM_SHA256]", "TLS 1.3 suites are fixed"),
         ("cipher_suites: TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384", "expected a list"),
@@ -192,25 +206,27 @@ def test_tls_files_are_loaded_at_start_up(tmp_path: Path, pki: dict[str, Path], 
 def test_serve_honours_min_version_end_to_end(tmp_path: Path, pki: dict[str, Path]) -> None:
     """The real CLI wires the web config's context into uvicorn: no TLS 1.2 handshake gets through."""
     web = tmp_path / "web.yml"
-    web.write_text(f"tls_server_config:\n  cert_file: {pki['server_cert']}\n  key_file: {pki['server_key']}\n  min_version: TLS13\n")
+    web.write_text(
+        f"tls_server_config:\n  cert_file: {pki['server_cert']}\n  key_file: {pki['server_key']}\n  min_version: TLS13\n"
+    )
     port = free_port()
     script = Path(sys.executable).with_name("llm-layer-exporter")
     cli = [str(script)] if script.exists() else [sys.executable, "-m", "exporter"]
-    proc = subprocess.Popen(
-        [*cli, "serve", "--gpu-source", "none", "--listen-address", f"127.0.0.1:{port}", "--web-config-file", str(web),
-         "--log-level", "error"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ, PYTHONUNBUFFERED="1"),
-    )
-    try:
-        assert wait_for(lambda: _get(port, _client(pki)) is not None, timeout=60)
+    argv = [
+        *cli,
+        "serve",
+        "--gpu-source",
+        "none",
+        "--listen-address",
+        f"127.0.0.1:{port}",
+        "--web-config-file",
+        str(web),
+        "--log-level",
+        "error",
+    ]
+    with Child(argv, "serve-tls13").start() as proc:
+        proc.wait_ready(lambda: _get(port, _client(pki)) is not None, 60, "a TLS 1.3 handshake")
         ok = _get(port, _client(pki))
         refused = _get(port, _client(pki, max_v=ssl.TLSVersion.TLSv1_2))
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
     assert ok is not None and ok[0] == "TLSv1.3" and ok[2] == b"HTTP/1.1 200 OK"
     assert refused is None

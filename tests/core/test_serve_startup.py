@@ -9,18 +9,24 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
+import pytest
 
 from exporter.commands import serve
-from tests.helpers import free_port, wait_for
+from tests.support.ports import free_port
+from tests.support.processes import Child, exporter_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
 
 
 def _serve(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "exporter", "serve", "--gpu-source", "none", "--log-level", "info", *args],
-                          env=ENV, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "exporter", "serve", "--gpu-source", "none", "--log-level", "info", *args],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_port_in_use_is_one_line_and_exit_4_before_serving() -> None:
@@ -38,8 +44,11 @@ def test_port_in_use_is_one_line_and_exit_4_before_serving() -> None:
 def test_address_not_on_this_host_is_exit_4() -> None:
     out = _serve("--listen-address", f"192.0.2.1:{free_port()}")  # TEST-NET-1: never a local address
     assert out.returncode == 4, out
-    assert out.stderr.strip().splitlines() == [
-        out.stderr.strip()] and "cannot listen on 192.0.2.1:" in out.stderr and "serving" not in out.stderr
+    assert (
+        out.stderr.strip().splitlines() == [out.stderr.strip()]
+        and "cannot listen on 192.0.2.1:" in out.stderr
+        and "serving" not in out.stderr
+    )
 
 
 def test_bad_config_is_still_exit_2() -> None:
@@ -48,8 +57,9 @@ def test_bad_config_is_still_exit_2() -> None:
 
 
 def test_help_documents_the_exit_statuses() -> None:
-    out = subprocess.run([sys.executable, "-m", "exporter", "serve", "--help"], env=ENV, capture_output=True, text=True,
-                         timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "exporter", "serve", "--help"], env=ENV, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0
     assert "exit status:" in out.stdout and "4    cannot listen on --listen-address" in out.stdout
     assert "2    a bad flag" in out.stdout
@@ -73,18 +83,13 @@ def test_bind_listen_socket_names_the_reason() -> None:
         sock.close()
 
 
+@pytest.mark.slow  # a serve start-up and a clean SIGTERM shutdown: 1-5 s
 def test_serve_on_a_free_port_answers_and_ends_by_sigterm() -> None:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "exporter", "serve", "--gpu-source", "none", "--log-level", "info",
-                             "--listen-address", f"127.0.0.1:{port}"], env=ENV, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    try:
-        assert wait_for(lambda: httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).status_code == 200, timeout=60)
-        proc.send_signal(signal.SIGTERM)
-        output, _ = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-    assert proc.returncode == -signal.SIGTERM, output  # uvicorn shuts down, then re-raises the signal
+    argv = exporter_argv("serve", "--gpu-source", "none", "--log-level", "info", "--listen-address", f"127.0.0.1:{port}")
+    with Child(argv, "serve", env=ENV) as proc:
+        proc.wait_http(f"http://127.0.0.1:{port}/metrics", 60)
+        code = proc.stop(grace_s=30)  # TERM; KILL (and a wrong status) only if it ignores TERM for 30 s
+    output = proc.output()
+    assert code == -signal.SIGTERM, output  # uvicorn shuts down, then re-raises the signal
     assert f"serving on 127.0.0.1:{port}" in output

@@ -7,9 +7,10 @@ import re
 import shutil
 import subprocess
 import sys
-from functools import lru_cache
+from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import yaml
@@ -87,14 +88,16 @@ def binds(service: dict[str, Any]) -> dict[str, Path]:
 # --------------------------------------------------------------------------- Helm
 
 
-@lru_cache(maxsize=None)
+@cache
 def _chart(path: str) -> Any:
     import helm_python
 
     return helm_python.Chart.load(path)
 
 
-def render_raw(values: dict[str, Any] | None = None, chart: Path = CHART, name: str = "rel", namespace: str = "monitoring") -> dict[str, str]:
+def render_raw(
+    values: dict[str, Any] | None = None, chart: Path = CHART, name: str = "rel", namespace: str = "monitoring"
+) -> dict[str, str]:
     """Template path -> rendered text, by Helm's own engine (helm-python-sdk)."""
     return _chart(str(chart)).render(values, name=name, namespace=namespace)
 
@@ -134,7 +137,14 @@ def sidecar_parent(tmp_path: Path) -> Path:
 
 #: volume types the "restricted" profile allows
 RESTRICTED_VOLUMES = {
-    "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret",
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
 }
 
 

@@ -11,19 +11,22 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
-
 from deploy_helpers import COMPOSE_FILE, DASHBOARDS_JSON, ROOT, binds, compose_config, dashboard_sources, run, tool
+
+from tests.support.markers import external_fixture
 
 DEMO = {"simulator", "load", "exporter", "prometheus", "alertmanager", "webhook", "grafana"}
 GPU = {"vllm", "exporter-gpu", "load-gpu"}
 
 
 @pytest.fixture(scope="module")
+@external_fixture  # docker-compose resolves the file
 def config() -> dict[str, Any]:
     return compose_config()
 
 
 @pytest.fixture(scope="module")
+@external_fixture
 def gpu_config() -> dict[str, Any]:
     return compose_config("gpu")
 
@@ -76,13 +79,19 @@ def test_ports_bind_to_localhost_unless_asked(config: dict[str, Any], gpu_config
 
 
 def test_images_are_pinned_and_the_exporter_is_built_here(gpu_config: dict[str, Any]) -> None:
+    built = {}
     for name, service in gpu_config["services"].items():
         image = service["image"]
         repo, _, tag = image.rpartition(":")
         if "build" in service:
-            assert image == "llm-layer-exporter:local" and Path(service["build"]["context"]) == ROOT
+            assert Path(service["build"]["context"]) == ROOT
+            built[name] = (image, tuple(sorted((service["build"].get("args") or {}).items())))
             continue
         assert repo and tag and tag != "latest" and re.search(r"\d+\.\d+", tag), f"{name}: {image}"
+    # the simulator needs the tools extra (Dockerfile EXTRAS=tools); every other service runs
+    # the production image, the runtime only
+    assert built.pop("simulator") == ("llm-layer-exporter:local-tools", (("EXTRAS", "tools"),))
+    assert built and set(built.values()) == {("llm-layer-exporter:local", ())}, built
 
 
 # --------------------------------------------------------------------------- the demo wiring
@@ -154,7 +163,7 @@ def test_prometheus_uses_the_shipped_rules_and_passes_promtool(config: dict[str,
     service = config["services"]["prometheus"]
     mounted = binds(service)
     rules = sorted((ROOT / "alerts").glob("*_rules.yml"))
-    assert {p.name for p in rules} == {"recording_rules.yml", "alerting_rules.yml"}
+    assert {p.name for p in rules} == {"recording_rules.yml", "alerting_rules.yml", "fleet_rules.yml"}
     assert set(rules) <= set(mounted.values()), "every alerts/*_rules.yml is mounted, not a copy"
     mirror(service, tmp_path)
     config_file = tmp_path / flag(service, "--config.file").lstrip("/")
@@ -199,11 +208,15 @@ def test_grafana_provisions_the_datasource_and_every_dashboard(config: dict[str,
     service = config["services"]["grafana"]
     mirror(service, tmp_path)
     provisioning = tmp_path / "etc" / "grafana" / "provisioning"
-    datasources = [d for f in sorted((provisioning / "datasources").glob("*.y*ml")) for d in yaml.safe_load(f.read_text())["datasources"]]
+    datasources = [
+        d for f in sorted((provisioning / "datasources").glob("*.y*ml")) for d in yaml.safe_load(f.read_text())["datasources"]
+    ]
     (prom,) = [d for d in datasources if d["type"] == "prometheus"]
     url = urlsplit(prom["url"])
     assert url.hostname == "prometheus" and url.port == 9090, prom["url"]
-    providers = [p for f in sorted((provisioning / "dashboards").glob("*.y*ml")) for p in yaml.safe_load(f.read_text())["providers"]]
+    providers = [
+        p for f in sorted((provisioning / "dashboards").glob("*.y*ml")) for p in yaml.safe_load(f.read_text())["providers"]
+    ]
     seen = set()
     for provider in providers:
         folder = tmp_path / provider["options"]["path"].lstrip("/")
@@ -219,7 +232,7 @@ def test_grafana_provisions_the_datasource_and_every_dashboard(config: dict[str,
 def test_nothing_is_a_copy(gpu_config: dict[str, Any]) -> None:
     """Rules, Alertmanager config and dashboards come from alerts/ and dashboards/ only."""
     for name, service in gpu_config["services"].items():
-        for target, source in binds(service).items():
+        for source in binds(service).values():
             rel = source.relative_to(ROOT)
             assert rel.parts[0] in ("alerts", "dashboards", "deploy"), f"{name}: {rel}"
     deploy_files = [p.name for p in (ROOT / "deploy").rglob("*") if p.is_file()]

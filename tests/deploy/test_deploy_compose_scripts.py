@@ -10,12 +10,12 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
-
 from deploy_helpers import ROOT
 
 SCRIPTS = ROOT / "deploy" / "compose"
@@ -88,10 +88,13 @@ def fake() -> Iterator[FakeOpenAI]:
 def _load(url: str, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(SCRIPTS / "load.py"), "--target", url + "/", "--duration", "3", "--report-seconds", "0.5", *extra],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
+@pytest.mark.slow  # runs the load script for seconds
 def test_load_keeps_the_asked_concurrency_with_shared_prefixes(fake: FakeOpenAI) -> None:
     result = _load(fake.url, "--concurrency", "4", "--max-tokens", "16")
     assert result.returncode == 0, result.stderr
@@ -106,6 +109,7 @@ def test_load_keeps_the_asked_concurrency_with_shared_prefixes(fake: FakeOpenAI)
     assert int(last.split()[1]) == len(fake.bodies) and last.endswith(" 0 errors")
 
 
+@pytest.mark.slow  # runs the load script for seconds
 def test_load_counts_errors_and_keeps_going() -> None:
     server = FakeOpenAI(completions_status=429)
     try:
@@ -119,7 +123,12 @@ def test_load_counts_errors_and_keeps_going() -> None:
 
 
 def test_load_rejects_bad_arguments() -> None:
-    result = subprocess.run([sys.executable, str(SCRIPTS / "load.py"), "--target", "http://x", "--concurrency", "0"], capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        [sys.executable, str(SCRIPTS / "load.py"), "--target", "http://x", "--concurrency", "0"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert result.returncode == 2 and "--concurrency" in result.stderr
 
 
@@ -131,25 +140,49 @@ def test_webhook_prints_one_line_per_alert(tmp_path: Path) -> None:
         port = s.getsockname()[1]
     proc = subprocess.Popen(
         [sys.executable, "-u", str(SCRIPTS / "webhook.py"), "--listen", f"127.0.0.1:{port}"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert proc.stdout is not None
         assert "listening" in proc.stdout.readline()
         payload = {
-            "version": "4", "status": "firing", "receiver": "team-serving",
+            "version": "4",
+            "status": "firing",
+            "receiver": "team-serving",
             "alerts": [
-                {"status": "firing", "labels": {"alertname": "LLMKVCachePressure", "severity": "critical", "layer": "memory", "instance": "exporter"},
-                 "annotations": {"summary": "KV cache is the limit"}},
-                {"status": "resolved", "labels": {"alertname": "LLMQueueBacklog", "severity": "warning", "layer": "scheduler", "instance": "exporter"},
-                 "annotations": {}},
+                {
+                    "status": "firing",
+                    "labels": {
+                        "alertname": "LLMKVCachePressure",
+                        "severity": "critical",
+                        "layer": "memory",
+                        "instance": "exporter",
+                    },
+                    "annotations": {"summary": "KV cache is the limit"},
+                },
+                {
+                    "status": "resolved",
+                    "labels": {
+                        "alertname": "LLMQueueBacklog",
+                        "severity": "warning",
+                        "layer": "scheduler",
+                        "instance": "exporter",
+                    },
+                    "annotations": {},
+                },
             ],
         }
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/alerts", data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{port}/alerts", data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(req, timeout=5) as resp:
             assert resp.status == 200
         first, second = proc.stdout.readline(), proc.stdout.readline()
-        assert first.split()[:2] == ["FIRING", "LLMKVCachePressure"] and "layer=memory" in first and "KV cache is the limit" in first
+        assert (
+            first.split()[:2] == ["FIRING", "LLMKVCachePressure"] and "layer=memory" in first and "KV cache is the limit" in first
+        )
         assert second.split()[:2] == ["RESOLVED", "LLMQueueBacklog"]
         bad = urllib.request.Request(f"http://127.0.0.1:{port}/alerts", data=b"not json")
         with pytest.raises(urllib.error.HTTPError) as err:

@@ -14,11 +14,23 @@ from pathlib import Path
 
 import dockerfile
 import pytest
-
 from deploy_helpers import ROOT, run, tool
 
 DOCKERFILE = ROOT / "Dockerfile"
-COMPILERS = {"gcc", "g++", "cc", "clang", "make", "build-essential", "cmake", "gfortran", "rustc", "cargo", "python3-dev", "libc6-dev"}
+COMPILERS = {
+    "gcc",
+    "g++",
+    "cc",
+    "clang",
+    "make",
+    "build-essential",
+    "cmake",
+    "gfortran",
+    "rustc",
+    "cargo",
+    "python3-dev",
+    "libc6-dev",
+}
 
 
 def _stages() -> tuple[dict[str, str], list[dict]]:
@@ -94,7 +106,7 @@ def test_runs_as_numeric_non_root_user() -> None:
     # nothing after USER switches back to root
     cmds = stages[-1]["cmds"]
     last_user = max(i for i, c in enumerate(cmds) if c.cmd == "USER")
-    assert not any(c.cmd == "RUN" for c in cmds[last_user + 1:]), "RUN after USER runs as the user; keep set-up before it"
+    assert not any(c.cmd == "RUN" for c in cmds[last_user + 1 :]), "RUN after USER runs as the user; keep set-up before it"
 
 
 def test_entrypoint_cmd_healthcheck() -> None:
@@ -141,6 +153,7 @@ def _dockerignore_allows(rel: str) -> bool:
     return allowed
 
 
+@pytest.mark.slow  # builds and installs a wheel
 def test_builder_stage_builds_an_installable_wheel_from_the_ignored_context(tmp_path: Path) -> None:
     """Lay out the build context .dockerignore lets through, then run the builder stage's
     wheel build on it: the wheel must carry the package, its data and the entry point."""
@@ -162,7 +175,9 @@ def test_builder_stage_builds_an_installable_wheel_from_the_ignored_context(tmp_
     wheels = tmp_path / "wheels"
     result = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(wheels), str(context)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     (wheel,) = wheels.glob("llm_layer_exporter-*.whl")
@@ -172,8 +187,28 @@ def test_builder_stage_builds_an_installable_wheel_from_the_ignored_context(tmp_
         assert "llm-layer-exporter = exporter.cli:main" in zf.read(entry_points).decode()
     assert "exporter/cli.py" in names and "exporter/commands/serve.py" in names
     assert any(n.startswith("exporter/data/traces/") and n.endswith(".csv") for n in names)
+    # the runtime's requirements carry no tools; the `tools` extra carries them (pyproject.toml)
+    with zipfile.ZipFile(wheel) as zf:
+        metadata = zf.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    requires = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    for tool_package in ("rich", "httpx", "matplotlib"):
+        (line,) = [r for r in requires if re.match(rf"{tool_package}\b", r)]
+        assert 'extra == "tools"' in line, line
 
 
-@pytest.mark.parametrize("path", ["tests/core/test_config.py", "helm/llm-layer-exporter/Chart.yaml", ".git/HEAD", "exporter/__pycache__/x.pyc"])
+def test_the_production_image_installs_the_runtime_only() -> None:
+    """EXTRAS empty by default (the runtime only); EXTRAS=tools installs wheel[tools] (compose's simulator)."""
+    _, stages = _stages()
+    builder = stages[0]
+    args = {c.value[0].partition("=")[0]: c.value[0].partition("=")[2] for c in builder["cmds"] if c.cmd == "ARG"}
+    assert args["EXTRAS"] == '""'
+    runs = " ".join(" ".join(c.value) for c in builder["cmds"] if c.cmd == "RUN")
+    assert '"$1${EXTRAS:+[${EXTRAS}]}"' in runs
+    assert "EXTRAS" in (ROOT / "docs" / "deployment.md").read_text()
+
+
+@pytest.mark.parametrize(
+    "path", ["tests/core/test_config.py", "helm/llm-layer-exporter/Chart.yaml", ".git/HEAD", "exporter/__pycache__/x.pyc"]
+)
 def test_dockerignore_keeps_the_context_small(path: str) -> None:
     assert not _dockerignore_allows(path)

@@ -12,7 +12,6 @@ from typing import Any
 import helm_python
 import pytest
 import yaml
-
 from deploy_helpers import (
     CHART,
     CRD_KINDS,
@@ -39,9 +38,30 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
         "hostPID": True,
         "gpu": {"source": "dcgm:$(NODE_IP):5555", "runtimeClassName": "nvidia", "interval": 2},
         "engines": [
-            {"url": "http://vllm.inference.svc:8000/metrics", "name": "llama", "type": "vllm", "process": "vllm", "bearerTokenSecret": TOKEN},
-            {"url": "https://sglang.inference.svc:30000", "name": "sglang", "type": "sglang", "tlsVerify": True,
-             "caBundleConfigMap": {"name": "serving-ca", "key": "ca.crt"}, "interval": 10, "maxSeries": 5000},
+            {
+                "url": "http://vllm.inference.svc:8000/metrics",
+                "name": "llama",
+                "type": "vllm",
+                "process": "vllm",
+                "bearerTokenSecret": TOKEN,
+            },
+            {
+                "url": "https://sglang.inference.svc:30000",
+                "name": "sglang",
+                "type": "sglang",
+                "tlsVerify": True,
+                "caBundleConfigMap": {"name": "serving-ca", "key": "ca.crt"},
+                "interval": 10,
+                "maxSeries": 5000,
+            },
+            {
+                "url": "http://tgi.inference.svc:8080/metrics",
+                "name": "tgi",
+                "type": "tgi",
+                "followRedirects": True,
+                "basicAuth": {"username": "scraper", "passwordSecret": {"name": "tgi-auth", "key": "password"}},
+                "probe": {"interval": "15s", "max_tokens": 8, "timeout": "10s"},
+            },
         ],
         "groups": {"tp0": [0, 1], "tp1": [2, 3]},
         "diagnosis": {"slo_ttft_p95_seconds": 0.5, "kv_usage_full": 0.85},
@@ -85,6 +105,9 @@ BAD_VALUES = [
     ({"engines": [{"url": "vllm:8000"}]}, "/engines/0/url"),
     ({"engines": [{"url": "http://a:1", "type": "ollama"}]}, "/engines/0/type"),
     ({"engines": [{"url": "http://a:1", "bearerTokenSecret": {"name": "x"}}]}, "key"),
+    ({"engines": [{"url": "http://a:1", "interval": 0.01}]}, "interval"),
+    ({"engines": [{"url": "http://a:1", "basicAuth": {"username": "u"}}]}, "passwordSecret"),
+    ({"engines": [{"url": "http://a:1", "probe": {"api": "grpc"}}]}, "probe"),
     ({"engines": [{"url": "http://a:1", "bearer_token_file": "/x"}]}, "bearer_token_file"),
     ({"gpu": {"source": "cuda"}}, "/gpu/source"),
     ({"port": "9750"}, "/port"),
@@ -210,7 +233,17 @@ def _check_scrape_endpoint(ep: dict[str, Any], values_jobname: str = "llm-layer-
     job = [r for r in ep["relabelings"] if r.get("targetLabel") == "job"]
     assert job == [{"action": "replace", "targetLabel": "job", "replacement": values_jobname}]
     for r in ep["relabelings"]:
-        assert r["action"] in ("replace", "keep", "drop", "labelmap", "labeldrop", "labelkeep", "hashmod", "lowercase", "uppercase")
+        assert r["action"] in (
+            "replace",
+            "keep",
+            "drop",
+            "labelmap",
+            "labeldrop",
+            "labelkeep",
+            "hashmod",
+            "lowercase",
+            "uppercase",
+        )
 
 
 @pytest.mark.parametrize("variant", ["with-monitoring", "sidecar"])
@@ -218,7 +251,9 @@ def test_prometheus_operator_objects_are_well_formed(variant: str) -> None:
     docs = render(VARIANTS[variant])
     crds = [d for d in docs if d["kind"] in CRD_KINDS]
     assert crds
-    workload_ports = {p["name"] for d in by_kind(docs, "DaemonSet") for c in d["spec"]["template"]["spec"]["containers"] for p in c["ports"]}
+    workload_ports = {
+        p["name"] for d in by_kind(docs, "DaemonSet") for c in d["spec"]["template"]["spec"]["containers"] for p in c["ports"]
+    }
     for obj in crds:
         assert obj["apiVersion"] == "monitoring.coreos.com/v1"
         assert set(obj) == {"apiVersion", "kind", "metadata", "spec"}
@@ -270,7 +305,9 @@ def test_prometheus_rule_groups_equal_alerts() -> None:
 def test_dashboard_configmaps_equal_dashboards() -> None:
     sources = {p.name: p.read_bytes().decode("utf-8") for p in dashboard_sources()}
     assert sources, "no dashboards to compare"
-    maps = [d for d in by_kind(render(VARIANTS["with-monitoring"]), "ConfigMap") if "grafana_dashboard" in d["metadata"]["labels"]]
+    maps = [
+        d for d in by_kind(render(VARIANTS["with-monitoring"]), "ConfigMap") if "grafana_dashboard" in d["metadata"]["labels"]
+    ]
     rendered: dict[str, str] = {}
     for cm in maps:
         assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
@@ -305,8 +342,17 @@ def test_host_pid_is_the_only_exception_and_only_when_asked() -> None:
 
 def test_the_checker_sees_what_it_should() -> None:
     # null removes a default in Helm's value merge
-    unset = dict.fromkeys(("runAsNonRoot", "seccompProfile", "capabilities", "allowPrivilegeEscalation", "readOnlyRootFilesystem"))
-    pod = _pod(render({"securityContext": {**unset, "privileged": True}, "podSecurityContext": {"runAsNonRoot": None, "seccompProfile": None}}))
+    unset = dict.fromkeys(
+        ("runAsNonRoot", "seccompProfile", "capabilities", "allowPrivilegeEscalation", "readOnlyRootFilesystem")
+    )
+    pod = _pod(
+        render(
+            {
+                "securityContext": {**unset, "privileged": True},
+                "podSecurityContext": {"runAsNonRoot": None, "seccompProfile": None},
+            }
+        )
+    )
     found = pod_security_violations(pod)
     assert "llm-layer-exporter: privileged" in found
     assert "llm-layer-exporter: runAsNonRoot is not true" in found
@@ -373,11 +419,15 @@ def test_config_file_and_args_are_accepted_by_the_exporter(tmp_path: Path) -> No
     cfg = load_config(parsed, environ={})
     assert cfg.gpu_source == "dcgm:10.0.0.7:5555"
     assert cfg.port == 9750 and cfg.gpu_interval == 2 and cfg.log_level == "debug"
-    llama, sglang = cfg.engines
+    llama, sglang, tgi = cfg.engines
     assert (llama.name, llama.type, llama.process) == ("llama", "vllm", "vllm")
     assert llama.bearer_token_file and Path(llama.bearer_token_file).read_text() == "secret-or-ca\n"
     assert sglang.ca_bundle and Path(sglang.ca_bundle).is_file() and sglang.bearer_token_file is None
     assert sglang.url == "https://sglang.inference.svc:30000/metrics" and sglang.interval == 10 and sglang.max_series == 5000
+    assert tgi.follow_redirects and tgi.basic_auth_username == "scraper" and tgi.bearer_token_file is None
+    assert tgi.basic_auth_password_file and Path(tgi.basic_auth_password_file).read_text() == "secret-or-ca\n"
+    assert tgi.probe is not None and tgi.probe.interval == 15 and tgi.probe.max_tokens == 8 and llama.probe is None
+    assert "tgi-auth" not in text and "secret-or-ca" not in text  # the config names the file, never the secret
     assert cfg.groups == {"tp0": [0, 1], "tp1": [2, 3]}
     thresholds = Thresholds.from_mapping(cfg.diagnosis)
     assert thresholds.slo_ttft_p95_seconds == 0.5 and thresholds.kv_usage_full == 0.85
@@ -389,7 +439,10 @@ def test_default_slos_agree_with_the_alerts() -> None:
 
     slo = yaml.safe_load((ROOT / "alerts" / "config.yaml").read_text())["slo"]
     values = yaml.safe_load((CHART / "values.yaml").read_text())
-    for diagnosis in (values["diagnosis"], yaml.safe_load((ROOT / "deploy" / "compose" / "exporter.yml").read_text())["diagnosis"]):
+    for diagnosis in (
+        values["diagnosis"],
+        yaml.safe_load((ROOT / "deploy" / "compose" / "exporter.yml").read_text())["diagnosis"],
+    ):
         t = Thresholds.from_mapping(diagnosis)
         assert (t.slo_ttft_p95_seconds, t.slo_itl_p95_seconds) == (slo["ttft_seconds"], slo["itl_seconds"])
 

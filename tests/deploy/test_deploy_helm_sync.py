@@ -23,7 +23,9 @@ def test_chart_copies_equal_the_sources_byte_for_byte() -> None:
     pairs = _pairs()
     for source, copy in pairs:
         assert copy.is_file(), f"{copy.relative_to(ROOT)} missing: run python3 helm/sync.py"
-        assert copy.read_bytes() == source.read_bytes(), f"{copy.relative_to(ROOT)} differs from {source.relative_to(ROOT)}: run python3 helm/sync.py"
+        assert copy.read_bytes() == source.read_bytes(), (
+            f"{copy.relative_to(ROOT)} differs from {source.relative_to(ROOT)}: run python3 helm/sync.py"
+        )
     copies = {c for _, c in pairs}
     extra = [p for d in (CHART / "dashboards", CHART / "files" / "rules") for p in d.iterdir() if p not in copies]
     assert extra == [], f"chart files without a source: {extra}"

@@ -16,18 +16,16 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 import requests
 
-from tests.helpers import free_port
+from tests.support.fake_engine import FakeEngine
+from tests.support.ports import free_port
+from tests.support.processes import Child
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -57,73 +55,55 @@ def readme_line(pattern: str) -> str:
     return found[0]
 
 
-class _Engine(BaseHTTPRequestHandler):
-    body = b""
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        self.send_response(200 if self.path == "/metrics" else 404)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(self.body)))
-        self.end_headers()
-        self.wfile.write(self.body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 def test_readme_install_then_serve_line_as_written(tmp_path: Path) -> None:
     install = readme_line(r"pip install \.")
     serve = readme_line(r"llm-layer-exporter serve --engine http://127\.0\.0\.1:8000 ")
     assert shlex.split(serve)[:2] == ["llm-layer-exporter", "serve"]
 
     try:
-        engine = ThreadingHTTPServer(("127.0.0.1", ENGINE_PORT), type("E", (_Engine,), {"body": FIXTURE.read_bytes()}))
+        engine = FakeEngine(FIXTURE.read_bytes(), port=ENGINE_PORT)
     except OSError as err:
         pytest.skip(f"127.0.0.1:{ENGINE_PORT} is taken ({err.strerror}); the README's line names that port")
-    threading.Thread(target=engine.serve_forever, daemon=True).start()
     clone = tmp_path / "clone"
     proc = None
     try:
         subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, timeout=120)
         subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "venv")], check=True, timeout=120)
         bindir = tmp_path / "venv" / "bin"
-        env = {"HOME": os.environ.get("HOME", str(tmp_path)), "PATH": f"{bindir}{os.pathsep}/usr/local/bin:/usr/bin:/bin",
-               "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+        env = {
+            "HOME": os.environ.get("HOME", str(tmp_path)),
+            "PATH": f"{bindir}{os.pathsep}/usr/local/bin:/usr/bin:/bin",
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        }
         done = subprocess.run(["bash", "-c", install], cwd=clone, env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         program = bindir / "llm-layer-exporter"
         assert program.is_file(), "the install did not put llm-layer-exporter in the venv's bin/"
 
         port = free_port()
-        log = tmp_path / "serve.log"
-        with log.open("w") as fh:
-            proc = subprocess.Popen(["bash", "-c", f"exec {serve}"], cwd=tmp_path, stdout=fh, stderr=subprocess.STDOUT,
-                                    env={**env, "LLM_EXPORTER_LISTEN_ADDRESS": f"127.0.0.1:{port}"}, start_new_session=True)
-        deadline = time.monotonic() + 60
-        text = ""
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
-                if 'llm_engine_info{' in text and 'engine="vllm"' in text:
-                    break
-            except requests.RequestException:
-                pass
-            time.sleep(0.5)
-        assert proc.poll() is None, f"serve exited {proc.returncode}:\n{log.read_text()[-2000:]}"
-        assert 'engine="vllm"' in text, f"no vLLM values on /metrics:\n{log.read_text()[-2000:]}"
-        assert re.search(r'llm_exporter_build_info\{', text)
+        proc = Child(
+            ["bash", "-c", f"exec {serve}"],
+            "serve",
+            env={**env, "LLM_EXPORTER_LISTEN_ADDRESS": f"127.0.0.1:{port}"},
+            inherit_env=False,
+            cwd=tmp_path,
+            log_dir=tmp_path,
+            group=True,
+            grace_s=15.0,
+        ).start()
+
+        def vllm_values() -> str | None:
+            text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+            return text if "llm_engine_info{" in text and 'engine="vllm"' in text else None
+
+        text = proc.wait_ready(vllm_values, 60, "vLLM values on /metrics", interval=0.5)
+        assert re.search(r"llm_exporter_build_info\{", text)
         verdict = requests.get(f"http://127.0.0.1:{port}/diagnosis", timeout=5).json()
         assert verdict["schema_version"] == 2 and verdict["state"] in ("healthy", "degraded", "unknown")
     finally:
-        if proc is not None and proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
-        engine.shutdown()
-        engine.server_close()
+        if proc is not None:
+            proc.stop()
+        engine.close()
 
 
 def test_the_readme_serve_lines_parse_as_real_commands() -> None:

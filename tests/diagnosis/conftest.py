@@ -12,7 +12,8 @@ from exporter.runner import SourceRunner
 from exporter.samples import SampleResult
 from exporter.store import SnapshotStore
 from tests.diagnosis.diag_points import engine, gpu, histogram
-from tests.helpers import UvicornThread, wait_for
+from tests.support.asgi import UvicornThread
+from tests.support.waiting import wait_until
 
 PCIE_COPY = gpu(util=0.99, sm=0.0, tensor=0.0, dram=0.01, pcie=58e9)
 
@@ -51,10 +52,8 @@ def live_exporter():
     try:
         with UvicornThread(app) as server:
             base = f"http://127.0.0.1:{server.port}"
-            assert wait_for(lambda: requests.get(base + "/diagnosis", timeout=2).json()["primary"], timeout=10)
+            wait_until(lambda: requests.get(base + "/diagnosis", timeout=2).json()["primary"], 10, "a verdict with a primary")
             yield base, store
     finally:
         for r in runners:
             r.stop()
-
-

@@ -65,7 +65,14 @@ def gpu(
         points.append(_s("llm_gpu_nvlink_transmit_bytes_per_second", labels, nvlink / 2))
         points.append(_s("llm_gpu_nvlink_receive_bytes_per_second", labels, nvlink / 2))
     active = set(reasons)
-    for reason in ("gpu_idle", "sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"):
+    for reason in (
+        "gpu_idle",
+        "sw_power_cap",
+        "hw_slowdown",
+        "sw_thermal_slowdown",
+        "hw_thermal_slowdown",
+        "hw_power_brake_slowdown",
+    ):
         points.append(_s("llm_gpu_throttle_reason_active", {**labels, "reason": reason}, 1.0 if reason in active else 0.0))
     return points
 
@@ -123,8 +130,12 @@ def histogram(name: str, observations: Iterable[float], bounds: tuple[float, ...
     return HistogramSample(name, ENG, buckets, float(sum(obs)), float(len(obs)))
 
 
-def run(cycles: list[list[Point]], thresholds: Thresholds | None = None, interval: float = 1.0,
-        groups: dict[str, list[int]] | None = None) -> list[Verdict]:
+def run(
+    cycles: list[list[Point]],
+    thresholds: Thresholds | None = None,
+    interval: float = 1.0,
+    groups: dict[str, list[int]] | None = None,
+) -> list[Verdict]:
     """Feed one snapshot per cycle to a fresh engine; every verdict, in order."""
     eng = DiagnosisEngine(thresholds or Thresholds(), groups)
     return [eng.observe(Snapshot(1000.0 + i * interval, pts, {})) for i, pts in enumerate(cycles)]

@@ -46,7 +46,7 @@ def snapshot(points: list[Point], timestamp: float) -> Snapshot:
 
 #: what each supplied symptom looks like to the engine: (TTFT, ITL) of every request, seconds
 SYMPTOM_LATENCIES: dict[str, tuple[float, float]] = {
-    "none": (0.2, 0.03),   # well inside the default SLOs (2 s, 0.2 s)
+    "none": (0.2, 0.03),  # well inside the default SLOs (2 s, 0.2 s)
     "ttft": (3.0, 0.03),
     "itl": (0.2, 0.4),
 }

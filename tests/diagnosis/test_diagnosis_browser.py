@@ -6,37 +6,20 @@ from __future__ import annotations
 
 import csv
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import requests
 
 from exporter.gpu.replay import bundled_trace
-from tests.helpers import free_port, wait_for
+from tests.support.browser import run_chromium
+from tests.support.ports import free_port
+from tests.support.processes import Child, exporter_argv
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.external]
 
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--virtual-time-budget=5000",
-    "--dump-dom",
-]
-
-
-def chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        if path := shutil.which(name):
-            return path
-    pytest.skip("headless Chromium not installed (Debian: apt-get install -y chromium)")
+#: let the page's JavaScript fetch /diagnosis and render before the DOM is read
+RENDER = "--virtual-time-budget=5000"
 
 
 def h2d_trace(tmp_path: Path) -> Path:
@@ -55,29 +38,17 @@ def h2d_trace(tmp_path: Path) -> Path:
 @pytest.fixture
 def served(tmp_path):
     port = free_port()
-    cmd = [sys.executable, "-m", "exporter", "serve", "--gpu-source", f"replay:{h2d_trace(tmp_path)}",
-           "--listen-address", f"127.0.0.1:{port}", "--gpu-interval", "0.5"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=Path(__file__).resolve().parents[2])
+    argv = exporter_argv(
+        "serve", "--gpu-source", f"replay:{h2d_trace(tmp_path)}", "--listen-address", f"127.0.0.1:{port}", "--gpu-interval", "0.5"
+    )
     base = f"http://127.0.0.1:{port}"
-    try:
-        ok = wait_for(lambda: requests.get(base + "/diagnosis", timeout=2).json()["bottlenecks"], timeout=30)
-        assert ok, proc.stderr.read().decode() if proc.poll() is not None else "no verdict within 30 s"
+    with Child(argv, "serve-h2d").start() as proc:
+        proc.wait_ready(lambda: requests.get(base + "/diagnosis", timeout=2).json()["bottlenecks"], 30, "a verdict with a cause")
         yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 def test_page_dom_shows_the_active_cause(served, tmp_path):
-    browser = chromium()
-    result = subprocess.run(
-        [browser, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", served + "/"],
-        capture_output=True, text=True, timeout=120, check=False,
-    )
+    result = run_chromium([RENDER, "--dump-dom", served + "/"], tmp_path / "profile")
     dom = result.stdout
     assert result.returncode == 0, result.stderr[-2000:]
     # elements the page's JavaScript built from /diagnosis (absent from the served HTML): a replayed
@@ -99,14 +70,13 @@ def test_page_leads_with_the_state_primary_and_chain(live_exporter, tmp_path):
     """A degraded service (the live fixture: PCIe copy beside an engine over its TTFT SLO): the page
     shows the state, the primary and the chain before the layer map."""
     base, _ = live_exporter
-    result = subprocess.run(
-        [chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", base + "/"],
-        capture_output=True, text=True, timeout=120, check=False,
-    )
+    result = run_chromium([RENDER, "--dump-dom", base + "/"], tmp_path / "profile")
     dom = result.stdout
     assert result.returncode == 0, result.stderr[-2000:]
     assert re.search(r'<section id="verdict" data-state="degraded"', dom), dom[-3000:]
-    assert re.search(r'<div class="primary" id="primary">Primary: hardware / pcie_transfer_bound \(confidence 0\.\d+\)</div>', dom)
+    assert re.search(
+        r'<div class="primary" id="primary">Primary: hardware / pcie_transfer_bound \(confidence 0\.\d+\)</div>', dom
+    )
     assert re.search(r'<div class="chain" id="chain">TTFT p95 [\d.]+ s &gt; SLO 2 s ← PCIe 58\.0 GB/s', dom)
     assert "symptom: TTFT p95" in dom
     assert dom.index('id="verdict"') < dom.index('id="layers"')
@@ -114,9 +84,5 @@ def test_page_leads_with_the_state_primary_and_chain(live_exporter, tmp_path):
     # every value the JSON has is shown: no evidence cell, score or headroom reads "-" or "?"
     assert "<td>-</td>" not in dom and '<div class="score">?</div>' not in dom.split('data-layer="memory"')[0]
     shot = tmp_path / "page.png"
-    taken = subprocess.run(
-        [chromium(), *[f for f in CHROMIUM_FLAGS if f != "--dump-dom"], f"--user-data-dir={tmp_path / 'profile2'}",
-         f"--screenshot={shot}", "--window-size=1200,1400", base + "/"],
-        capture_output=True, text=True, timeout=120, check=False,
-    )
+    taken = run_chromium([RENDER, f"--screenshot={shot}", "--window-size=1200,1400", base + "/"], tmp_path / "profile2")
     assert taken.returncode == 0 and shot.is_file() and shot.stat().st_size > 10_000, taken.stderr[-2000:]

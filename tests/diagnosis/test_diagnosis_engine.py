@@ -63,8 +63,11 @@ def test_a_reported_cause_clears_after_clear_cycles_failed_cycles():
 
 
 def test_bottlenecks_sorted_by_score_and_layer_score_is_the_worst_cause():
-    pts = gpu(util=0.95, sm=0.93, tensor=0.99, dram=0.17, clock=1700e6, reasons=["sw_power_cap"], power=699) \
-        + process(0.99) + engine(waiting=40, running=64, kv=0.7)
+    pts = (
+        gpu(util=0.95, sm=0.93, tensor=0.99, dram=0.17, clock=1700e6, reasons=["sw_power_cap"], power=699)
+        + process(0.99)
+        + engine(waiting=40, running=64, kv=0.7)
+    )
     v = run(steady(pts))[-1]
     scores = [c.score for c in v.bottlenecks]
     assert scores == sorted(scores, reverse=True) and len(scores) >= 3
@@ -75,23 +78,42 @@ def test_bottlenecks_sorted_by_score_and_layer_score_is_the_worst_cause():
 
 def test_status_bands_follow_the_thresholds():
     eng = DiagnosisEngine(Thresholds(warning_score=0.4, bottleneck_score=0.8))
-    assert [eng.status(x) for x in (0.0, 0.39, 0.4, 0.79, 0.8, 1.0)] == ["ok", "ok", "warning", "warning", "bottleneck", "bottleneck"]
+    assert [eng.status(x) for x in (0.0, 0.39, 0.4, 0.79, 0.8, 1.0)] == [
+        "ok",
+        "ok",
+        "warning",
+        "warning",
+        "bottleneck",
+        "bottleneck",
+    ]
 
 
 def test_json_body_has_exactly_the_contract_keys():
     pts = gpu(util=0.99, sm=0.0, tensor=0.0, dram=0.01, pcie=58e9)
     body = run(steady(pts))[-1].as_dict()
     json.dumps(body, allow_nan=False)  # strict JSON: no NaN or Infinity anywhere
-    assert set(body) == {"schema_version", "timestamp", "state", "notices", "symptoms", "primary", "contributing",
-                         "layers", "bottlenecks", "holding"}
+    assert set(body) == {
+        "schema_version",
+        "timestamp",
+        "state",
+        "notices",
+        "symptoms",
+        "primary",
+        "contributing",
+        "layers",
+        "bottlenecks",
+        "holding",
+    }
     assert body["schema_version"] == 2 and body["state"] == "unknown" and body["primary"] is None
     assert any("no engine metrics" in n for n in body["notices"])
     assert list(body["layers"]) == list(LAYERS)
     assert all(set(info) == {"score", "status", "headroom", "limit"} for info in body["layers"].values())
     assert body["bottlenecks"][0]["cause"] == "pcie_transfer_bound"
     assert body["bottlenecks"][0]["role"] == "candidate"
-    assert all(set(b) == {"layer", "cause", "score", "confidence", "role", "summary", "explains", "evidence", "advice"}
-               for b in body["bottlenecks"])
+    assert all(
+        set(b) == {"layer", "cause", "score", "confidence", "role", "summary", "explains", "evidence", "advice"}
+        for b in body["bottlenecks"]
+    )
 
 
 def test_points_cover_every_layer_and_cause_and_are_in_the_schema():
@@ -108,15 +130,22 @@ def test_points_cover_every_layer_and_cause_and_are_in_the_schema():
     state = {p.labels["state"]: p.value for p in pts if p.name == "llm_service_state"}
     assert state == {"degraded": 0.0, "healthy": 0.0, "unknown": 1.0}
     assert {p.labels["symptom"] for p in pts if p.name == "llm_symptom_active"} == {
-        "ttft_high", "itl_high", "queueing", "throughput_saturated", "failures"}
+        "ttft_high",
+        "itl_high",
+        "queueing",
+        "throughput_saturated",
+        "failures",
+    }
     for p in pts:
         assert set(p.labels) == set(SPECS[p.name].labels)
 
 
 def test_evidence_keys_name_the_gpu_or_group():
     assert evidence_key("llm_gpu_sm_active_ratio", "gpu", "3") == 'llm_gpu_sm_active_ratio{gpu="3"}'
-    assert evidence_key('llm_gpu_throttle_reason_active{reason="sw_power_cap"}', "gpu", "0") == \
-        'llm_gpu_throttle_reason_active{gpu="0",reason="sw_power_cap"}'
+    assert (
+        evidence_key('llm_gpu_throttle_reason_active{reason="sw_power_cap"}', "gpu", "0")
+        == 'llm_gpu_throttle_reason_active{gpu="0",reason="sw_power_cap"}'
+    )
     assert evidence_key("a / b", "group", "tp0") == '(a / b){group="tp0"}'
     assert evidence_key("rate(x)", "service", "") == "rate(x)"
 

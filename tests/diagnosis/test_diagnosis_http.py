@@ -10,9 +10,10 @@ import re
 import requests
 from fastapi import FastAPI
 
-from exporter.diagnosis import cli as diagnose_cli
+from exporter.commands import diagnose as diagnose_cli
 from exporter.schema import LAYERS
-from tests.helpers import UvicornThread, free_port
+from tests.support.asgi import UvicornThread
+from tests.support.ports import free_port
 
 
 def test_diagnosis_json_names_the_cause(live_exporter):
@@ -47,7 +48,7 @@ def test_page_is_self_contained(live_exporter):
     r = requests.get(base + "/", timeout=5)
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
     html = r.text
-    assert "fetch(\"diagnosis\"" in html and "setTimeout(refresh" in html
+    assert 'fetch("diagnosis"' in html and "setTimeout(refresh" in html
     # no external assets: no src/href to another host, no @import
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
     assert "@import" not in html
@@ -85,8 +86,10 @@ def test_diagnose_against_an_exporter_that_measured_nothing_says_what_is_missing
 
     app = FastAPI()
     body = unknown_verdict().as_dict()
-    body["notices"] = ["source engine:x is down (connection): its layers cannot be judged",
-                       "no GPU source: hardware, operator and parallel layers cannot be judged"]
+    body["notices"] = [
+        "source engine:x is down (connection): its layers cannot be judged",
+        "no GPU source: hardware, operator and parallel layers cannot be judged",
+    ]
 
     @app.get("/diagnosis")
     def nothing() -> dict:

@@ -10,11 +10,10 @@ from tests.diagnosis.diag_points import (
     GIB,
     causes,
     engine,
-    primary,
-    reported,
     gpu,
     healthy_gpu,
     histogram,
+    primary,
     process,
     run,
     steady,
@@ -29,13 +28,26 @@ def last(cycles, **kw):
 
 def test_contract_cause_ids_per_layer():
     assert CAUSES == {
-        "hardware": ("compute_bound", "memory_bandwidth_bound", "pcie_transfer_bound", "power_or_thermal_throttling", "memory_capacity_exhausted"),
+        "hardware": (
+            "compute_bound",
+            "memory_bandwidth_bound",
+            "pcie_transfer_bound",
+            "power_or_thermal_throttling",
+            "memory_capacity_exhausted",
+        ),
         "operator": ("launch_bound_small_kernels", "tensor_cores_unused"),
         "memory": ("kv_cache_pressure", "kv_fragmentation_or_capacity_misjudged"),
         "scheduler": ("serial_host_ceiling", "queue_backlog"),
         "parallel": ("gpu_imbalance",),
         "speculative_decoding": ("low_acceptance",),
-        "application": ("batching_window_too_large", "retries_and_timeouts", "slo_breach"),
+        "application": (
+            "batching_window_too_large",
+            "retries_and_timeouts",
+            "slo_breach",
+            # the canary probe (issue 16, exporter/probe)
+            "front_end_overhead",
+            "engine_unresponsive",
+        ),
     }
     assert {r.layer for r in RULES} == set(LAYERS)
     assert all(r.advice and r.evidence for r in RULES)
@@ -46,7 +58,10 @@ def test_healthy_service_has_no_cause_and_every_layer_judged_ok():
     cycles = []
     for i in range(4):
         e = engine(finished={"stop": 10.0 * i}, drafted=100.0 * i, accepted=70.0 * i)
-        hist = [histogram("llm_request_ttft_seconds", [0.2] * (10 * i)), histogram("llm_request_inter_token_seconds", [0.03] * (50 * i))]
+        hist = [
+            histogram("llm_request_ttft_seconds", [0.2] * (10 * i)),
+            histogram("llm_request_inter_token_seconds", [0.03] * (50 * i)),
+        ]
         cycles.append(healthy_gpu(0) + healthy_gpu(1) + e + process(0.4) + hist)
     v = last(cycles)
     assert v.bottlenecks == []
@@ -63,8 +78,9 @@ def test_compute_bound_on_saturated_tensor_pipes():
     # GPU data alone: nobody can say whether users suffer, so it is a candidate, not a bottleneck
     assert v.state == "unknown" and v.layers["hardware"].status == "warning"
     assert "memory_bandwidth_bound" not in causes(v)
-    slow_prefill = [gpu(**GEMM) + engine(waiting=0, running=8) + [histogram("llm_request_ttft_seconds", [3.0] * n)]
-                    for n in (0, 20, 40, 60)]
+    slow_prefill = [
+        gpu(**GEMM) + engine(waiting=0, running=8) + [histogram("llm_request_ttft_seconds", [3.0] * n)] for n in (0, 20, 40, 60)
+    ]
     v = last(slow_prefill)
     assert v.state == "degraded" and primary(v) == "compute_bound"
     assert v.layers["hardware"].status == "bottleneck"
@@ -161,8 +177,10 @@ def test_kv_fragmentation_needs_sustained_queueing_where_queue_time_is_known():
     busy = gpu(util=0.85, sm=0.68, tensor=0.3, dram=0.55)
 
     def cycles(queue_wait: float) -> list:
-        return [busy + engine(waiting=w, running=14, kv=0.2) + [histogram("llm_scheduler_queue_seconds", [queue_wait] * n)]
-                for w, n in ((0, 0), (1, 20), (0, 40))]
+        return [
+            busy + engine(waiting=w, running=14, kv=0.2) + [histogram("llm_scheduler_queue_seconds", [queue_wait] * n)]
+            for w, n in ((0, 0), (1, 20), (0, 40))
+        ]
 
     assert "kv_fragmentation_or_capacity_misjudged" in causes(last(cycles(queue_wait=0.4)))
     assert "kv_fragmentation_or_capacity_misjudged" not in causes(last(cycles(queue_wait=0.01)))
@@ -180,7 +198,9 @@ def test_serial_host_ceiling_busy_thread_idle_sms_work_queued():
     # the GPU's SMs are busy: the host is not the ceiling
     assert "serial_host_ceiling" not in causes(last(steady(gpu(**GEMM) + process(0.997) + engine(waiting=5, running=1))))
     # no work at all (a server loading its model burns a core too)
-    assert "serial_host_ceiling" not in causes(last(steady(gpu(util=0, sm=0, tensor=0, dram=0) + process(0.99) + engine(waiting=0, running=0))))
+    assert "serial_host_ceiling" not in causes(
+        last(steady(gpu(util=0, sm=0, tensor=0, dram=0) + process(0.99) + engine(waiting=0, running=0)))
+    )
 
 
 def test_a_starved_serial_thread_is_a_host_ceiling_too():
@@ -241,7 +261,8 @@ def test_low_acceptance_over_the_window():
 
 def _ttft_cycles(sm: float, slow: float, waiting: float = 0) -> list:
     return [
-        gpu(util=0.2, sm=sm, tensor=0.05, dram=0.1) + engine(waiting=waiting, running=2, kv=0.2)
+        gpu(util=0.2, sm=sm, tensor=0.05, dram=0.1)
+        + engine(waiting=waiting, running=2, kv=0.2)
         + [histogram("llm_request_ttft_seconds", [slow] * n)]
         for n in (0, 20, 40)
     ]
@@ -259,7 +280,11 @@ def test_batching_window_when_ttft_high_while_gpu_idles():
     assert "batching_window_too_large" not in causes(fast)
     # the GPU was busy earlier in the window: requests queued behind work, not held back
     was_busy = _ttft_cycles(sm=0.1, slow=1.0, waiting=3)
-    was_busy[0] = gpu(util=0.9, sm=0.7, tensor=0.3, dram=0.5) + engine(waiting=3, running=2, kv=0.2) + [histogram("llm_request_ttft_seconds", [])]
+    was_busy[0] = (
+        gpu(util=0.9, sm=0.7, tensor=0.3, dram=0.5)
+        + engine(waiting=3, running=2, kv=0.2)
+        + [histogram("llm_request_ttft_seconds", [])]
+    )
     assert "batching_window_too_large" not in causes(last(was_busy))
 
 
@@ -306,8 +331,12 @@ def test_retries_and_timeouts_share_of_failed_requests():
 
 
 def test_slo_breach_against_configured_slos():
-    cycles = [healthy_gpu() + engine() + [histogram("llm_request_inter_token_seconds", [0.4] * n),
-                                          histogram("llm_request_ttft_seconds", [0.3] * n)] for n in (0, 50, 100)]
+    cycles = [
+        healthy_gpu()
+        + engine()
+        + [histogram("llm_request_inter_token_seconds", [0.4] * n), histogram("llm_request_ttft_seconds", [0.3] * n)]
+        for n in (0, 50, 100)
+    ]
     v = last(cycles)
     assert "slo_breach" in causes(v)
     c = next(c for c in v.bottlenecks if c.cause == "slo_breach")

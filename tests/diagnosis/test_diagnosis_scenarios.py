@@ -19,9 +19,9 @@ import json
 
 import pytest
 
-from tests.diagnosis.sim_stack import Stack, causes
+from tests.support.stack import ScenarioStack, causes
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
 #: scenario -> the (layer, cause) it must produce as the primary (a contract with exporter/simulator/scenarios.py)
 EXPECTED: list[tuple[str, str, str]] = [
@@ -47,7 +47,7 @@ HEALTHY_SECONDS = 25.0
 def stack(tmp_path_factory):
     cfg = tmp_path_factory.mktemp("diagnosis") / "exporter.yaml"
     cfg.write_text("diagnosis:\n  window_seconds: 10\n")
-    with Stack(gpus=4, time_scale=4.0, config=cfg) as s:
+    with ScenarioStack(gpus=4, time_scale=4.0, config=cfg) as s:
         yield s
 
 
@@ -57,9 +57,18 @@ def primary(v: dict) -> tuple[str, str] | None:
 
 
 def _story(verdicts: list[dict]) -> str:
-    return "\n".join(json.dumps({"state": v["state"], "primary": primary(v), "symptoms": [x["id"] for x in v["symptoms"]],
-                                 "holding": v.get("holding"), "layers": {k: x["status"] for k, x in v["layers"].items()}})
-                     for v in verdicts[-8:])
+    return "\n".join(
+        json.dumps(
+            {
+                "state": v["state"],
+                "primary": primary(v),
+                "symptoms": [x["id"] for x in v["symptoms"]],
+                "holding": v.get("holding"),
+                "layers": {k: x["status"] for k, x in v["layers"].items()},
+            }
+        )
+        for v in verdicts[-8:]
+    )
 
 
 def test_healthy_stays_healthy_over_its_whole_run(stack):
@@ -101,7 +110,9 @@ def test_scenario_is_named_as_the_primary(stack, scenario, layer, cause):
     right = [v for v in after if primary(v) == (layer, cause)]
     share = len(right) / len(after)
     wrong = [v for v in after if primary(v) != (layer, cause)]
-    assert share >= MIN_PRIMARY_SHARE, f"{scenario}: primary {layer}/{cause} in {share:.0%} of readings; the others:\n{_story(wrong)}"
+    assert share >= MIN_PRIMARY_SHARE, (
+        f"{scenario}: primary {layer}/{cause} in {share:.0%} of readings; the others:\n{_story(wrong)}"
+    )
     named = right[-1]
     assert named["state"] == "degraded" and named["primary"]["evidence"] and named["primary"]["advice"]
     assert "←" in named["primary"]["chain"] and named["primary"]["explains"]

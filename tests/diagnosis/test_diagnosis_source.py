@@ -58,8 +58,8 @@ def test_waits_for_an_input_about_to_land_then_judges_its_sample():
 
 def test_does_not_wait_for_fresh_overdue_down_or_derived_inputs():
     clock, store = setup()
-    store.record_success("gpu", healthy_gpu(), 0.01)      # fresh: due in 1 s
-    store.record_success("parallel", [], 0.01)            # derived: never waited for
+    store.record_success("gpu", healthy_gpu(), 0.01)  # fresh: due in 1 s
+    store.record_success("parallel", [], 0.01)  # derived: never waited for
     store.record_success("engine:a", [], 0.01)
     clock.t += 0.3
     src = source(store, clock)

@@ -26,8 +26,9 @@ SETTLE_ROWS = 2
 CLEAR_ROWS = SETTLE_ROWS + Thresholds().clear_cycles - 1
 
 
-def verdicts_by_phase(name: str, with_process: bool = True, symptom: str | None = None,
-                      only: str | None = None) -> dict[str, list[Verdict]]:
+def verdicts_by_phase(
+    name: str, with_process: bool = True, symptom: str | None = None, only: str | None = None
+) -> dict[str, list[Verdict]]:
     """Verdicts per phase; ``symptom`` ("none", "ttft", "itl") adds an engine beside the trace
     (in phase ``only`` alone when given, healthy elsewhere)."""
     eng = DiagnosisEngine()
@@ -120,7 +121,7 @@ SYMPTOMATIC = [
 def test_phase_with_a_symptom_names_its_cause_as_the_primary(trace, phase, symptom, layer, cause):
     verdicts = verdicts_by_phase(trace, symptom=symptom, only=phase)[phase]
     # symptoms need symptom_persistence_cycles to count, on top of the phase's settling rows
-    settled = verdicts[SETTLE_ROWS + Thresholds().symptom_persistence_cycles:]
+    settled = verdicts[SETTLE_ROWS + Thresholds().symptom_persistence_cycles :]
     assert settled
     for v in settled:
         assert v.state == "degraded"

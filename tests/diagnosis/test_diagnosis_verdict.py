@@ -15,7 +15,6 @@ from tests.diagnosis.diag_points import (
     histogram,
     primary,
     process,
-    reported,
     run,
 )
 
@@ -24,8 +23,7 @@ DECODE_B1 = {"util": 0.83, "sm": 0.6, "tensor": 0.1, "dram": 0.6}
 
 def latency(i: int, ttft: float = 0.2, itl: float = 0.03, queue: float | None = None, n: int = 30) -> list:
     """Cumulative latency histograms after ``i`` cycles of ``n`` requests each."""
-    out = [histogram("llm_request_ttft_seconds", [ttft] * (n * i)),
-           histogram("llm_request_inter_token_seconds", [itl] * (n * i))]
+    out = [histogram("llm_request_ttft_seconds", [ttft] * (n * i)), histogram("llm_request_inter_token_seconds", [itl] * (n * i))]
     if queue is not None:
         out.append(histogram("llm_scheduler_queue_seconds", [queue] * (n * i)))
     return out
@@ -36,8 +34,9 @@ def cycles(n: int, build) -> list:  # type: ignore[no-untyped-def]
 
 
 def test_a_healthy_batch1_decode_is_healthy_with_hbm_headroom_not_a_hardware_warning():
-    v = run(cycles(6, lambda i: gpu(**DECODE_B1) + engine(waiting=0, running=1, kv=0.05,
-                                                          finished={"stop": 10.0 * i}) + latency(i)))[-1]
+    v = run(
+        cycles(6, lambda i: gpu(**DECODE_B1) + engine(waiting=0, running=1, kv=0.05, finished={"stop": 10.0 * i}) + latency(i))
+    )[-1]
     assert v.state == "healthy" and v.primary is None and v.bottlenecks == []
     assert "memory_bandwidth_bound" not in v.holding  # 60 % is under its line; what matters is the headroom
     hw = v.layers["hardware"]
@@ -54,8 +53,7 @@ def test_hbm_at_its_line_while_nobody_suffers_is_headroom_information():
 
 def test_an_overloaded_kv_cache_is_one_primary_not_three_layers_at_one():
     def build(i: int) -> list:
-        return (healthy_gpu() + engine(waiting=39, running=12, kv=1.0, preemptions=3.0 * i)
-                + latency(i, ttft=3.3, queue=9.7))
+        return healthy_gpu() + engine(waiting=39, running=12, kv=1.0, preemptions=3.0 * i) + latency(i, ttft=3.3, queue=9.7)
 
     v = run(cycles(6, build))[-1]
     assert v.state == "degraded"
@@ -72,18 +70,21 @@ def test_an_overloaded_kv_cache_is_one_primary_not_three_layers_at_one():
 
 def test_a_full_kv_cache_holding_requests_back_without_preemptions_is_a_memory_finding():
     """94 % full, 22 waiting, no preemption: admission limited by KV (the state vllm-doctor reports)."""
-    v = run(cycles(6, lambda i: healthy_gpu() + engine(waiting=22, running=10, kv=0.94, preemptions=0)
-                   + latency(i, ttft=2.6, queue=2.0)))[-1]
+    v = run(
+        cycles(
+            6, lambda i: healthy_gpu() + engine(waiting=22, running=10, kv=0.94, preemptions=0) + latency(i, ttft=2.6, queue=2.0)
+        )
+    )[-1]
     assert v.state == "degraded" and primary(v) == "kv_cache_pressure"
     assert v.layers["memory"].status == "bottleneck"
     # with the cache roomy the same queue is a capacity misjudgment (slots, not memory)
-    v = run(cycles(6, lambda i: healthy_gpu() + engine(waiting=22, running=2, kv=0.1)
-                   + latency(i, ttft=2.6, queue=2.0)))[-1]
+    v = run(cycles(6, lambda i: healthy_gpu() + engine(waiting=22, running=2, kv=0.1) + latency(i, ttft=2.6, queue=2.0)))[-1]
     assert primary(v) == "kv_fragmentation_or_capacity_misjudged"
 
 
 def test_requests_waiting_while_nothing_is_admitted_are_a_capacity_misjudgment_not_a_backlog():
     """The queue-time histogram does not move (nobody admitted), the cache is mostly free."""
+
     def build(i: int) -> list:
         return healthy_gpu() + engine(waiting=9, running=1, kv=0.08) + [histogram("llm_scheduler_queue_seconds", [0.1] * 5)]
 
@@ -97,9 +98,17 @@ def test_first_party_waiting_reason_decides_memory_versus_other_waits():
     def build(capacity: float, deferred: float):  # type: ignore[no-untyped-def]
         def one(i: int) -> list:
             from tests.diagnosis.diag_points import ENG, _s
-            return (healthy_gpu() + engine(waiting=capacity + deferred, running=2, kv=0.1) + latency(i, queue=1.5)
-                    + [_s("llm_scheduler_requests_waiting_by_reason", {**ENG, "reason": "capacity"}, capacity),
-                       _s("llm_scheduler_requests_waiting_by_reason", {**ENG, "reason": "deferred"}, deferred)])
+
+            return (
+                healthy_gpu()
+                + engine(waiting=capacity + deferred, running=2, kv=0.1)
+                + latency(i, queue=1.5)
+                + [
+                    _s("llm_scheduler_requests_waiting_by_reason", {**ENG, "reason": "capacity"}, capacity),
+                    _s("llm_scheduler_requests_waiting_by_reason", {**ENG, "reason": "deferred"}, deferred),
+                ]
+            )
+
         return one
 
     assert primary(run(cycles(6, build(9, 0)))[-1]) == "kv_fragmentation_or_capacity_misjudged"
@@ -111,8 +120,12 @@ def test_first_party_waiting_reason_decides_memory_versus_other_waits():
 
 def test_a_busy_host_thread_outranks_the_queue_it_causes():
     def build(i: int) -> list:
-        return (gpu(util=0.2, sm=0.05, tensor=0.01, dram=0.05) + process(0.99)
-                + engine(waiting=30, running=64, kv=0.3) + latency(i, ttft=4.9, queue=4.9))
+        return (
+            gpu(util=0.2, sm=0.05, tensor=0.01, dram=0.05)
+            + process(0.99)
+            + engine(waiting=30, running=64, kv=0.3)
+            + latency(i, ttft=4.9, queue=4.9)
+        )
 
     v = run(cycles(6, build))[-1]
     assert primary(v) == "serial_host_ceiling"
@@ -122,9 +135,14 @@ def test_a_busy_host_thread_outranks_the_queue_it_causes():
 
 def test_batch1_host_ceiling_keeps_its_verdict_with_one_request_running_and_none_waiting():
     """A closed-loop client: one running, none waiting, ITL over the SLO, one thread at a core."""
+
     def build(i: int) -> list:
-        return (gpu(util=0.3, sm=0.02, tensor=0.001, dram=0.02) + process(0.997)
-                + engine(waiting=0, running=1, kv=0.01) + latency(i, itl=0.35))
+        return (
+            gpu(util=0.3, sm=0.02, tensor=0.001, dram=0.02)
+            + process(0.997)
+            + engine(waiting=0, running=1, kv=0.01)
+            + latency(i, itl=0.35)
+        )
 
     v = run(cycles(6, build))[-1]
     assert [s.id for s in v.symptoms] == ["itl_high"]
@@ -132,8 +150,7 @@ def test_batch1_host_ceiling_keeps_its_verdict_with_one_request_running_and_none
 
 
 def test_a_power_capped_gpu_outranks_compute_bound_for_the_same_symptoms():
-    capped = {"util": 0.98, "sm": 0.97, "tensor": 0.9, "dram": 0.2, "power": 699, "clock": 1.3e9,
-              "reasons": ["sw_power_cap"]}
+    capped = {"util": 0.98, "sm": 0.97, "tensor": 0.9, "dram": 0.2, "power": 699, "clock": 1.3e9, "reasons": ["sw_power_cap"]}
     v = run(cycles(6, lambda i: gpu(**capped) + engine(waiting=0, running=32, kv=0.4) + latency(i, ttft=3.0)))[-1]
     assert {"compute_bound", "power_or_thermal_throttling"} <= set(v.holding)
     assert primary(v) == "power_or_thermal_throttling"
@@ -144,13 +161,27 @@ def test_waste_and_danger_stay_warnings_in_a_healthy_service():
     capped = {**DECODE_B1, "power": 699, "clock": 1.3e9, "reasons": ["sw_power_cap"]}
 
     def build(i: int) -> list:
-        return (gpu(**capped) + engine(waiting=0, running=4, kv=0.95, preemptions=2.0 * i, drafted=400.0 * i,
-                                       accepted=40.0 * i, finished={"stop": 10.0 * i}) + latency(i))
+        return (
+            gpu(**capped)
+            + engine(
+                waiting=0,
+                running=4,
+                kv=0.95,
+                preemptions=2.0 * i,
+                drafted=400.0 * i,
+                accepted=40.0 * i,
+                finished={"stop": 10.0 * i},
+            )
+            + latency(i)
+        )
 
     v = run(cycles(6, build))[-1]
     assert v.state == "healthy" and v.primary is None
     assert {c.cause: c.role for c in v.bottlenecks} == {
-        "power_or_thermal_throttling": "warning", "kv_cache_pressure": "warning", "low_acceptance": "warning"}
+        "power_or_thermal_throttling": "warning",
+        "kv_cache_pressure": "warning",
+        "low_acceptance": "warning",
+    }
     assert v.layers["memory"].status == "warning"
 
 
@@ -171,8 +202,7 @@ def test_nothing_measured_is_unknown_with_notices_not_a_clean_bill_of_health():
 
 def test_confidence_grows_with_time_held_and_independent_evidence():
     def build(i: int) -> list:
-        return (gpu(util=0.95, sm=0.9, tensor=0.05, dram=0.85) + engine(waiting=0, running=64, kv=0.3)
-                + latency(i, itl=0.4))
+        return gpu(util=0.95, sm=0.9, tensor=0.05, dram=0.85) + engine(waiting=0, running=64, kv=0.3) + latency(i, itl=0.4)
 
     seen = [v.primary.confidence for v in run(cycles(8, build)) if v.primary]
     assert seen and seen == sorted(seen) and seen[-1] > seen[0]
@@ -182,8 +212,15 @@ def test_confidence_grows_with_time_held_and_independent_evidence():
 def test_a_one_cycle_blip_does_not_degrade_the_state():
     def build(i: int) -> list:
         slow = i == 3
-        return healthy_gpu() + engine(waiting=0, running=4, kv=0.2, finished={"stop": 10.0 * i}) + [
-            histogram("llm_request_ttft_seconds", [0.2] * (30 * i) + ([5.0] * 40 if slow else []) + ([5.0] * 40 if i > 3 else []))]
+        return (
+            healthy_gpu()
+            + engine(waiting=0, running=4, kv=0.2, finished={"stop": 10.0 * i})
+            + [
+                histogram(
+                    "llm_request_ttft_seconds", [0.2] * (30 * i) + ([5.0] * 40 if slow else []) + ([5.0] * 40 if i > 3 else [])
+                )
+            ]
+        )
 
     states = [v.state for v in run(cycles(5, build), thresholds=Thresholds(symptom_persistence_cycles=2))]
     assert states[3] == "healthy"  # one cycle over the SLO is not yet a symptom

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -68,10 +69,16 @@ def test_quantile_none_when_nothing_observed_in_the_window():
 
 def test_quantile_merges_ranks_with_the_same_buckets():
     w = Window(60)
-    w.add(snap(0, *(HistogramSample("llm_request_ttft_seconds", {"rank": r}, ((1.0, 0), (2.0, 0), (INF, 0)), 0, 0) for r in "01")))
-    w.add(snap(1,
-               HistogramSample("llm_request_ttft_seconds", {"rank": "0"}, ((1.0, 90), (2.0, 90), (INF, 90)), 0, 90),
-               HistogramSample("llm_request_ttft_seconds", {"rank": "1"}, ((1.0, 0), (2.0, 10), (INF, 10)), 0, 10)))
+    w.add(
+        snap(0, *(HistogramSample("llm_request_ttft_seconds", {"rank": r}, ((1.0, 0), (2.0, 0), (INF, 0)), 0, 0) for r in "01"))
+    )
+    w.add(
+        snap(
+            1,
+            HistogramSample("llm_request_ttft_seconds", {"rank": "0"}, ((1.0, 90), (2.0, 90), (INF, 90)), 0, 90),
+            HistogramSample("llm_request_ttft_seconds", {"rank": "1"}, ((1.0, 0), (2.0, 10), (INF, 10)), 0, 10),
+        )
+    )
     # 100 observations: 90 at <=1, 10 in (1,2]; p95 lies halfway into the second bucket
     assert w.quantile("llm_request_ttft_seconds", 0.95) == 1.5
 
@@ -120,6 +127,7 @@ def test_gauge_history_of_the_recent_seconds_only():
     w = Window(60)
     for t in range(10):
         w.add(snap(float(t), Sample("llm_scheduler_requests_waiting", {}, float(t))))
+
     def reduce(s: Snapshot) -> float | None:
         return s.total("llm_scheduler_requests_waiting")
 
@@ -162,14 +170,26 @@ def test_the_slim_window_judges_exactly_what_the_whole_snapshots_would():
     from tests.diagnosis.diag_points import ENG, engine, gpu, histogram, process
 
     def snap(i: int) -> Snapshot:
-        pts = (gpu(0, util=0.9, sm=0.6, tensor=0.2, dram=0.7, pcie=1e9) + process(0.5)
-               + engine(waiting=3 + i, running=8, kv=0.6, preemptions=2.0 * i, finished={"stop": 5.0 * i, "abort": i},
-                        drafted=100.0 * i, accepted=30.0 * i)
-               + [histogram("llm_request_ttft_seconds", [0.3] * (20 * i)),
-                  histogram("llm_scheduler_queue_seconds", [0.6] * (20 * i)),
-                  Sample("llm_scheduler_requests_waiting_by_reason", {**ENG, "reason": "capacity"}, 3.0 + i),
-                  Sample("llm_prefix_cache_hit_tokens_total", ENG, 100.0 * i)]  # not read: dropped by the slim window
-               + [Sample("llm_engine_config_info", {**ENG, "block_size": str(n)}, 1.0) for n in range(50)])
+        pts = (
+            gpu(0, util=0.9, sm=0.6, tensor=0.2, dram=0.7, pcie=1e9)
+            + process(0.5)
+            + engine(
+                waiting=3 + i,
+                running=8,
+                kv=0.6,
+                preemptions=2.0 * i,
+                finished={"stop": 5.0 * i, "abort": i},
+                drafted=100.0 * i,
+                accepted=30.0 * i,
+            )
+            + [
+                histogram("llm_request_ttft_seconds", [0.3] * (20 * i)),
+                histogram("llm_scheduler_queue_seconds", [0.6] * (20 * i)),
+                Sample("llm_scheduler_requests_waiting_by_reason", {**ENG, "reason": "capacity"}, 3.0 + i),
+                Sample("llm_prefix_cache_hit_tokens_total", ENG, 100.0 * i),
+            ]  # not read: dropped by the slim window
+            + [Sample("llm_engine_config_info", {**ENG, "block_size": str(n)}, 1.0) for n in range(50)]
+        )
         return Snapshot(1000.0 + i, pts, {})
 
     whole, slim = Window(20.0), Window(20.0, keep=sig.reads)
@@ -181,6 +201,7 @@ def test_the_slim_window_judges_exactly_what_the_whole_snapshots_would():
     assert sum(len(s.points) for s in slim.snapshots) < sum(len(s.points) for s in whole.snapshots) / 2
 
 
+@pytest.mark.slow  # 760 000 samples through the window
 def test_the_window_stays_bounded_whatever_an_engine_publishes():
     from exporter.diagnosis.window import Window
     from exporter.samples import Sample

@@ -16,7 +16,7 @@ from exporter.engines import normalize_exposition
 from exporter.samples import HistogramSample, Sample
 from exporter.schema import SPECS
 from tests.engines.engine_helpers import FIXTURES, find, fixture, histogram, names, normalize, value
-from tests.engines.synth_vllm import big_vllm_exposition, engine_values, histogram_counts
+from tests.support.exposition import engine_values, histogram_counts, vllm_exposition
 
 QWEN = "Qwen/Qwen2.5-1.5B-Instruct"
 
@@ -74,14 +74,19 @@ def test_vllm_033_v1_two_dp_engines_keep_their_ranks() -> None:
     assert value(r, "llm_prefix_cache_hit_tokens_total", rank="1") == 6144
     assert value(r, "llm_prompt_tokens_total", rank="0") == 6400
     assert value(r, "llm_requests_finished_total", rank="1", reason="stop") == 40
-    assert value(r, "llm_requests_finished_total", rank="0", reason="repetition") == 0
+    # repetition detection is a stop condition: merged into stop, never published raw
+    assert value(r, "llm_requests_finished_total", rank="0", reason="stop") == 20 + 0
+    assert not find(r, "llm_requests_finished_total", reason="repetition")
     assert value(r, "llm_requests_rejected_total", reason="max_num_queued_reqs", model=QWEN) == 4
     assert value(r, "llm_spec_decode_drafts_total", rank="1") == 1200
     assert value(r, "llm_spec_decode_draft_tokens_total", rank="1") == 3600
     assert value(r, "llm_spec_decode_accepted_tokens_total", rank="0") == 1350
     (cfg,) = find(r, "llm_engine_config_info", rank="0")
     assert {k: cfg.labels[k] for k in ("block_size", "kv_cache_dtype", "prefix_caching", "model")} == {
-        "block_size": "16", "kv_cache_dtype": "fp8_e4m3", "prefix_caching": "true", "model": QWEN,
+        "block_size": "16",
+        "kv_cache_dtype": "fp8_e4m3",
+        "prefix_caching": "true",
+        "model": QWEN,
     }
     assert "attention_backend" not in cfg.labels  # vLLM does not expose it: unknown, not invented
     text = fixture("vllm-0.33-v1-2dp.prom")
@@ -106,10 +111,15 @@ def test_vllm_010_serves_both_names_and_the_new_one_wins() -> None:
     assert r.generation == "v1-legacy"
     # make the deprecated series disagree: the result must still follow the new name
     text = fixture("vllm-0.10-both-names-2dp.prom")
-    skewed = "\n".join(
-        line.rsplit(" ", 1)[0] + " 0.99" if line.startswith(("vllm:gpu_cache_usage_perc{", "vllm:gpu_prefix_cache_")) else line
-        for line in text.splitlines()
-    ) + "\n"
+    skewed = (
+        "\n".join(
+            line.rsplit(" ", 1)[0] + " 0.99"
+            if line.startswith(("vllm:gpu_cache_usage_perc{", "vllm:gpu_prefix_cache_"))
+            else line
+            for line in text.splitlines()
+        )
+        + "\n"
+    )
     s = normalize_exposition(skewed, "srv")
     assert value(s, "llm_kv_cache_usage_ratio", rank="0") == 0.125
     assert value(s, "llm_kv_cache_usage_ratio", rank="1") == 0.4375
@@ -147,7 +157,7 @@ def test_vllm_v0_real_capture() -> None:
 
 
 def test_vllm_twenty_dp_engines() -> None:
-    r = normalize_exposition(big_vllm_exposition(20), "srv")
+    r = normalize_exposition(vllm_exposition(20, created=False), "srv")
     for i in range(20):
         want = engine_values(i)
         rank = str(i)
@@ -183,15 +193,17 @@ def test_sglang_0523_dp_ranks_replicas_and_partitions() -> None:
     assert (ttft.sum, ttft.count) == (a[1] + b[1], a[2] + b[2])
     assert histogram(r, "llm_scheduler_queue_seconds", rank="1").count == 50
     # SGLang has no draft/accepted token counters and no prefill/decode histograms
-    absent = {"llm_spec_decode_draft_tokens_total", "llm_spec_decode_accepted_tokens_total",
-              "llm_request_prefill_seconds", "llm_request_decode_seconds"}
+    absent = {
+        "llm_spec_decode_draft_tokens_total",
+        "llm_spec_decode_accepted_tokens_total",
+        "llm_request_prefill_seconds",
+        "llm_request_decode_seconds",
+    }
     assert not names(r) & absent
 
 
 def test_sglang_tensor_parallel_replicas_are_not_double_counted() -> None:
-    text = "".join(
-        f'sglang:num_running_reqs{{dp_rank="0",model_name="m",pp_rank="0",tp_rank="{tp}"}} 5\n' for tp in range(4)
-    )
+    text = "".join(f'sglang:num_running_reqs{{dp_rank="0",model_name="m",pp_rank="0",tp_rank="{tp}"}} 5\n' for tp in range(4))
     r = normalize_exposition(text, "srv")
     assert value(r, "llm_scheduler_requests_running", rank="0") == 5
 
@@ -225,7 +237,10 @@ def test_tgi_real_capture() -> None:
     r = normalize("real-tgi-datadog-fixture-payload-prefix.prom")
     assert (r.family, r.generation) == ("tgi", "v3")
     text = fixture("real-tgi-datadog-fixture-payload-prefix.prom")
-    for neutral, raw in (("llm_request_e2e_seconds", "tgi_request_duration"), ("llm_scheduler_queue_seconds", "tgi_request_queue_duration")):
+    for neutral, raw in (
+        ("llm_request_e2e_seconds", "tgi_request_duration"),
+        ("llm_scheduler_queue_seconds", "tgi_request_queue_duration"),
+    ):
         h = histogram(r, neutral)
         buckets, total, count = raw_histogram(text, raw)
         assert list(h.buckets) == buckets and (h.sum, h.count) == (total, count) and count == 109
@@ -234,8 +249,13 @@ def test_tgi_real_capture() -> None:
     assert value(r, "llm_requests_rejected_total", reason="validation") == 2
     assert value(r, "llm_spec_decode_drafts_total") == 3423  # summary _count
     assert value(r, "llm_spec_decode_accepted_tokens_total") == 0
-    absent = {"llm_kv_cache_usage_ratio", "llm_request_ttft_seconds", "llm_prefix_cache_hit_tokens_total",
-              "llm_kv_cache_preemptions_total", "llm_request_inter_token_seconds"}
+    absent = {
+        "llm_kv_cache_usage_ratio",
+        "llm_request_ttft_seconds",
+        "llm_prefix_cache_hit_tokens_total",
+        "llm_kv_cache_preemptions_total",
+        "llm_request_inter_token_seconds",
+    }
     assert not names(r) & absent
     assert all("model" not in p.labels for p in r.points)
 
@@ -256,7 +276,8 @@ def test_triton_trtllm_backend_current_units_and_selectors() -> None:
     assert value(r, "llm_scheduler_requests_running") == 16  # request_type="scheduled"
     assert value(r, "llm_scheduler_requests_waiting") == 4
     assert value(r, "llm_prompt_tokens_total") == 212000
-    assert value(r, "llm_requests_finished_total", model="tensorrt_llm", reason="CANCELED") == 1
+    assert value(r, "llm_requests_finished_total", model="tensorrt_llm", reason="abort") == 1  # CANCELED
+    assert value(r, "llm_requests_finished_total", model="tensorrt_llm", reason="error") == 0  # BACKEND + OTHER
     assert value(r, "llm_requests_rejected_total", model="tensorrt_llm") == 0
     assert value(r, "llm_requests_finished_total", model="ensemble", reason="success") == 500
     # Triton's latency counters (µs sums) are not histograms: no queue / e2e histograms

@@ -18,7 +18,7 @@ from exporter.engines.budget import MAX_LABEL_LENGTH, PRIORITY, cut_value, publi
 from exporter.engines.source import EngineSource
 from exporter.samples import HistogramSample
 from tests.engines.engine_helpers import fixture
-from tests.engines.engine_http import Behaviour, EngineHTTPServer
+from tests.support.fake_engine import FakeEngine
 
 VLLM = fixture("vllm-0.33-v1-2dp.prom")
 CORE = PRIORITY[: PRIORITY.index("llm_generation_tokens_total") + 1]
@@ -31,7 +31,10 @@ def e2e_histograms(models: int, bump: int = 0) -> str:
     for m in range(models):
         labels = f'engine="0",model_name="adapter-{m + bump}"'
         lines += [f'vllm:e2e_request_latency_seconds_bucket{{{labels},le="{le}"}} {i}' for i, le in enumerate(BOUNDS)]
-        lines += [f"vllm:e2e_request_latency_seconds_sum{{{labels}}} 1.5", f"vllm:e2e_request_latency_seconds_count{{{labels}}} 4"]
+        lines += [
+            f"vllm:e2e_request_latency_seconds_sum{{{labels}}} 1.5",
+            f"vllm:e2e_request_latency_seconds_count{{{labels}}} 4",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -89,12 +92,11 @@ def test_the_input_safety_limit_still_bounds_parsing() -> None:
 
 def test_engine_source_stays_up_over_budget_and_counts_what_it_dropped(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="exporter.engines.source")
-    behaviour = Behaviour(body=(VLLM + e2e_histograms(300)).encode())
-    with EngineHTTPServer(behaviour) as srv:
+    with FakeEngine((VLLM + e2e_histograms(300)).encode()) as srv:
         source = EngineSource(EngineConfig(url=srv.url, name="eng1", timeout=2.0, interval=5.0, max_series=1_000))
         first = source.sample()
         second = source.sample()
-        behaviour.body = VLLM.encode()
+        srv.body = VLLM.encode()
         third = source.sample()
 
     def dropped(result) -> dict[str, float]:  # type: ignore[no-untyped-def]

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cli import UsageError
 from exporter.config import DEFAULT_MAX_SERIES, add_serve_arguments, load_config
+from exporter.errors import UsageError
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -29,14 +29,19 @@ def test_engine_max_series_defaults_and_sources(tmp_path: Path) -> None:
     assert load_config(_args("--engine", url, "--engine-max-series", "500"), environ={}).engines[0].max_series == 500
     env = {"LLM_EXPORTER_ENGINE_MAX_SERIES": "700"}
     assert load_config(_args("--engine", url), environ=env).engines[0].max_series == 700
-    config = _file(tmp_path, f"engine_max_series: 900\nengines:\n  - {{url: '{url}', name: a}}\n  - {{url: '{url}', name: b, max_series: 50}}\n")
+    config = _file(
+        tmp_path,
+        f"engine_max_series: 900\nengines:\n  - {{url: '{url}', name: a}}\n  - {{url: '{url}', name: b, max_series: 50}}\n",
+    )
     cfg = load_config(_args("--config", config), environ={})
     assert cfg.engine_max_series == 900
     assert [e.max_series for e in cfg.engines] == [900, 50]  # an engine's own max_series wins
 
 
 def test_follow_redirects_is_off_unless_set(tmp_path: Path) -> None:
-    config = _file(tmp_path, "engines:\n  - {url: 'http://h:1/', name: a}\n  - {url: 'http://h:2/', name: b, follow_redirects: true}\n")
+    config = _file(
+        tmp_path, "engines:\n  - {url: 'http://h:1/', name: a}\n  - {url: 'http://h:2/', name: b, follow_redirects: true}\n"
+    )
     assert [e.follow_redirects for e in load_config(_args("--config", config), environ={}).engines] == [False, True]
 
 

@@ -1,6 +1,6 @@
 """The engine fetch path against hostile local HTTP servers: one deadline, framings, redirects.
 
-Every server here is a real socket on 127.0.0.1 (``RawServer``) whose handler
+Every server here is a real socket on 127.0.0.1 (``RawServer``, tests/support/fake_engine.py) whose handler
 writes the response by hand, so the framing (Content-Length, chunked, ended by
 closing the connection), the pace (a byte at a time) and the redirects are
 exactly what a misbehaving engine could send. Every wait is bounded by the
@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import gzip
 import socket
-import threading
 import time
-from typing import Callable
 
 import pytest
 
@@ -21,127 +19,12 @@ from exporter.config import EngineConfig
 from exporter.engines.source import EngineSource
 from exporter.samples import SourceError
 from tests.engines.engine_helpers import fixture
+from tests.support.fake_engine import RawServer, head_for, redirect, trickle, whole
 
 VLLM = fixture("vllm-0.33-v1-2dp.prom").encode()
 TIMEOUT = 0.6
 SLACK = 1.0  # the issue's bound: a slow engine fails within timeout + 1 s
 FRAMINGS = ("content-length", "chunked", "close")
-
-Handler = Callable[[socket.socket, "RawServer"], None]
-
-
-class RawServer:
-    """Accepts connections on 127.0.0.1, reads each request head, then lets ``handler`` answer."""
-
-    def __init__(self, handler: Handler) -> None:
-        self.handler = handler
-        self.requests: list[bytes] = []
-        self.sent = 0  # body bytes the handlers wrote, all connections together
-        self.stopping = threading.Event()
-        self._lock = threading.Lock()
-        self._sock = socket.socket()
-        self._sock.bind(("127.0.0.1", 0))
-        self._sock.listen(16)
-        self._sock.settimeout(0.05)
-        self.port = int(self._sock.getsockname()[1])
-        self._threads: list[threading.Thread] = []
-        self._accept = threading.Thread(target=self._loop, daemon=True)
-
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/metrics"
-
-    def _loop(self) -> None:
-        while not self.stopping.is_set():
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                continue
-            t = threading.Thread(target=self._serve, args=(conn,), daemon=True)
-            self._threads.append(t)
-            t.start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        conn.settimeout(5)
-        head = b""
-        try:
-            while b"\r\n\r\n" not in head and len(head) < 65536:
-                data = conn.recv(4096)
-                if not data:
-                    return
-                head += data
-            with self._lock:
-                self.requests.append(head)
-            self.handler(conn, self)
-        except OSError:  # the client gave up (a cap hit, a timeout): expected here
-            pass
-        finally:
-            conn.close()
-
-    def send(self, conn: socket.socket, data: bytes) -> None:
-        conn.sendall(data)
-        with self._lock:
-            self.sent += len(data)
-
-    def __enter__(self) -> "RawServer":
-        self._accept.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stopping.set()
-        self._accept.join(5)
-        self._sock.close()
-        for t in self._threads:
-            t.join(5)
-
-
-def head_for(framing: str, length: int, status: str = "200 OK", extra: str = "") -> bytes:
-    lines = [f"HTTP/1.1 {status}", "Content-Type: text/plain; version=0.0.4"]
-    if framing == "content-length":
-        lines.append(f"Content-Length: {length}")
-    elif framing == "chunked":
-        lines.append("Transfer-Encoding: chunked")
-    else:
-        lines.append("Connection: close")
-    if extra:
-        lines.append(extra)
-    return ("\r\n".join(lines) + "\r\n\r\n").encode()
-
-
-def trickle(framing: str, body: bytes, gap: float) -> Handler:
-    """Headers at once, then the body one byte per ``gap`` seconds in the given framing."""
-
-    def handle(conn: socket.socket, srv: RawServer) -> None:
-        srv.send(conn, head_for(framing, len(body)))
-        for i in range(len(body)):
-            piece = body[i : i + 1]
-            srv.send(conn, b"1\r\n" + piece + b"\r\n" if framing == "chunked" else piece)
-            if srv.stopping.wait(gap):
-                return
-
-    return handle
-
-
-def whole(framing: str, body: bytes, step: int = 4096, extra: str = "") -> Handler:
-    """The whole body at once, in ``step``-byte writes (chunks, for chunked)."""
-
-    def handle(conn: socket.socket, srv: RawServer) -> None:
-        srv.send(conn, head_for(framing, len(body), extra=extra))
-        for i in range(0, len(body), step):
-            piece = body[i : i + step]
-            srv.send(conn, b"%x;ext=1\r\n%s\r\n" % (len(piece), piece) if framing == "chunked" else piece)
-        if framing == "chunked":
-            srv.send(conn, b"0\r\nX-Trailer: yes\r\n\r\n")
-
-    return handle
-
-
-def redirect(location: Callable[[RawServer], str], status: int = 302) -> Handler:
-    def handle(conn: socket.socket, srv: RawServer) -> None:
-        srv.send(conn, f"HTTP/1.1 {status} Found\r\nLocation: {location(srv)}\r\nContent-Length: 0\r\n\r\n".encode())
-
-    return handle
 
 
 def make_source(url: str, **overrides: object) -> EngineSource:

@@ -17,17 +17,17 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cli import UsageError
 from exporter.collector import ExpositionCache
 from exporter.config import add_serve_arguments, load_config
 from exporter.engines.source import EngineSource
 from exporter.engines.urls import host_port, safe_url, split_userinfo
+from exporter.errors import UsageError
 from exporter.runner import SourceRunner
 from exporter.samples import SourceError
 from exporter.store import SnapshotStore
 from tests.engines.engine_helpers import fixture
-from tests.engines.engine_http import Behaviour, EngineHTTPServer, closed_port_url
-from tests.engines.test_engine_hardening_fetch import RawServer, redirect
+from tests.support.fake_engine import FakeEngine, RawServer, redirect
+from tests.support.ports import closed_port_url
 
 VLLM = fixture("vllm-0.33-v1-2dp.prom").encode()
 USER, PASSWORD = "scraper", "Pa55-w0rd-hunter2"
@@ -63,17 +63,16 @@ def test_url_helpers_drop_userinfo() -> None:
 
 def test_credentials_in_the_url_become_basic_auth_and_nothing_else(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
-    behaviour = Behaviour(body=VLLM)
-    with EngineHTTPServer(behaviour) as srv:
+    with FakeEngine(VLLM) as srv:
         cfg = load_config(_args("--engine", with_creds(srv.url)), environ={}).engines[0]
         source = EngineSource(cfg)
         store = SnapshotStore()
         runner = SourceRunner(source, store)
         runner.sample_once()
         assert store.states()[source.name].up
-        assert behaviour.seen_headers[-1]["Authorization"] == basic(USER, PASSWORD)
+        assert srv.seen_headers[-1]["Authorization"] == basic(USER, PASSWORD)
         ok_render = ExpositionCache(store).render(False).decode() + ExpositionCache(store).render(True).decode()
-        behaviour.status = 401  # the engine starts refusing the password
+        srv.status = 401  # the engine starts refusing the password
         runner.sample_once()
         refused = store.states()[source.name]
         source.close()
@@ -82,15 +81,16 @@ def test_credentials_in_the_url_become_basic_auth_and_nothing_else(caplog: pytes
     labels = " ".join(f"{k}={v}" for p in store.snapshot().points for k, v in p.labels.items())
     assert f"server={host}" in labels
     assert refused.last_error is not None and refused.last_error.reason == "http_status"
-    assert_clean(cfg.name, source.name, labels, ok_render, caplog.text, str(refused.last_error), repr(source.__dict__.get("name")))
+    assert_clean(
+        cfg.name, source.name, labels, ok_render, caplog.text, str(refused.last_error), repr(source.__dict__.get("name"))
+    )
 
 
 def test_a_percent_encoded_password_is_decoded_for_the_header() -> None:
-    behaviour = Behaviour(body=VLLM)
-    with EngineHTTPServer(behaviour) as srv:
+    with FakeEngine(VLLM) as srv:
         cfg = load_config(_args("--engine", with_creds(srv.url, "p%40ss%3Aword")), environ={}).engines[0]
         EngineSource(cfg).sample()
-    assert behaviour.seen_headers[-1]["Authorization"] == basic(USER, "p@ss:word")
+    assert srv.seen_headers[-1]["Authorization"] == basic(USER, "p@ss:word")
 
 
 def _failure(source: EngineSource) -> SourceError:
@@ -108,7 +108,9 @@ def test_failures_that_print_the_url_never_print_the_password(caplog: pytest.Log
         cfg = load_config(_args("--engine", with_creds(srv.url)), environ={}).engines[0]
         errors.append(_failure(EngineSource(cfg)))
     with RawServer(lambda conn, srv: srv.stopping.wait(5)) as srv:
-        cfg = load_config(_args("--engine", with_creds(srv.url), "--engine-interval", "1", "--engine-timeout", "0.3"), environ={}).engines[0]
+        cfg = load_config(
+            _args("--engine", with_creds(srv.url), "--engine-interval", "1", "--engine-timeout", "0.3"), environ={}
+        ).engines[0]
         errors.append(_failure(EngineSource(cfg)))
     assert [e.reason for e in errors] == ["connection", "redirect", "timeout"]
     assert "/elsewhere" in errors[1].message
@@ -119,8 +121,7 @@ def test_basic_auth_password_file_is_reread_every_scrape(tmp_path: Path, caplog:
     caplog.set_level(logging.DEBUG)
     password_file = tmp_path / "password"
     password_file.write_text(PASSWORD + "\n")
-    behaviour = Behaviour(body=VLLM)
-    with EngineHTTPServer(behaviour) as srv:
+    with FakeEngine(VLLM) as srv:
         config = tmp_path / "exporter.yaml"
         config.write_text(
             f"engines:\n  - url: '{srv.url}'\n    name: eng1\n"
@@ -129,10 +130,10 @@ def test_basic_auth_password_file_is_reread_every_scrape(tmp_path: Path, caplog:
         cfg = load_config(_args("--config", str(config)), environ={}).engines[0]
         source = EngineSource(cfg)
         source.sample()
-        assert behaviour.seen_headers[-1]["Authorization"] == basic(USER, PASSWORD)
+        assert srv.seen_headers[-1]["Authorization"] == basic(USER, PASSWORD)
         password_file.write_text("rotated-password")
         source.sample()
-        assert behaviour.seen_headers[-1]["Authorization"] == basic(USER, "rotated-password")
+        assert srv.seen_headers[-1]["Authorization"] == basic(USER, "rotated-password")
         password_file.write_text("")
         empty = _failure(source)
         password_file.unlink()
@@ -168,7 +169,9 @@ def test_url_credentials_and_basic_auth_together_are_refused(tmp_path: Path) -> 
     pw = tmp_path / "pw"
     pw.write_text("x")
     config = tmp_path / "exporter.yaml"
-    config.write_text(f"engines:\n  - url: 'http://u:{PASSWORD}@127.0.0.1:1/metrics'\n    basic_auth: {{username: u, password_file: '{pw}'}}\n")
+    config.write_text(
+        f"engines:\n  - url: 'http://u:{PASSWORD}@127.0.0.1:1/metrics'\n    basic_auth: {{username: u, password_file: '{pw}'}}\n"
+    )
     with pytest.raises(UsageError) as caught:
         load_config(_args("--config", str(config)), environ={})
     assert "one kind of credentials" in str(caught.value) and PASSWORD not in str(caught.value)

@@ -16,9 +16,27 @@ from tests.engines.engine_helpers import FIXTURES
 
 FIXTURE_TEXTS = [p.read_text() for p in sorted(FIXTURES.glob("*.prom"))]
 WANTED = sorted(set().union(*(wanted_names(m) for m in MAPPINGS.values())))
-LABEL_NAMES = ["engine", "model_name", "model", "le", "tp_rank", "dp_rank", "pp_rank", "finished_reason",
-               "kv_cache_block_type", "request_type", "reason", "err", "is_streaming", "block_size",
-               "num_gpu_blocks", "kv_cache_size_tokens", "page_size", "cache_source", "version"]
+LABEL_NAMES = [
+    "engine",
+    "model_name",
+    "model",
+    "le",
+    "tp_rank",
+    "dp_rank",
+    "pp_rank",
+    "finished_reason",
+    "kv_cache_block_type",
+    "request_type",
+    "reason",
+    "err",
+    "is_streaming",
+    "block_size",
+    "num_gpu_blocks",
+    "kv_cache_size_tokens",
+    "page_size",
+    "cache_source",
+    "version",
+]
 PROFILE = settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 

@@ -14,8 +14,9 @@ from exporter.runner import SourceRunner
 from exporter.samples import SourceError
 from exporter.store import SnapshotStore
 from tests.engines.engine_helpers import fixture
+from tests.support.fake_engine import FakeEngine, closing_server
+from tests.support.ports import closed_port_url
 from tests.tls import self_signed_cert
-from tests.engines.engine_http import Behaviour, ClosingServer, EngineHTTPServer, closed_port_url
 
 VLLM = fixture("vllm-0.33-v1-2dp.prom").encode()
 TOKEN = "s3cr3t-Token_value.42"
@@ -35,7 +36,7 @@ def failure(source: EngineSource) -> SourceError:
 
 
 def test_scrape_normalises_and_names_the_source() -> None:
-    with EngineHTTPServer(Behaviour(body=VLLM)) as srv:
+    with FakeEngine(VLLM) as srv:
         source = make_source(srv.url)
         try:
             result = source.sample()
@@ -50,8 +51,8 @@ def test_scrape_normalises_and_names_the_source() -> None:
     dropped = {p.labels["reason"]: p.value for p in result.points if p.name == "llm_exporter_series_dropped_total"}
     assert dropped == {"budget": 0.0, "label_too_long": 0.0, "bad_histogram": 0.0}
     assert result.partial_errors == []
-    assert srv.behaviour.seen_headers[0]["Accept"].startswith("text/plain")
-    assert "Authorization" not in srv.behaviour.seen_headers[0]
+    assert srv.seen_headers[0]["Accept"].startswith("text/plain")
+    assert "Authorization" not in srv.seen_headers[0]
 
 
 def test_engine_down_closed_port() -> None:
@@ -60,32 +61,32 @@ def test_engine_down_closed_port() -> None:
 
 
 def test_engine_refusing_to_answer() -> None:
-    with ClosingServer() as srv:
+    with closing_server() as srv:
         err = failure(make_source(srv.url))
     assert err.reason == "connection"
 
 
 def test_engine_slow_past_its_timeout() -> None:
-    with EngineHTTPServer(Behaviour(body=VLLM, delay=3.0)) as srv:
+    with FakeEngine(VLLM, delay=3.0) as srv:
         err = failure(make_source(srv.url, timeout=0.3))
     assert err.reason == "timeout"
 
 
 def test_body_trickling_past_the_timeout() -> None:
-    with EngineHTTPServer(Behaviour(body=VLLM, trickle_gap=0.1)) as srv:
+    with FakeEngine(VLLM, trickle_gap=0.1) as srv:
         err = failure(make_source(srv.url, timeout=0.35))
     assert err.reason == "timeout"
 
 
 @pytest.mark.parametrize(("status", "hint"), [(500, ""), (503, ""), (404, "/prometheus/metrics"), (401, "bearer_token_file")])
 def test_http_error_status(status: int, hint: str) -> None:
-    with EngineHTTPServer(Behaviour(body=b"error page\n", status=status)) as srv:
+    with FakeEngine(b"error page\n", status=status) as srv:
         err = failure(make_source(srv.url))
     assert err.reason == "http_status" and f"HTTP {status}" in err.message and hint in err.message
 
 
 def test_llamacpp_without_metrics_flag_says_how_to_fix_it() -> None:
-    with EngineHTTPServer(Behaviour(body=b'{"error":{"code":501}}', status=501)) as srv:
+    with FakeEngine(b'{"error":{"code":501}}', status=501) as srv:
         err = failure(make_source(srv.url, type="llamacpp"))
     assert err.reason == "http_status" and "--metrics" in err.message
 
@@ -100,7 +101,7 @@ def test_llamacpp_without_metrics_flag_says_how_to_fix_it() -> None:
     ],
 )
 def test_garbage_is_a_parse_error(body: bytes) -> None:
-    with EngineHTTPServer(Behaviour(body=body)) as srv:
+    with FakeEngine(body) as srv:
         err = failure(make_source(srv.url))
     assert err.reason == "parse"
 
@@ -108,14 +109,14 @@ def test_garbage_is_a_parse_error(body: bytes) -> None:
 def test_truncated_body_is_a_parse_error_with_a_line_number() -> None:
     cut = VLLM[: len(VLLM) // 2]
     assert not cut.endswith(b"\n")
-    with EngineHTTPServer(Behaviour(body=cut)) as srv:
+    with FakeEngine(cut) as srv:
         err = failure(make_source(srv.url))
     assert err.reason == "parse" and "line " in err.message
 
 
 @pytest.mark.parametrize("send_length", [True, False])
 def test_body_over_the_cap(send_length: bool) -> None:
-    with EngineHTTPServer(Behaviour(body=VLLM, send_length=send_length)) as srv:
+    with FakeEngine(VLLM, framing="length" if send_length else "close") as srv:
         err = failure(make_source(srv.url, max_body_bytes=len(VLLM) - 1))
         ok = make_source(srv.url, max_body_bytes=len(VLLM)).sample()
     assert err.reason == "too_large"
@@ -126,10 +127,9 @@ def test_too_many_series_past_the_input_safety_limit() -> None:
     # over the published-series budget an engine is trimmed (tests/engines/test_engine_hardening_budget.py);
     # only past the input safety limit (4 x budget, at least 50 000 lines) is it rejected
     body = VLLM + b"unwanted_metric 1\n" * 50_001
-    behaviour = Behaviour(body=body)
-    with EngineHTTPServer(behaviour) as srv:
+    with FakeEngine(body) as srv:
         err = failure(make_source(srv.url, max_series=100))
-        behaviour.body = VLLM
+        srv.body = VLLM
         trimmed = make_source(srv.url, max_series=100).sample()
     assert err.reason == "too_many_series" and "50000" in err.message
     assert trimmed.points
@@ -137,7 +137,7 @@ def test_too_many_series_past_the_input_safety_limit() -> None:
 
 def test_per_series_problem_is_a_partial_error_not_a_failure() -> None:
     body = fixture("real-triton-core-docs-first-response-histogram.prom").encode()
-    with EngineHTTPServer(Behaviour(body=body)) as srv:
+    with FakeEngine(body) as srv:
         result = make_source(srv.url).sample()
     assert [e.reason for e in result.partial_errors] == ["parse"]
     assert any(p.name == "llm_engine_info" for p in result.points)
@@ -147,15 +147,14 @@ def test_bearer_token_sent_reread_and_never_logged(tmp_path: Path, caplog: pytes
     caplog.set_level(logging.DEBUG)
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
-    behaviour = Behaviour(body=VLLM)
-    with EngineHTTPServer(behaviour) as srv:
+    with FakeEngine(VLLM) as srv:
         source = make_source(srv.url, bearer_token_file=str(token_file))
         store = SnapshotStore()
         runner = SourceRunner(source, store, log_every=0.0)  # every transition logged (no quiet minute)
         runner.sample_once()
-        assert behaviour.seen_headers[-1]["Authorization"] == f"Bearer {TOKEN}"
+        assert srv.seen_headers[-1]["Authorization"] == f"Bearer {TOKEN}"
         # the engine starts refusing the token: source down, reason counted, no secret anywhere
-        behaviour.status = 401
+        srv.status = 401
         runner.sample_once()
         errors: list[str] = []
         for bad in (TOKEN + "\nsecond line", ""):
@@ -163,10 +162,10 @@ def test_bearer_token_sent_reread_and_never_logged(tmp_path: Path, caplog: pytes
             errors.append(failure(source).message)
             runner.sample_once()
         # rotation: the next scrape reads the new file content
-        behaviour.status = 200
+        srv.status = 200
         token_file.write_text("rotated-token")
         runner.sample_once()
-        assert behaviour.seen_headers[-1]["Authorization"] == "Bearer rotated-token"
+        assert srv.seen_headers[-1]["Authorization"] == "Bearer rotated-token"
         source.close()
     state = store.states()["engine:eng1"]
     assert state.up and state.errors == {"http_status": 1, "malformed": 2}
@@ -183,14 +182,13 @@ def test_missing_token_file_is_reported_without_contents(tmp_path: Path) -> None
 
 
 def test_source_recovers_by_itself_after_the_engine_comes_back() -> None:
-    behaviour = Behaviour(body=b"", status=503)
-    with EngineHTTPServer(behaviour) as srv:
+    with FakeEngine(b"", status=503) as srv:
         source = make_source(srv.url)
         store = SnapshotStore()
         runner = SourceRunner(source, store)
         runner.sample_once()
         assert not store.snapshot().source_up("engine:eng1")
-        behaviour.status, behaviour.body = 200, VLLM
+        srv.set(status=200, body=VLLM)
         runner.sample_once()
         source.close()
     snap = store.snapshot()
@@ -213,7 +211,7 @@ def test_tls_ca_bundle_and_verify_switch(tmp_path: Path) -> None:
     cert, key = self_signed_cert(tmp_path)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(cert, key)
-    with EngineHTTPServer(Behaviour(body=VLLM), tls=ctx) as srv:
+    with FakeEngine(VLLM, tls=ctx) as srv:
         unverified = failure(make_source(srv.url))
         with_ca = make_source(srv.url, ca_bundle=str(cert)).sample()
         no_verify = make_source(srv.url, tls_verify=False).sample()

@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.engines.textparse import ParseError, SeriesLimitError, parse
 from tests.engines.engine_helpers import FIXTURES
-from tests.engines.synth_vllm import big_vllm_exposition
+from tests.support.exposition import vllm_exposition
 
 
 def _base(name: str) -> str:
@@ -46,7 +46,7 @@ def test_same_samples_as_prometheus_client(name: str) -> None:
 
 
 def test_same_samples_as_prometheus_client_on_a_20_engine_vllm() -> None:
-    text = big_vllm_exposition(20)
+    text = vllm_exposition(20, created=False)
     ours = _ours(text)
     assert len(ours) > 8000
     assert ours == _reference(text)
@@ -82,12 +82,7 @@ def test_escapes_special_values_timestamps_and_exemplars() -> None:
 
 
 def test_openmetrics_eof_created_series_and_crlf() -> None:
-    text = (
-        "# TYPE c counter\r\n"
-        "c_total 5\r\n"
-        "c_created 1.7e9\r\n"
-        "# EOF"
-    )
+    text = "# TYPE c counter\r\nc_total 5\r\nc_created 1.7e9\r\n# EOF"
     exp = parse(text, frozenset({"c_total"}))
     assert exp.samples == {"c_total": [({}, 5.0)]}
     assert "c_created" in exp.names

@@ -26,13 +26,26 @@ llamacpp:requests_processing 2
 # TYPE llamacpp:requests_deferred gauge
 llamacpp:requests_deferred 5
 """
-PROPS = {"default_generation_settings": {"params": {"n_predict": -1}, "n_ctx": 512}, "total_slots": 2,
-         "model_alias": "tiny"}
+PROPS = {"default_generation_settings": {"params": {"n_predict": -1}, "n_ctx": 512}, "total_slots": 2, "model_alias": "tiny"}
 SLOTS = [
-    {"id": 0, "n_ctx": 512, "speculative": False, "is_processing": True, "id_task": 3, "n_prompt_tokens": 40,
-     "next_token": [{"has_next_token": True, "n_remain": 300, "n_decoded": 60}]},
-    {"id": 1, "n_ctx": 512, "speculative": False, "is_processing": True, "id_task": 1, "n_prompt_tokens": 415,
-     "next_token": [{"has_next_token": True, "n_remain": -1, "n_decoded": 0}]},
+    {
+        "id": 0,
+        "n_ctx": 512,
+        "speculative": False,
+        "is_processing": True,
+        "id_task": 3,
+        "n_prompt_tokens": 40,
+        "next_token": [{"has_next_token": True, "n_remain": 300, "n_decoded": 60}],
+    },
+    {
+        "id": 1,
+        "n_ctx": 512,
+        "speculative": False,
+        "is_processing": True,
+        "id_task": 1,
+        "n_prompt_tokens": 415,
+        "next_token": [{"has_next_token": True, "n_remain": -1, "n_decoded": 0}],
+    },
 ]
 LABELS = {"server": "s", "engine": "llamacpp", "model": "", "rank": ""}
 
@@ -77,8 +90,13 @@ def _serve(routes: dict[str, tuple[int, bytes]]) -> tuple[ThreadingHTTPServer, s
 
 
 def test_engine_source_adds_slot_evidence_for_llamacpp():
-    server, base = _serve({"/metrics": (200, METRICS.encode()), "/props": (200, json.dumps(PROPS).encode()),
-                           "/slots": (200, json.dumps(SLOTS).encode())})
+    server, base = _serve(
+        {
+            "/metrics": (200, METRICS.encode()),
+            "/props": (200, json.dumps(PROPS).encode()),
+            "/slots": (200, json.dumps(SLOTS).encode()),
+        }
+    )
     try:
         result = EngineSource(EngineConfig(url=base + "/metrics", name="llama", timeout=2.0)).sample()
     finally:

@@ -14,17 +14,16 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import requests
 
-from tests.helpers import free_port, wait_for
+from tests.support.ports import free_port
+from tests.support.processes import Child, exporter_argv
 
-ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 ONE_ROW = FIXTURES / "kernels_one_row.csv"
 GOLDEN = FIXTURES / "replay_kernels.prom"
@@ -53,26 +52,22 @@ def normalise(text: str, mask_values: bool = False) -> str:
 
 
 class Exporter:
-    """`python3 -m exporter serve` in a subprocess on a free 127.0.0.1 port."""
+    """`python3 -m exporter serve` in a subprocess on a free 127.0.0.1 port, no LLM_EXPORTER_* settings."""
 
     def __init__(self, gpu_source: str) -> None:
         self.port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("LLM_EXPORTER_")}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "exporter", "serve", "--gpu-source", gpu_source,
-             "--gpu-interval", "0.2", "--listen-address", f"127.0.0.1:{self.port}"],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        argv = exporter_argv(
+            "serve", "--gpu-source", gpu_source, "--gpu-interval", "0.2", "--listen-address", f"127.0.0.1:{self.port}"
         )
+        self.child = Child(argv, "serve-golden", env=env, inherit_env=False).start()
         self.url = f"http://127.0.0.1:{self.port}"
 
     def get(self, path: str) -> requests.Response:
         return requests.get(self.url + path, timeout=5)
 
     def ready(self) -> None:
-        ok = wait_for(lambda: self.proc.poll() is None and self.get("/readyz").status_code == 200, timeout=30)
-        if not ok:
-            self.stop()
-            pytest.fail(f"exporter did not become ready: {self.stderr()}")
+        self.child.wait_http(self.url + "/readyz", 30)
 
     def stable_metrics(self, mask_values: bool = False) -> str:
         """A scrape equal (once normalised) to the one before it: every source has settled."""
@@ -88,17 +83,7 @@ class Exporter:
         pytest.fail("/metrics did not settle within 20 s")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-
-    def stderr(self) -> str:
-        self.stop()
-        return self.proc.stderr.read() if self.proc.stderr else ""
+        self.child.stop()
 
 
 @pytest.fixture
@@ -120,6 +105,7 @@ def test_exposition_matches_the_golden_file(one_row: Exporter) -> None:
     assert got == GOLDEN.read_text(), "run with REGENERATE_GOLDEN=1 and review the diff if the change is intended"
 
 
+@pytest.mark.external
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian package prometheus) not installed")
 def test_exposition_passes_promtool(one_row: Exporter) -> None:
     text = one_row.get("/metrics").text

@@ -112,7 +112,14 @@ def test_lost_gpu_reports_only_info_and_up_zero() -> None:
 
 @pytest.mark.parametrize(
     "raw",
-    [{"power_w": "lots"}, {"power_w": True}, {"temp_c": "inf"}, {"throttle_reasons": "0xZZ"}, {"throttle_reasons": -1}, {"uuid": 7}],
+    [
+        {"power_w": "lots"},
+        {"power_w": True},
+        {"temp_c": "inf"},
+        {"throttle_reasons": "0xZZ"},
+        {"throttle_reasons": -1},
+        {"uuid": 7},
+    ],
 )
 def test_bad_values_raise_reading_error_naming_the_key(raw: dict) -> None:
     with pytest.raises(ReadingError, match=next(iter(raw))):

@@ -25,7 +25,9 @@ class Clock:
 
 
 def a100() -> FakeGpu:
-    return FakeGpu(name="NVIDIA A100-SXM4-80GB", uuid="GPU-a100", gpm=False, gpm_values={}, reasons=0x1, sm_clock=1410, max_sm_clock=1410)
+    return FakeGpu(
+        name="NVIDIA A100-SXM4-80GB", uuid="GPU-a100", gpm=False, gpm_values={}, reasons=0x1, sm_clock=1410, max_sm_clock=1410
+    )
 
 
 def source(fake: FakeNvml, clock: Clock | None = None, **kw: float) -> NvmlSource:

@@ -88,7 +88,9 @@ def test_one_file_per_gpu_each_looping_on_its_own(tmp_path: Path) -> None:
     seen = []
     for _ in range(4):
         pts = src.sample().points
-        seen.append((value(pts, "llm_gpu_power_watts", gpu="0", uuid="GPU-a"), value(pts, "llm_gpu_power_watts", gpu="1", uuid="GPU-b")))
+        seen.append(
+            (value(pts, "llm_gpu_power_watts", gpu="0", uuid="GPU-a"), value(pts, "llm_gpu_power_watts", gpu="1", uuid="GPU-b"))
+        )
     assert seen == [(100, 1), (200, 2), (100, 3), (200, 1)]
     assert src.name == "gpu" and src.interval == 0.5
 

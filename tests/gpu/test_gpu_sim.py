@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Iterator
 
 import pytest
 
@@ -56,7 +56,7 @@ class SimGpuServer:
     def serve(self, obj: object) -> None:
         self.body = json.dumps(obj).encode()
 
-    def start(self) -> "SimGpuServer":
+    def start(self) -> SimGpuServer:
         self.thread.start()
         return self
 

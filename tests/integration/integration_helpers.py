@@ -2,8 +2,9 @@
 
 * ``run_setup``: runs a ``scripts/integration/setup_*.sh`` (idempotent, cached) and
   returns the ``KEY=VALUE`` lines it prints last.
-* ``Proc``: a child process in its own process group, logged to a file, stopped by
-  killing the whole group (TERM, bounded wait, KILL).
+* ``Proc``: the kit's ``Child`` (tests/support/processes.py) as these tests run it:
+  its own process group (TERM, bounded wait, KILL to the whole group), its log kept
+  in ``LOG_DIR``.
 * ``raw_series``: an *independent* reading of an exposition (prometheus_client's
   parser, not the exporter's), so the equality tests compare two implementations.
 * ``compare``: checks the adapter's neutral points against expectations computed
@@ -15,33 +16,24 @@ from __future__ import annotations
 import math
 import os
 import signal
-import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.loadloop import quick_value  # noqa: F401 - re-exported: test_vllm.py imports it from here
+from tests.support.ports import free_port
+from tests.support.processes import Child, exporter_argv, tail
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts" / "integration"
 CACHE = Path(os.environ.get("LLM_EXPORTER_CACHE", "/var/cache/llm-layer-exporter"))
 LOG_DIR = Path(os.environ.get("LLM_EXPORTER_INTEGRATION_LOGS", "/tmp/llm-exporter-integration"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def tail(path: Path, n: int = 60) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
-    except OSError:
-        return "(no log)"
 
 
 def run_setup(script: str, timeout_s: float) -> dict[str, str]:
@@ -50,7 +42,10 @@ def run_setup(script: str, timeout_s: float) -> dict[str, str]:
     log = LOG_DIR / f"{Path(script).stem}.log"
     with open(log, "w") as fh:
         proc = subprocess.Popen(
-            ["bash", str(SCRIPTS / script)], stdout=subprocess.PIPE, stderr=fh, text=True,
+            ["bash", str(SCRIPTS / script)],
+            stdout=subprocess.PIPE,
+            stderr=fh,
+            text=True,
             start_new_session=True,
         )
         try:
@@ -58,72 +53,112 @@ def run_setup(script: str, timeout_s: float) -> dict[str, str]:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
-            raise AssertionError(f"{script} did not finish within {timeout_s:.0f} s; log {log}:\n{tail(log)}")
+            raise AssertionError(f"{script} did not finish within {timeout_s:.0f} s; log {log}:\n{tail(log)}") from None
     if proc.returncode != 0:
         raise AssertionError(f"{script} failed (exit {proc.returncode}); log {log}:\n{tail(log)}")
     values = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
     return values
 
 
+class Proc(Child):
+    """A real engine or exporter: its own process group (engines fork workers), its log kept as ``LOG_DIR/<name>.log``."""
+
+    def __init__(self, argv: Sequence[str], name: str, env: Mapping[str, str] | None = None, cwd: Path | None = None) -> None:
+        super().__init__(argv, name, env=env, cwd=cwd, log_dir=LOG_DIR, group=True, grace_s=20.0)
+
+    def wait_http(
+        self, url: str, timeout_s: float, ok: Callable[[httpx.Response], bool] | None = None, interval: float = 1.0
+    ) -> float:
+        """As ``Child.wait_http``, polling once a second (an engine starting up is slow to answer)."""
+        return super().wait_http(url, timeout_s, ok, interval)
+
+
+# --------------------------------------------------------------------------- the cached engines
+
+#: engine -> (the variable that switches its tests off, its name in the skip message)
+SKIP_SWITCHES = {"vllm": ("LLM_EXPORTER_SKIP_VLLM", "vLLM"), "llamacpp": ("LLM_EXPORTER_SKIP_LLAMACPP", "llama.cpp")}
+
+
+def skip_if_off(engine: str) -> None:
+    """Skip when ``LLM_EXPORTER_SKIP_<ENGINE>=1`` (nothing else skips these tests)."""
+    flag, shown = SKIP_SWITCHES[engine]
+    if os.environ.get(flag) == "1":
+        pytest.skip(f"{flag}=1: the real-{shown} integration tests were switched off")
+
+
 @dataclass
-class Proc:
-    """A process group started from ``argv``; ``stop()`` ends the whole group."""
+class RunningEngine:
+    """An engine a fixture started and saw answer: its base URL, its process, its start-up seconds."""
 
-    argv: list[str]
-    name: str
-    env: Mapping[str, str] | None = None
-    cwd: Path | None = None
-    log: Path = field(init=False)
-    popen: subprocess.Popen | None = field(init=False, default=None)
+    base: str
+    proc: Proc
+    startup_s: float
 
-    def start(self) -> Proc:
-        LOG_DIR.mkdir(parents=True, exist_ok=True)
-        self.log = LOG_DIR / f"{self.name}.log"
-        with open(self.log, "w") as fh:  # the child keeps its own copy of the descriptor
-            self.popen = subprocess.Popen(
-                self.argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=dict(self.env) if self.env is not None else None, cwd=self.cwd,
-                start_new_session=True,
-            )
-        return self
+    @property
+    def metrics_url(self) -> str:
+        return self.base + "/metrics"
 
-    def alive(self) -> bool:
-        return self.popen is not None and self.popen.poll() is None
 
-    def stop(self, grace_s: float = 20.0) -> None:
-        if self.popen is None:
-            return
-        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
-            try:
-                os.killpg(self.popen.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                self.popen.wait(wait)
-                # the leader is gone; children may linger in the group: one last KILL
-                try:
-                    os.killpg(self.popen.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                break
-            except subprocess.TimeoutExpired:
-                continue
+#: the small CPU vLLM the engine and ramp tests run: 10 KV blocks of 32 tokens, 8 sequence slots,
+#: 256-token contexts, no CUDA graphs (requests queue and get preempted under a modest load)
+SMALL_KV_VLLM_ARGS = (
+    "--max-model-len", "256", "--dtype", "float32", "--block-size", "32",
+    "--num-gpu-blocks-override", "10", "--max-num-seqs", "8", "--enforce-eager",
+)  # fmt: skip
+VLLM_SETUP_TIMEOUT_S = 3000.0
+LLAMACPP_SETUP_TIMEOUT_S = float(os.environ.get("LLM_EXPORTER_LLAMACPP_SETUP_TIMEOUT", "4800"))
 
-    def wait_http(self, url: str, timeout_s: float, ok: Callable[[httpx.Response], bool] | None = None) -> float:
-        """Poll ``url`` until it answers 200 (and ``ok``); fail early if the process dies."""
-        t0 = time.monotonic()
-        deadline = t0 + timeout_s
-        while time.monotonic() < deadline:
-            if not self.alive():
-                raise AssertionError(f"{self.name} exited ({self.popen.returncode}); log {self.log}:\n{tail(self.log)}")
-            try:
-                r = httpx.get(url, timeout=5)
-                if r.status_code == 200 and (ok is None or ok(r)):
-                    return time.monotonic() - t0
-            except httpx.HTTPError:
-                pass
-            time.sleep(1.0)
-        raise AssertionError(f"{self.name}: {url} not ready within {timeout_s:.0f} s; log {self.log}:\n{tail(self.log)}")
+
+def vllm_proc(args: Sequence[str], name: str, prefix: Sequence[str] = ()) -> tuple[Proc, str]:
+    """The cached CPU vLLM (scripts/integration/setup_vllm.sh) with ``args`` on a free port: (not started, base URL).
+
+    Offline and without usage reports; ``prefix`` goes before the interpreter (``nice -n 10``).
+    """
+    paths = run_setup("setup_vllm.sh", VLLM_SETUP_TIMEOUT_S)
+    port = free_port()
+    env = {
+        "VLLM_CACHE_ROOT": str(CACHE / "vllm-cache"),
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "VLLM_DO_NOT_TRACK": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_HOME": str(CACHE / "hf-home"),
+    }
+    argv = [
+        *prefix,
+        paths["VLLM_PYTHON"],
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        paths["VLLM_MODEL"],
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *args,
+    ]
+    return Proc(argv, name=name, env=env), f"http://127.0.0.1:{port}"
+
+
+def llamacpp_proc(args: Sequence[str], name: str, prefix: Sequence[str] = ()) -> tuple[Proc, str]:
+    """The cached ``llama-server`` (scripts/integration/setup_llamacpp.sh) with /metrics and ``args``: (not started, base URL)."""
+    paths = run_setup("setup_llamacpp.sh", LLAMACPP_SETUP_TIMEOUT_S)
+    port = free_port()
+    argv = [
+        *prefix,
+        paths["LLAMA_SERVER"],
+        "-m",
+        paths["LLAMA_MODEL"],
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--metrics",
+        "--no-webui",
+        *args,
+    ]
+    return Proc(argv, name=name), f"http://127.0.0.1:{port}"
 
 
 # --------------------------------------------------------------------------- independent parsing
@@ -154,8 +189,7 @@ def raw_histograms(raw: Mapping[str, Mapping[LabelKey, float]], base: str) -> di
         rest = frozenset((k, v) for k, v in labels if k != "le")
         groups.setdefault(rest, []).append((float(le), value))
     return {
-        key: RawHist(tuple(sorted(pairs)), raw[base + "_sum"][key], raw[base + "_count"][key])
-        for key, pairs in groups.items()
+        key: RawHist(tuple(sorted(pairs)), raw[base + "_sum"][key], raw[base + "_count"][key]) for key, pairs in groups.items()
     }
 
 
@@ -181,9 +215,13 @@ def adapter_points(points) -> tuple[dict[str, dict[LabelKey, float]], dict[str, 
 
 
 def assert_same_scalars(name: str, got: Mapping[LabelKey, float], want: Mapping[LabelKey, float]) -> None:
-    assert set(got) == set(want), f"{name}: label sets differ\n adapter: {sorted(map(sorted, got))}\n raw:     {sorted(map(sorted, want))}"
+    assert set(got) == set(want), (
+        f"{name}: label sets differ\n adapter: {sorted(map(sorted, got))}\n raw:     {sorted(map(sorted, want))}"
+    )
     for key, value in want.items():
-        assert math.isclose(got[key], value, rel_tol=1e-12, abs_tol=1e-12), f"{name}{dict(key)}: adapter {got[key]} != raw {value}"
+        assert math.isclose(got[key], value, rel_tol=1e-12, abs_tol=1e-12), (
+            f"{name}{dict(key)}: adapter {got[key]} != raw {value}"
+        )
 
 
 def assert_same_hists(name: str, got: Mapping[LabelKey, RawHist], want: Mapping[LabelKey, RawHist]) -> None:
@@ -202,6 +240,11 @@ def scrape(url: str) -> str:
     r = httpx.get(url, timeout=10)
     r.raise_for_status()
     return r.text
+
+
+def max_value(raw: Mapping[str, Mapping[LabelKey, float]], name: str) -> float:
+    """The largest value of ``name`` in ``raw_series`` output, 0 when absent (a gauge or counter's peak over ranks)."""
+    return max(raw.get(name, {}).values(), default=0.0)
 
 
 def exporter_values(text: str, name: str) -> list[tuple[dict[str, str], float]]:
@@ -280,22 +323,31 @@ def config_info(text: str) -> list[dict[str, str]]:
 
 def start_exporter(engine_metrics_url: str, name: str) -> tuple[Proc, str]:
     """``python3 -m exporter serve`` against one engine; returns (proc, its /metrics URL)."""
-    import sys
-
     port = free_port()
-    proc = Proc(
-        [
-            sys.executable, "-m", "exporter", "serve",
-            "--engine", engine_metrics_url,
-            "--gpu-source", "none",
-            "--listen-address", f"127.0.0.1:{port}",
-            "--engine-interval", "1",
-            "--log-level", "info",
-        ],
-        name=name, cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")},
-    ).start()
+    argv = exporter_argv(
+        "serve",
+        "--engine",
+        engine_metrics_url,
+        "--gpu-source",
+        "none",
+        "--listen-address",
+        f"127.0.0.1:{port}",
+        "--engine-interval",
+        "1",
+        "--log-level",
+        "info",
+    )
+    proc = Proc(argv, name=name, cwd=ROOT).start()
     return proc, f"http://127.0.0.1:{port}/metrics"
+
+
+def start_exporter_with(args: Sequence[str], name: str, ready_timeout_s: float = 60.0) -> tuple[Proc, str]:
+    """``serve --listen-address <a free port> ARGS`` once it answers /readyz: (proc, base URL); stopped if it never does."""
+    port = free_port()
+    proc = Proc(exporter_argv("serve", "--listen-address", f"127.0.0.1:{port}", *args), name=name, cwd=ROOT)
+    base = f"http://127.0.0.1:{port}"
+    proc.start_answering(base + "/readyz", ready_timeout_s)
+    return proc, base
 
 
 def exporter_view(text: str) -> tuple[dict[str, dict[LabelKey, float]], dict[str, dict[LabelKey, RawHist]]]:
@@ -333,14 +385,22 @@ def exporter_mismatches(exporter_text: str, expected: Expected) -> list[str]:
             g = got.get(key)
             if g is None:
                 problems.append(f"{name}{dict(key)} histogram missing")
-            elif g.count != w.count or not math.isclose(g.sum, w.sum, rel_tol=1e-9) or [c for _, c in g.buckets] != [c for _, c in w.buckets]:
+            elif (
+                g.count != w.count
+                or not math.isclose(g.sum, w.sum, rel_tol=1e-9)
+                or [c for _, c in g.buckets] != [c for _, c in w.buckets]
+            ):
                 problems.append(f"{name}{dict(key)}: exporter count/sum/buckets differ from raw")
     return problems
 
 
 def assert_exporter_matches(
-    exporter: Proc, exporter_url: str, engine_url: str, family: str,
-    expected_of: Callable[[str], Expected], timeout_s: float = 90.0,
+    exporter: Proc,
+    exporter_url: str,
+    engine_url: str,
+    family: str,
+    expected_of: Callable[[str], Expected],
+    timeout_s: float = 90.0,
 ) -> tuple[str, str]:
     """Poll (bounded) until the exporter publishes exactly what the idle engine serves.
 
@@ -367,17 +427,16 @@ def assert_exporter_matches(
     raise AssertionError(f"exporter never matched the engine: {problems[:10]}\nlog {exporter.log}:\n{tail(exporter.log, 30)}")
 
 
-def quick_value(text: str, line_prefix: str) -> float:
-    """Largest value of the sample lines starting with ``line_prefix`` (0 if none).
-
-    Used only while polling under load, where parsing every exposition fully would
-    compete for the CPU with the load itself; the tests then parse fully.
-    """
-    best = 0.0
-    for line in text.splitlines():
-        if line.startswith(line_prefix):
-            best = max(best, float(line.rsplit(" ", 1)[-1]))
-    return best
+def exporter_publishes(engine_metrics_url: str, family: str, generation: str, expected_of: Callable[[str], Expected]) -> str:
+    """A real ``serve`` against the idle engine publishes exactly its values and names it; returns its /metrics text."""
+    exporter, url = start_exporter(engine_metrics_url, name=f"exporter-{family}")
+    try:
+        ex_text, _ = assert_exporter_matches(exporter, url, engine_metrics_url, family, expected_of)
+    finally:
+        exporter.stop()
+    info = [labels for labels, v in exporter_values(ex_text, "llm_engine_info") if v == 1]
+    assert any(lab.get("engine") == family and lab.get("generation") == generation for lab in info), info
+    return ex_text
 
 
 def pick_expositions(texts: list[str], queue_prefix: str, spread: int = 20, queued: int = 10) -> list[str]:

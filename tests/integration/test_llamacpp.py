@@ -29,12 +29,8 @@ Set ``LLM_EXPORTER_SKIP_LLAMACPP=1`` to skip (nothing else skips these tests).
 from __future__ import annotations
 
 import json
-import os
 import random
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections import Counter
 
 import httpx
 import pytest
@@ -42,134 +38,85 @@ from integration_helpers import (
     LOG_DIR,
     Expected,
     LabelKey,
-    Proc,
+    RunningEngine,
     assert_adapter_equals_raw,
-    assert_exporter_matches,
     engine_info,
+    exporter_publishes,
     exporter_values,
-    free_port,
+    llamacpp_proc,
+    max_value,
     pick_expositions,
-    quick_value,
     raw_series,
-    run_setup,
     scrape,
-    start_exporter,
+    skip_if_off,
 )
+
+from tests.support.loadloop import PolledLoad, polled_load, quick_value
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(5400)]
 
-SETUP_TIMEOUT_S = float(os.environ.get("LLM_EXPORTER_LLAMACPP_SETUP_TIMEOUT", "4800"))
 START_TIMEOUT_S = 120.0
 SLOTS = 4
 N_REQUESTS = 32
-CONCURRENCY = 12          # three times the slots: up to eight requests deferred at once
+CONCURRENCY = 12  # three times the slots: up to eight requests deferred at once
 PREFIX_TOKENS = 48
-N_PREDICT = 512           # the model is tiny: long outputs keep all slots busy for seconds
+N_PREDICT = 512  # the model is tiny: long outputs keep all slots busy for seconds
 LOAD_DEADLINE_S = 600.0
 POLL_INTERVAL_S = 0.1
 MAX_KEPT_TEXTS = 400
-FIRST_WORD_PIECE = 259     # ids 0-2 are control tokens, 3-258 the byte tokens
-
-
-@dataclass
-class Llama:
-    base: str
-    proc: Proc
-    startup_s: float
-
-    @property
-    def metrics_url(self) -> str:
-        return self.base + "/metrics"
+FIRST_WORD_PIECE = 259  # ids 0-2 are control tokens, 3-258 the byte tokens
 
 
 @pytest.fixture(scope="module")
-def llama() -> Llama:
-    if os.environ.get("LLM_EXPORTER_SKIP_LLAMACPP") == "1":
-        pytest.skip("LLM_EXPORTER_SKIP_LLAMACPP=1: the real-llama.cpp integration tests were switched off")
-    paths = run_setup("setup_llamacpp.sh", SETUP_TIMEOUT_S)
-    port = free_port()
-    proc = Proc(
+def llama() -> RunningEngine:
+    skip_if_off("llamacpp")
+    proc, base = llamacpp_proc(
         [
-            paths["LLAMA_SERVER"], "-m", paths["LLAMA_MODEL"],
-            "--host", "127.0.0.1", "--port", str(port),
-            "--metrics", "-np", str(SLOTS), "-c", "4096", "-t", "1",  # one compute thread leaves a core for HTTP and the client
+            "-np",
+            str(SLOTS),
+            "-c",
+            "4096",
+            "-t",
+            "1",  # one compute thread leaves a core for HTTP and the client
             # the default HTTP pool is max(slots + 2, cores - 1) = 6 threads: fewer than our
             # concurrent requests, so the surplus waited at accept() and was never deferred
-            "--threads-http", str(CONCURRENCY + 4),
+            "--threads-http",
+            str(CONCURRENCY + 4),
             # self-speculative n-gram drafts (no draft model); short n-grams so the
             # tiny model's repetitive greedy output produces drafts
-            "--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2", "--spec-ngram-simple-size-m", "4",
-            "--no-webui",
+            "--spec-type",
+            "ngram-simple",
+            "--spec-ngram-simple-size-n",
+            "2",
+            "--spec-ngram-simple-size-m",
+            "4",
         ],
         name="llama-server",
     )
     try:
         proc.start()
-        base = f"http://127.0.0.1:{port}"
         startup = proc.wait_http(base + "/health", START_TIMEOUT_S)
-        yield Llama(base, proc, startup)
+        yield RunningEngine(base, proc, startup)
     finally:
         proc.stop()
 
 
-@dataclass
-class LoadReport:
-    statuses: list[int]
-    seconds: float
-    during: list[str] = field(default_factory=list)  # every exposition scraped during the load
-    max_deferred: float = 0.0
-    max_processing: float = 0.0
-    after: str = ""
-
-
-def _value(raw: dict, name: str) -> float:
-    return max(raw.get(name, {}).values(), default=0.0)
-
-
 @pytest.fixture(scope="module")
-def load(llama: Llama) -> LoadReport:
+def load(llama: RunningEngine) -> PolledLoad:
+    """N_REQUESTS completions, CONCURRENCY at a time (closed loop), sharing a prefix; /metrics polled meanwhile."""
     rng = random.Random(11)
     vocab_top = 380
     prefix = [rng.randrange(FIRST_WORD_PIECE, vocab_top) for _ in range(PREFIX_TOKENS)]
     prompts = [prefix + [rng.randrange(FIRST_WORD_PIECE, vocab_top) for _ in range(8 + (i % 4) * 8)] for i in range(N_REQUESTS)]
-    report = LoadReport(statuses=[], seconds=0.0)
-    done = threading.Event()
-    deadline = time.monotonic() + LOAD_DEADLINE_S
 
-    def poll() -> None:
-        with httpx.Client(timeout=10) as client:
-            while not done.is_set() and time.monotonic() < deadline:
-                try:
-                    text = client.get(llama.metrics_url).text
-                except httpx.HTTPError:
-                    time.sleep(POLL_INTERVAL_S)
-                    continue
-                # a cheap line scan while polling (full parsing happens in the tests)
-                deferred = quick_value(text, "llamacpp:requests_deferred ")
-                report.max_deferred = max(report.max_deferred, deferred)
-                report.max_processing = max(report.max_processing, quick_value(text, "llamacpp:requests_processing "))
-                if len(report.during) < MAX_KEPT_TEXTS:
-                    report.during.append(text)
-                time.sleep(POLL_INTERVAL_S)
-
-    limits = httpx.Limits(max_connections=CONCURRENCY, max_keepalive_connections=CONCURRENCY)
-    client = httpx.Client(timeout=LOAD_DEADLINE_S, limits=limits)
-
-    def one(prompt: list[int]) -> int:
-        body = {"prompt": prompt, "n_predict": N_PREDICT, "ignore_eos": True, "cache_prompt": True, "temperature": 0}
+    def one(client: httpx.Client, n: int) -> int:
+        body = {"prompt": prompts[n], "n_predict": N_PREDICT, "ignore_eos": True, "cache_prompt": True, "temperature": 0}
         return client.post(llama.base + "/completion", json=body).status_code
 
-    poller = threading.Thread(target=poll, daemon=True)
-    t0 = time.monotonic()
-    poller.start()
-    try:
-        with client, ThreadPoolExecutor(CONCURRENCY) as pool:
-            report.statuses = list(pool.map(one, prompts))
-    finally:
-        done.set()
-        poller.join(30)
-    report.seconds = time.monotonic() - t0
-    report.after = scrape(llama.metrics_url)
+    # a cheap line scan while polling (full parsing happens in the tests)
+    watch = {"deferred": "llamacpp:requests_deferred ", "processing": "llamacpp:requests_processing "}
+    report = polled_load(one, N_REQUESTS, CONCURRENCY, llama.metrics_url, watch, LOAD_DEADLINE_S, POLL_INTERVAL_S, MAX_KEPT_TEXTS)
+    assert not report.errors, f"requests failed: {dict(report.errors)}"
     return report
 
 
@@ -197,27 +144,27 @@ def expected_llamacpp(text: str) -> Expected:
     return Expected(scalars, {})
 
 
-def test_load_deferred_requests_and_reused_the_cache(llama: Llama, load: LoadReport, record_property) -> None:
+def test_load_deferred_requests_and_reused_the_cache(llama: RunningEngine, load: PolledLoad, record_property) -> None:
     raw = raw_series(load.after)
     figures = {
         "startup_s": round(llama.startup_s, 1),
         "load_s": round(load.seconds, 1),
-        "requests": len(load.statuses),
-        "max_deferred": load.max_deferred,
-        "max_processing": load.max_processing,
+        "requests": load.statuses.total(),
+        "max_deferred": load.peaks["deferred"],
+        "max_processing": load.peaks["processing"],
         "expositions_during_load": len(load.during),
         "expositions_with_deferred": sum(1 for t in load.during if quick_value(t, "llamacpp:requests_deferred ") > 0),
-        "prompt_tokens_computed": _value(raw, "llamacpp:prompt_tokens_total"),
-        "prompt_tokens_cached": _value(raw, "llamacpp:prompt_tokens_cached_total"),
-        "tokens_predicted": _value(raw, "llamacpp:tokens_predicted_total"),
-        "spec_drafts": _value(raw, "llamacpp:spec_decode_num_drafts_total"),
+        "prompt_tokens_computed": max_value(raw, "llamacpp:prompt_tokens_total"),
+        "prompt_tokens_cached": max_value(raw, "llamacpp:prompt_tokens_cached_total"),
+        "tokens_predicted": max_value(raw, "llamacpp:tokens_predicted_total"),
+        "spec_drafts": max_value(raw, "llamacpp:spec_decode_num_drafts_total"),
     }
     for k, v in figures.items():
         record_property(k, v)
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     (LOG_DIR / "llamacpp-figures.json").write_text(json.dumps(figures, indent=2))
     print("llama.cpp load figures:", figures)
-    assert load.statuses == [200] * N_REQUESTS
+    assert load.statuses == Counter({200: N_REQUESTS})
     assert figures["max_deferred"] > 0, "no request was ever deferred"
     assert figures["max_processing"] == SLOTS
     assert figures["prompt_tokens_cached"] > 0, "the shared prefix was never reused from a slot's cache"
@@ -225,7 +172,7 @@ def test_load_deferred_requests_and_reused_the_cache(llama: Llama, load: LoadRep
     assert figures["spec_drafts"] > 0, "n-gram speculative decoding proposed nothing"
 
 
-def test_adapter_equals_raw_values_scraped_at_the_same_moment(load: LoadReport) -> None:
+def test_adapter_equals_raw_values_scraped_at_the_same_moment(load: PolledLoad) -> None:
     texts = pick_expositions(load.during, "llamacpp:requests_deferred ") + [load.after]
     seen = {"waiting": 0.0, "running": 0.0}
     for text in texts:
@@ -238,29 +185,23 @@ def test_adapter_equals_raw_values_scraped_at_the_same_moment(load: LoadReport) 
     after = expected_llamacpp(load.after).scalars
     raw = raw_series(load.after)
     # the meaning fix is visible: the neutral prompt counter is larger than llama.cpp's own
-    assert after["llm_prompt_tokens_total"][frozenset()] > _value(raw, "llamacpp:prompt_tokens_total")
+    assert after["llm_prompt_tokens_total"][frozenset()] > max_value(raw, "llamacpp:prompt_tokens_total")
     assert engine_info(load.after) == [{"server": "itest", "engine": "llamacpp", "generation": "new"}]
 
 
-def test_tokens_seconds_gauges_reset_on_every_scrape(llama: Llama, load: LoadReport) -> None:
+def test_tokens_seconds_gauges_reset_on_every_scrape(llama: RunningEngine, load: PolledLoad) -> None:
     """Why the adapter leaves them out: a scrape resets them for every other scraper."""
     body = {"prompt": [FIRST_WORD_PIECE + 1] * 8, "n_predict": 16, "ignore_eos": True}
     assert httpx.post(llama.base + "/completion", json=body, timeout=120).status_code == 200
     first = raw_series(scrape(llama.metrics_url))
     second = raw_series(scrape(llama.metrics_url))  # the engine is idle in between
-    assert _value(first, "llamacpp:predicted_tokens_seconds") > 0
-    assert _value(second, "llamacpp:predicted_tokens_seconds") == 0
+    assert max_value(first, "llamacpp:predicted_tokens_seconds") > 0
+    assert max_value(second, "llamacpp:predicted_tokens_seconds") == 0
     # the counters, which the adapter does publish, are unaffected by scraping
-    assert _value(first, "llamacpp:tokens_predicted_total") == _value(second, "llamacpp:tokens_predicted_total")
+    assert max_value(first, "llamacpp:tokens_predicted_total") == max_value(second, "llamacpp:tokens_predicted_total")
 
 
-def test_exporter_serve_publishes_the_engine_values(llama: Llama, load: LoadReport) -> None:
-    exporter, url = start_exporter(llama.metrics_url, name="exporter-llamacpp")
-    try:
-        ex_text, _ = assert_exporter_matches(exporter, url, llama.metrics_url, "llamacpp", expected_llamacpp)
-    finally:
-        exporter.stop()
-    info = [labels for labels, v in exporter_values(ex_text, "llm_engine_info") if v == 1]
-    assert any(l.get("engine") == "llamacpp" and l.get("generation") == "new" for l in info), info
+def test_exporter_serve_publishes_the_engine_values(llama: RunningEngine, load: PolledLoad) -> None:
+    ex_text = exporter_publishes(llama.metrics_url, "llamacpp", "new", expected_llamacpp)
     cached = [v for _, v in exporter_values(ex_text, "llm_prefix_cache_hit_tokens_total")]
     assert cached and max(cached) > 0

@@ -42,31 +42,49 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import pytest
+from integration_helpers import (
+    LOG_DIR,
+    ROOT,
+    SMALL_KV_VLLM_ARGS,
+    Proc,
+    raw_series,
+    scrape,
+    skip_if_off,
+    start_exporter_with,
+    vllm_proc,
+)
 
-from integration_helpers import CACHE, LOG_DIR, ROOT, Proc, free_port, raw_series, run_setup, scrape, tail
+from tests.support.processes import tail
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(3600)]
 
 MODEL_NAME = "tiny"
 START_TIMEOUT_S = float(os.environ.get("LLM_EXPORTER_VLLM_START_TIMEOUT", "600"))
-SETUP_TIMEOUT_S = 3000.0
 SERVE_ARGS = [
-    "--served-model-name", MODEL_NAME,
-    "--max-model-len", "256",
-    "--dtype", "float32",
-    "--block-size", "32",
-    "--num-gpu-blocks-override", "10",
-    "--max-num-seqs", "8",
-    "--enforce-eager",
+    "--served-model-name",
+    MODEL_NAME,
+    *SMALL_KV_VLLM_ARGS,
     "--no-enable-prefix-caching",
 ]
-RAMP_ARGS = ["--concurrency", "1,2,4", "--step-seconds", "8", "--prompt-tokens", "20", "--output-tokens", "48",
-             "--sample-interval", "0.5", "--request-timeout", "120"]
+RAMP_ARGS = [
+    "--concurrency",
+    "1,2,4",
+    "--step-seconds",
+    "8",
+    "--prompt-tokens",
+    "20",
+    "--output-tokens",
+    "48",
+    "--sample-interval",
+    "0.5",
+    "--request-timeout",
+    "120",
+]
 
 
 @dataclass
@@ -78,43 +96,33 @@ class Served:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    if os.environ.get("LLM_EXPORTER_SKIP_VLLM") == "1":
-        pytest.skip("LLM_EXPORTER_SKIP_VLLM=1: the real-vLLM integration tests were switched off")
-    paths = run_setup("setup_vllm.sh", SETUP_TIMEOUT_S)
-    port = free_port()
-    env = {
-        **os.environ,
-        "VLLM_CACHE_ROOT": str(CACHE / "vllm-cache"),
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "VLLM_NO_USAGE_STATS": "1",
-        "VLLM_DO_NOT_TRACK": "1",
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "HF_HOME": str(CACHE / "hf-home"),
-    }
-    vllm = Proc(
-        [paths["VLLM_PYTHON"], "-m", "vllm.entrypoints.openai.api_server",
-         "--model", paths["VLLM_MODEL"], "--host", "127.0.0.1", "--port", str(port), *SERVE_ARGS],
-        name="vllm-ramp", env=env,
-    )
+    skip_if_off("vllm")
+    vllm, base = vllm_proc(SERVE_ARGS, "vllm-ramp")
     exporter: Proc | None = None
     try:
         vllm.start()
-        base = f"http://127.0.0.1:{port}"
         vllm.wait_http(base + "/health", START_TIMEOUT_S)
-        assert vllm.popen is not None
         config = tmp_path_factory.mktemp("ramp-exporter") / "exporter.yaml"
         config.write_text("diagnosis:\n  window_seconds: 6\n")  # shorter than a step: a step's verdict is its own
-        exp_port = free_port()
-        exporter = Proc(
-            [sys.executable, "-m", "exporter", "serve", "--config", str(config), "--engine", base + "/metrics",
-             "--engine-pid", str(vllm.popen.pid), "--gpu-source", "none", "--listen-address", f"127.0.0.1:{exp_port}",
-             "--engine-interval", "1", "--process-interval", "1", "--gpu-interval", "1"],
-            name="exporter-ramp", cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")},
-        ).start()
-        exporter_url = f"http://127.0.0.1:{exp_port}"
-        exporter.wait_http(exporter_url + "/readyz", timeout_s=60)
+        exporter, exporter_url = start_exporter_with(
+            [
+                "--config",
+                str(config),
+                "--engine",
+                base + "/metrics",
+                "--engine-pid",
+                str(vllm.pid),
+                "--gpu-source",
+                "none",
+                "--engine-interval",
+                "1",
+                "--process-interval",
+                "1",
+                "--gpu-interval",
+                "1",
+            ],
+            "exporter-ramp",
+        )
         yield Served(base, vllm, exporter_url)
     finally:
         if exporter is not None:
@@ -132,10 +140,26 @@ def test_ramp_knee_at_first_preemptions_and_figures_match_the_engine(served: Ser
     out = tmp_path / "report"
     log = LOG_DIR / "ramp-vllm.log"
     r = subprocess.run(
-        [sys.executable, "-m", "exporter", "ramp", "--target", served.base, "--exporter", served.exporter_url,
-         "--model", MODEL_NAME, "--report", str(out), "--no-progress", *RAMP_ARGS],
-        cwd=ROOT, capture_output=True, text=True, timeout=900,
-        env={**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")},
+        [
+            sys.executable,
+            "-m",
+            "exporter",
+            "ramp",
+            "--target",
+            served.base,
+            "--exporter",
+            served.exporter_url,
+            "--model",
+            MODEL_NAME,
+            "--report",
+            str(out),
+            "--no-progress",
+            *RAMP_ARGS,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     log.write_text(r.stdout + r.stderr)
     assert r.returncode == 0, f"ramp exited {r.returncode}:\n{r.stderr[-3000:]}\nvLLM log:\n{tail(served.vllm.log)}"
@@ -147,7 +171,8 @@ def test_ramp_knee_at_first_preemptions_and_figures_match_the_engine(served: Ser
     # figures agree with the engine's own counters over the run (+1: the one-token pre-flight)
     ok = _counter(after, "vllm:request_success_total") - _counter(before, "vllm:request_success_total")
     aborted = _counter(after, "vllm:request_success_total", finished_reason="abort") - _counter(
-        before, "vllm:request_success_total", finished_reason="abort")
+        before, "vllm:request_success_total", finished_reason="abort"
+    )
     generated = _counter(after, "vllm:generation_tokens_total") - _counter(before, "vllm:generation_tokens_total")
     totals = doc["totals"]
     assert totals["errors"] == 0 and all(s["client"]["cancelled"] == 0 for s in steps)

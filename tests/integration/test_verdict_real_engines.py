@@ -24,15 +24,15 @@ from __future__ import annotations
 import json
 import os
 import random
-import sys
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import pytest
-from closed_loop import ClosedLoop, primary_of, read_verdicts, story
-from integration_helpers import CACHE, LOG_DIR, ROOT, Proc, free_port, run_setup
+from integration_helpers import LOG_DIR, Proc, llamacpp_proc, skip_if_off, start_exporter_with, vllm_proc
+
+from tests.support.loadloop import ClosedLoop, primary_of, read_verdicts, story
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(3600)]
 
@@ -47,11 +47,11 @@ NICE = ["nice", "-n", "10"]
 @dataclass(frozen=True)
 class Case:
     name: str
-    engine: str            # "vllm" | "llamacpp"
+    engine: str  # "vllm" | "llamacpp"
     args: tuple[str, ...]  # engine arguments of this case
     clients: int
     max_tokens: int
-    expected: str          # primary_of() of a right verdict
+    expected: str  # primary_of() of a right verdict
 
 
 VLLM_BASE = ("--max-model-len", "256", "--dtype", "float32", "--block-size", "32", "--enforce-eager")
@@ -59,95 +59,98 @@ CASES = [
     Case("vllm-light", "vllm", (*VLLM_BASE, "--num-gpu-blocks-override", "64", "--max-num-seqs", "8"), 1, 16, "healthy"),
     # 10 blocks of 32 tokens; each request grows to ~230 tokens (8 blocks): one fits, the rest wait or are preempted
     # (long outputs: the engine, not the HTTP front end that tokenises on the same two cores, is the limit)
-    Case("vllm-kv-small", "vllm", (*VLLM_BASE, "--num-gpu-blocks-override", "10", "--max-num-seqs", "8"), 10, 160,
-         "memory/kv_cache_pressure"),
-    # Not here: vLLM with one sequence slot and a roomy cache. On 2 shared cores its /metrics read
-    # 0 running and 0 waiting in most scrapes while its own log said 1 running, 4-9 waiting and its
-    # queue-time histogram showed 4-5 s waits; the verdict then falls to queue_backlog/slo_breach.
-    # Until that is understood the case is not claimed (the simulator's kv_fragmentation scenario and
-    # llama.cpp's one slot below prove the rule on real and simulated data).
+    Case(
+        "vllm-kv-small",
+        "vllm",
+        (*VLLM_BASE, "--num-gpu-blocks-override", "10", "--max-num-seqs", "8"),
+        10,
+        160,
+        "memory/kv_cache_pressure",
+    ),
+    # Not here: vLLM with one sequence slot and a roomy cache (10 clients, 160-token outputs). Scraped
+    # directly on a quiet node its gauges read 1 running / 9 waiting throughout; on these 2 shared cores
+    # under the test's own load they read 0 / 0 in most 5 s stretches (its front end starves and the
+    # engine drains between bursts) while its queue-time histogram shows 4 s waits, so the rule, which
+    # reads the gauges over the recent seconds, holds in 3-4 of 10 readings and the verdict falls to
+    # slo_breach. Not claimed until the capacity evidence is judged over the whole window when the
+    # queue-time histogram proves the waits (the simulator's kv_fragmentation scenario and llama.cpp's
+    # one slot below prove the rule itself).
     Case("llamacpp-light", "llamacpp", ("-np", "4", "-c", "4096"), 1, 32, "healthy"),
-    Case("llamacpp-one-slot", "llamacpp", ("-np", "1", "-c", "4096"), 6, 512,
-         "memory/kv_fragmentation_or_capacity_misjudged"),
+    Case("llamacpp-one-slot", "llamacpp", ("-np", "1", "-c", "4096"), 6, 512, "memory/kv_fragmentation_or_capacity_misjudged"),
 ]
 
 
-def _skip_if_off(engine: str) -> None:
-    flag = {"vllm": "LLM_EXPORTER_SKIP_VLLM", "llamacpp": "LLM_EXPORTER_SKIP_LLAMACPP"}[engine]
-    if os.environ.get(flag) == "1":
-        pytest.skip(f"{flag}=1: the real-{engine} integration tests were switched off")
-
-
 def _start_engine(case: Case) -> tuple[Proc, str]:
-    port = free_port()
     if case.engine == "vllm":
-        paths = run_setup("setup_vllm.sh", 3000.0)
-        env = {**os.environ, "VLLM_CACHE_ROOT": str(CACHE / "vllm-cache"), "VLLM_CPU_KVCACHE_SPACE": "1",
-               "VLLM_NO_USAGE_STATS": "1", "VLLM_DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1",
-               "TRANSFORMERS_OFFLINE": "1", "HF_HOME": str(CACHE / "hf-home")}
-        argv = [*NICE, paths["VLLM_PYTHON"], "-m", "vllm.entrypoints.openai.api_server", "--model", paths["VLLM_MODEL"],
-                "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port), *case.args]
-        proc = Proc(argv, name=f"verdict-{case.name}", env=env).start()
+        proc, base = vllm_proc(["--served-model-name", "tiny", *case.args], f"verdict-{case.name}", prefix=NICE)
         timeout = float(os.environ.get("LLM_EXPORTER_VLLM_START_TIMEOUT", "600"))
     else:
-        paths = run_setup("setup_llamacpp.sh", 4800.0)
-        argv = [*NICE, paths["LLAMA_SERVER"], "-m", paths["LLAMA_MODEL"], "--host", "127.0.0.1", "--port", str(port),
-                "--metrics", "-t", "1", "--threads-http", str(case.clients + 4), "--no-webui", *case.args]
-        proc = Proc(argv, name=f"verdict-{case.name}").start()
+        proc, base = llamacpp_proc(
+            ["-t", "1", "--threads-http", str(case.clients + 4), *case.args], f"verdict-{case.name}", prefix=NICE
+        )
         timeout = 120.0
-    base = f"http://127.0.0.1:{port}"
-    try:
-        proc.wait_http(base + "/health", timeout)
-    except BaseException:
-        proc.stop()
-        raise
+    proc.start_answering(base + "/health", timeout)
     return proc, base
 
 
 def _start_exporter(case: Case, engine_base: str) -> tuple[Proc, str]:
-    port = free_port()
-    argv = [sys.executable, "-m", "exporter", "serve", "--engine", engine_base + "/metrics", "--gpu-source", "none",
-            "--listen-address", f"127.0.0.1:{port}", "--engine-interval", "2", "--engine-timeout", "1.8",
-            "--diagnosis-interval", "1", "--log-level", "info"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = Proc(argv, name=f"verdict-{case.name}-exporter", cwd=ROOT, env=env).start()
-    base = f"http://127.0.0.1:{port}"
-    try:
-        proc.wait_http(base + "/readyz", 60)
-    except BaseException:
-        proc.stop()
-        raise
-    return proc, base
+    return start_exporter_with(
+        [
+            "--engine",
+            engine_base + "/metrics",
+            "--gpu-source",
+            "none",
+            "--engine-interval",
+            "2",
+            "--engine-timeout",
+            "1.8",
+            "--diagnosis-interval",
+            "1",
+            "--log-level",
+            "info",
+        ],
+        f"verdict-{case.name}-exporter",
+    )
 
 
 def _sender(case: Case, engine_base: str):  # type: ignore[no-untyped-def]
     rng = random.Random(case.name)
     if case.engine == "vllm":
-        def send(client: httpx.Client) -> int:
+
+        def send(client: httpx.Client, _n: int) -> int:
             prompt = [rng.randrange(10, 500) for _ in range(rng.randrange(48, 96))]
             body = {"model": "tiny", "prompt": prompt, "max_tokens": case.max_tokens, "ignore_eos": True, "temperature": 0}
             return client.post(engine_base + "/v1/completions", json=body).status_code
     else:
-        def send(client: httpx.Client) -> int:
+
+        def send(client: httpx.Client, _n: int) -> int:
             prompt = [259 + rng.randrange(0, 100) for _ in range(rng.randrange(32, 64))]
             body = {"prompt": prompt, "n_predict": case.max_tokens, "ignore_eos": True, "temperature": 0, "cache_prompt": False}
             return client.post(engine_base + "/completion", json=body).status_code
+
     return send
 
 
 def _record(case: Case, verdicts: list[dict[str, Any]], share: float, load: ClosedLoop) -> None:
     LOG_DIR.mkdir(parents=True, exist_ok=True)
-    figures = {"case": case.name, "expected": case.expected, "share_right": share,
-               "readings": [primary_of(v) for v in verdicts], "completed_requests": load.completed,
-               "statuses": dict(load.statuses), "client_errors": dict(load.errors),
-               "chains": [v["primary"]["chain"] for v in verdicts if v.get("primary")][:3],
-               "loadavg": os.getloadavg(), "story": story(verdicts).splitlines()}
+    figures = {
+        "case": case.name,
+        "expected": case.expected,
+        "share_right": share,
+        "readings": [primary_of(v) for v in verdicts],
+        "completed_requests": load.completed,
+        "statuses": dict(load.statuses),
+        "client_errors": dict(load.errors),
+        "chains": [v["primary"]["chain"] for v in verdicts if v.get("primary")][:3],
+        "loadavg": os.getloadavg(),
+        "story": story(verdicts).splitlines(),
+    }
     (LOG_DIR / f"verdict-{case.name}.json").write_text(json.dumps(figures, indent=2))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_verdict_on_a_real_engine_under_load(case: Case) -> None:
-    _skip_if_off(case.engine)
+    skip_if_off(case.engine)
     engine, engine_base = _start_engine(case)
     exporter = None
     try:

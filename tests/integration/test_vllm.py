@@ -36,6 +36,7 @@ import pytest
 from integration_helpers import (
     CACHE,
     LOG_DIR,
+    SMALL_KV_VLLM_ARGS,
     Expected,
     LabelKey,
     Proc,
@@ -60,23 +61,19 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(3600)]
 MODEL_NAME = "tiny"
 START_TIMEOUT_S = float(os.environ.get("LLM_EXPORTER_VLLM_START_TIMEOUT", "600"))
 SETUP_TIMEOUT_S = 3000.0
-N_REQUESTS = 48          # enough that requests queue for several seconds even on a quiet machine
-CONCURRENCY = 32          # above --max-num-seqs 8 and far above what 10 blocks hold
-PREFIX_TOKENS = 64        # two 32-token blocks shared by every request
-MAX_TOKENS = 128          # prompt <= 104 + 128 <= --max-model-len 256; long outputs keep the
-                          # engine (not the HTTP front end) the bottleneck, so requests queue
+N_REQUESTS = 48  # enough that requests queue for several seconds even on a quiet machine
+CONCURRENCY = 32  # above --max-num-seqs 8 and far above what 10 blocks hold
+PREFIX_TOKENS = 64  # two 32-token blocks shared by every request
+MAX_TOKENS = 128  # prompt <= 104 + 128 <= --max-model-len 256; long outputs keep the
+# engine (not the HTTP front end) the bottleneck, so requests queue
 LOAD_DEADLINE_S = 600.0
 POLL_INTERVAL_S = 0.1
 MAX_KEPT_TEXTS = 400
 
 SERVE_ARGS = [
-    "--served-model-name", MODEL_NAME,
-    "--max-model-len", "256",
-    "--dtype", "float32",
-    "--block-size", "32",
-    "--num-gpu-blocks-override", "10",
-    "--max-num-seqs", "8",
-    "--enforce-eager",
+    "--served-model-name",
+    MODEL_NAME,
+    *SMALL_KV_VLLM_ARGS,
     "--enable-prefix-caching",
     "--speculative-config",
     json.dumps({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}),
@@ -111,9 +108,20 @@ def vllm() -> Vllm:
         "HF_HOME": str(CACHE / "hf-home"),
     }
     proc = Proc(
-        [paths["VLLM_PYTHON"], "-m", "vllm.entrypoints.openai.api_server",
-         "--model", paths["VLLM_MODEL"], "--host", "127.0.0.1", "--port", str(port), *SERVE_ARGS],
-        name="vllm", env=env,
+        [
+            paths["VLLM_PYTHON"],
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            paths["VLLM_MODEL"],
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            *SERVE_ARGS,
+        ],
+        name="vllm",
+        env=env,
     )
     try:
         proc.start()
@@ -189,8 +197,14 @@ def load(vllm: Vllm) -> LoadReport:
 
 
 #: neutral families mapped from vLLM families it serves only in some versions or configurations
-_OPTIONAL = ("llm_scheduler_requests_waiting_by_reason", "llm_prompt_tokens_cached_total", "llm_engine_sleep_state",
-             "llm_engine_estimated_gpu_", "llm_request_preemptions", "llm_scheduler_iteration_tokens")
+_OPTIONAL = (
+    "llm_scheduler_requests_waiting_by_reason",
+    "llm_prompt_tokens_cached_total",
+    "llm_engine_sleep_state",
+    "llm_engine_estimated_gpu_",
+    "llm_request_preemptions",
+    "llm_scheduler_iteration_tokens",
+)
 
 
 def expected_vllm(text: str) -> Expected:
@@ -198,8 +212,7 @@ def expected_vllm(text: str) -> Expected:
     raw = raw_series(text)
 
     def relabel(key: LabelKey) -> LabelKey:
-        names = {"model_name": "model", "engine": "rank", "finished_reason": "reason", "reason": "reason",
-                 "sleep_state": "state"}
+        names = {"model_name": "model", "engine": "rank", "finished_reason": "reason", "reason": "reason", "sleep_state": "state"}
         return frozenset((names[k], v) for k, v in key if k in names)
 
     def series(name: str) -> dict[LabelKey, float]:
@@ -234,9 +247,7 @@ def expected_vllm(text: str) -> Expected:
     # the optional families: expected exactly when the engine serves them
     scalars = {name: values for name, values in scalars.items() if values or not name.startswith(_OPTIONAL)}
     cache_info = raw["vllm:cache_config_info"]
-    scalars["llm_kv_cache_capacity_tokens"] = {
-        relabel(k): float(dict(k)["kv_cache_size_tokens"]) for k in cache_info
-    }
+    scalars["llm_kv_cache_capacity_tokens"] = {relabel(k): float(dict(k)["kv_cache_size_tokens"]) for k in cache_info}
     scalars["llm_kv_cache_block_size_tokens"] = {relabel(k): float(dict(k)["block_size"]) for k in cache_info}
 
     def hist(name: str) -> dict[LabelKey, RawHist]:
@@ -254,7 +265,8 @@ def expected_vllm(text: str) -> Expected:
     }
     hists = {name: values for name, values in hists.items() if values or not name.startswith(_OPTIONAL)}
     return Expected(
-        scalars, hists,
+        scalars,
+        hists,
         info_model_optional=frozenset({"llm_kv_cache_capacity_tokens", "llm_kv_cache_block_size_tokens"}),
     )
 
@@ -300,17 +312,18 @@ def test_adapter_equals_raw_values_scraped_at_the_same_moment(load: LoadReport) 
     for text in texts:
         expected = expected_vllm(text)
         assert_adapter_equals_raw(text, family="vllm", generation="v1", expected=expected)
-        for key, name in (("waiting", "llm_scheduler_requests_waiting"), ("running", "llm_scheduler_requests_running"),
-                          ("kv", "llm_kv_cache_usage_ratio")):
+        for key, name in (
+            ("waiting", "llm_scheduler_requests_waiting"),
+            ("running", "llm_scheduler_requests_running"),
+            ("kv", "llm_kv_cache_usage_ratio"),
+        ):
             seen[key] = max(seen[key], *expected.scalars[name].values())
     # the comparisons really covered a non-empty queue, a running batch and a used cache
     assert seen["waiting"] > 0 and seen["running"] > 0 and seen["kv"] > 0, seen
 
 
 def test_engine_info_and_config_reflect_the_server(load: LoadReport) -> None:
-    assert engine_info(load.after) == [
-        {"server": "itest", "engine": "vllm", "generation": "v1", "model": MODEL_NAME}
-    ]
+    assert engine_info(load.after) == [{"server": "itest", "engine": "vllm", "generation": "v1", "model": MODEL_NAME}]
     (cfg,) = config_info(load.after)
     assert cfg["block_size"] == "32"
     assert cfg["prefix_caching"] == "true"
@@ -326,8 +339,56 @@ def test_exporter_serve_publishes_the_engine_values(vllm: Vllm, load: LoadReport
     finally:
         exporter.stop()
     info = [labels for labels, v in exporter_values(ex_text, "llm_engine_info") if v == 1]
-    assert any(l.get("engine") == "vllm" and l.get("generation") == "v1" for l in info), info
+    assert any(lab.get("engine") == "vllm" and lab.get("generation") == "v1" for lab in info), info
     preempted = [v for _, v in exporter_values(ex_text, "llm_kv_cache_preemptions_total")]
     assert preempted and max(preempted) > 0
     up = [v for labels, v in exporter_values(ex_text, "llm_exporter_source_up") if labels.get("source", "").startswith("engine:")]
     assert up == [1.0]
+
+
+# --------------------------------------------------------------------------- the canary probe (issue 16)
+
+#: probe TTFT minus vLLM's own TTFT for the same window, with nothing in front of vLLM: what its
+#: API server does before the request reaches the engine (HTTP, tokenisation) and after (detokenisation,
+#: SSE), plus our connection set-up. Measured on a 2-core CPU runner; see docs/probe.md.
+PROBE_TTFT_TOLERANCE_S = 0.25
+
+
+def test_probe_ttft_matches_vllm_own_ttft_without_a_front_end(vllm: Vllm, record_property) -> None:
+    """The canary probe against the already-started vLLM (no second start): its client-seen TTFT is
+    within PROBE_TTFT_TOLERANCE_S of vLLM's TTFT histogram between the scrapes around each probe."""
+    import statistics
+
+    from exporter.config import EngineConfig
+    from exporter.engines.source import EngineSource
+    from exporter.probe.config import ProbeConfig
+    from exporter.probe.source import ProbeSource
+    from exporter.runner import SourceRunner
+    from exporter.store import SnapshotStore
+
+    cfg = EngineConfig(url=vllm.metrics_url, name="vllm", interval=1.0, timeout=0.9, probe=ProbeConfig(interval=5.0, timeout=4.5))
+    store = SnapshotStore()
+    runner = SourceRunner(EngineSource(cfg), store)
+    runner.start()
+    diffs, ttfts = [], []
+    try:
+        src = ProbeSource(cfg, store)
+        for _ in range(6):
+            src.sample()
+            assert src.last is not None and src.last.result == "ok", src.last and src.last.detail
+            assert src.last_method == "histogram", src.last_method
+            diffs.append(src.last_outside)
+            ttfts.append(src.last.ttft)
+    finally:
+        runner.stop()
+    median = statistics.median(diffs)
+    print(
+        f"\nvLLM direct: probe TTFT median {statistics.median(ttfts) * 1000:.1f} ms, probe - engine median "
+        f"{median * 1000:.1f} ms, max {max(diffs) * 1000:.1f} ms"
+    )
+    record_property("vllm_probe_ttft_median_s", round(statistics.median(ttfts), 4))
+    record_property("vllm_probe_minus_engine_ttft_median_s", round(median, 4))
+    record_property("vllm_probe_minus_engine_ttft_max_s", round(max(diffs), 4))
+    assert all(-0.02 <= d < PROBE_TTFT_TOLERANCE_S for d in diffs), diffs
+    assert src.labels()["engine"] == "vllm" and src.labels()["model"] == MODEL_NAME
+    assert src.tokens["generation"] >= 6 and src.tokens["prompt"] >= 6

@@ -12,7 +12,8 @@ import pytest
 from exporter.loadgen import LoadResult, LoadSpec, percentile, run_load, summarize
 from exporter.loadgen.prompts import PromptFactory
 from exporter.loadgen.spec import RequestRecord
-from tests.simulator.sim_helpers import sim_server, wait_until
+from tests.simulator.sim_helpers import sim_server
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -54,12 +55,14 @@ def _aborted(url: str) -> int:
     return int(httpx.get(url + "/sim/state").json()["requests"]["finished"].get("abort", 0))
 
 
+@pytest.mark.slow  # waits out its load's deadline and drain: 1.5-2 s quiet, 3-13 s on a busy 2-core machine
 @pytest.mark.parametrize("rate", [None, 20.0], ids=["closed_loop", "open_loop"])
 def test_drain_lets_requests_in_flight_finish_after_the_deadline(url: str, rate: float | None) -> None:
     aborted_before = _aborted(url)
     # ~1 s per request here: the ones started before the deadline are still running at it
-    result = asyncio.run(run_load(spec(url, duration_s=0.5, drain=True, rate=rate, concurrency=3,
-                                       max_tokens=((1500, 1.0),), timeout_s=30.0)))
+    result = asyncio.run(
+        run_load(spec(url, duration_s=0.5, drain=True, rate=rate, concurrency=3, max_tokens=((1500, 1.0),), timeout_s=30.0))
+    )
     s = result.summary
     assert s.cancelled == 0 and s.errors == 0 and s.ok == s.requests >= 1
     assert all(r.status == "ok" and r.output_tokens == 1500 for r in result.records)
@@ -69,11 +72,20 @@ def test_drain_lets_requests_in_flight_finish_after_the_deadline(url: str, rate:
     assert _aborted(url) == aborted_before  # the server saw no request closed early
 
 
+@pytest.mark.slow  # waits out its load's deadline and drain: 1.5-2 s quiet, 3-13 s on a busy 2-core machine
 def test_drain_is_bounded_by_the_request_timeout_and_retries_nothing() -> None:
     # the batching window holds every request for 30 s: each attempt can only time out
     with sim_server("healthy", "vllm", time_scale=1.0, batch_wait_s=30.0) as srv:
-        base = {"concurrency": 2, "duration_s": 0.3, "drain": True, "timeout_s": 1.0, "retries": 3,
-                "retry_backoff_s": 0.01, "prompt_tokens": ((10, 1.0),), "max_tokens": ((4, 1.0),)}
+        base = {
+            "concurrency": 2,
+            "duration_s": 0.3,
+            "drain": True,
+            "timeout_s": 1.0,
+            "retries": 3,
+            "retry_backoff_s": 0.01,
+            "prompt_tokens": ((10, 1.0),),
+            "max_tokens": ((4, 1.0),),
+        }
         result = asyncio.run(run_load(LoadSpec(srv.base_url, **base)))  # type: ignore[arg-type]
         s = result.summary
         # the requests in flight at the deadline end by their own timeout, and no retry starts after it
@@ -107,12 +119,14 @@ def test_non_streaming_and_chat(url: str) -> None:
     assert chat.summary.ok == 4 and all(r.output_tokens == 8 for r in chat.records)
 
 
+@pytest.mark.slow  # waits out its load's deadline and drain: 1.5-2 s quiet, 3-13 s on a busy 2-core machine
 def test_open_loop_rate_and_stop_event(url: str) -> None:
     async def main() -> tuple[int, int]:
         stop = asyncio.Event()
         seen: list[RequestRecord] = []
-        task = asyncio.create_task(run_load(spec(url, rate=40.0, duration_s=None, concurrency=8), stop=stop,
-                                            on_record=seen.append))
+        task = asyncio.create_task(
+            run_load(spec(url, rate=40.0, duration_s=None, concurrency=8), stop=stop, on_record=seen.append)
+        )
         await asyncio.sleep(1.5)
         stop.set()
         result = await asyncio.wait_for(task, 30)
@@ -124,27 +138,65 @@ def test_open_loop_rate_and_stop_event(url: str) -> None:
 
 def test_shared_prefixes_reach_the_prefix_cache(url: str) -> None:
     state0 = httpx.get(url + "/sim/state").json()["prefix_cache"]["hit_tokens"]
-    asyncio.run(run_load(spec(url, max_requests=8, concurrency=1, prompt_tokens=((100, 1.0),),
-                              shared_prefix_ratio=1.0, shared_prefix_tokens=64, prefix_groups=1, seed=11)))
+    asyncio.run(
+        run_load(
+            spec(
+                url,
+                max_requests=8,
+                concurrency=1,
+                prompt_tokens=((100, 1.0),),
+                shared_prefix_ratio=1.0,
+                shared_prefix_tokens=64,
+                prefix_groups=1,
+                seed=11,
+            )
+        )
+    )
     hits = httpx.get(url + "/sim/state").json()["prefix_cache"]["hit_tokens"] - state0
     assert hits >= 7 * 64  # every request after the first reuses the 4 shared blocks
 
 
+@pytest.mark.slow  # waits out its load's deadline and drain: 1.5-2 s quiet, 3-13 s on a busy 2-core machine
 def test_timeouts_are_retried_and_abort_on_the_server() -> None:
     # the batching window holds every request for 30 s: each attempt times out
     with sim_server("healthy", "vllm", time_scale=1.0, batch_wait_s=30.0) as srv:
-        result = asyncio.run(run_load(LoadSpec(srv.base_url, concurrency=2, max_requests=2, duration_s=60,
-                                               timeout_s=0.3, retries=2, retry_backoff_s=0.01,
-                                               prompt_tokens=((10, 1.0),), max_tokens=((4, 1.0),))))
+        result = asyncio.run(
+            run_load(
+                LoadSpec(
+                    srv.base_url,
+                    concurrency=2,
+                    max_requests=2,
+                    duration_s=60,
+                    timeout_s=0.3,
+                    retries=2,
+                    retry_backoff_s=0.01,
+                    prompt_tokens=((10, 1.0),),
+                    max_tokens=((4, 1.0),),
+                )
+            )
+        )
         s = result.summary
         assert s.timeouts == 2 and s.retries == 4 and all(r.attempts == 3 for r in result.records)
-        assert wait_until(lambda: _aborted(srv.base_url) == 6, 10)
+        wait_until(lambda: _aborted(srv.base_url) == 6, 10, "6 aborts counted")
 
 
+@pytest.mark.slow  # waits out its load's deadline and drain: 1.5-2 s quiet, 3-13 s on a busy 2-core machine
 def test_429_is_recorded_as_rejected_after_retries() -> None:
     with sim_server("healthy", "vllm", time_scale=1.0, batch_wait_s=30.0, max_queue_len=1) as srv:
-        result = asyncio.run(run_load(LoadSpec(srv.base_url, concurrency=3, duration_s=1.5, timeout_s=5.0, retries=1,
-                                               retry_backoff_s=0.01, prompt_tokens=((10, 1.0),), max_tokens=((4, 1.0),))))
+        result = asyncio.run(
+            run_load(
+                LoadSpec(
+                    srv.base_url,
+                    concurrency=3,
+                    duration_s=1.5,
+                    timeout_s=5.0,
+                    retries=1,
+                    retry_backoff_s=0.01,
+                    prompt_tokens=((10, 1.0),),
+                    max_tokens=((4, 1.0),),
+                )
+            )
+        )
         s = result.summary
         assert s.rejected >= 1 and s.by_status.get("rejected") == s.rejected
         rejected = [r for r in result.records if r.status == "rejected"]
@@ -154,8 +206,15 @@ def test_429_is_recorded_as_rejected_after_retries() -> None:
 def test_unbounded_or_bad_specs_are_refused() -> None:
     with pytest.raises(ValueError, match="unbounded"):
         asyncio.run(run_load(LoadSpec("http://127.0.0.1:9", duration_s=None)))
-    for bad in ({"concurrency": 0}, {"endpoint": "embeddings"}, {"prompt_tokens": ((0, 1.0),)}, {"shared_prefix_ratio": 2},
-                {"rate": -1.0}, {"retries": -1}, {"prompt_salt": "a b"}):
+    for bad in (
+        {"concurrency": 0},
+        {"endpoint": "embeddings"},
+        {"prompt_tokens": ((0, 1.0),)},
+        {"shared_prefix_ratio": 2},
+        {"rate": -1.0},
+        {"retries": -1},
+        {"prompt_salt": "a b"},
+    ):
         with pytest.raises(ValueError):
             LoadSpec("http://127.0.0.1:9", **bad).validate()  # type: ignore[arg-type]
     with pytest.raises(ValueError):
@@ -163,8 +222,19 @@ def test_unbounded_or_bad_specs_are_refused() -> None:
 
 
 def test_connection_errors_are_recorded_not_raised() -> None:
-    result = asyncio.run(run_load(LoadSpec("http://127.0.0.1:9", model="m", max_requests=2, concurrency=1,
-                                           connect_timeout_s=1.0, retries=1, retry_backoff_s=0.01)))
+    result = asyncio.run(
+        run_load(
+            LoadSpec(
+                "http://127.0.0.1:9",
+                model="m",
+                max_requests=2,
+                concurrency=1,
+                connect_timeout_s=1.0,
+                retries=1,
+                retry_backoff_s=0.01,
+            )
+        )
+    )
     assert result.summary.errors == 2 and all(r.status == "connection_error" and r.attempts == 2 for r in result.records)
 
 
@@ -177,16 +247,25 @@ def test_percentile_interpolates_like_numpy() -> None:
 
 
 def test_summary_counts_statuses() -> None:
-    recs = [RequestRecord(0, 0.0, "ok", 1, 10, 4, output_tokens=4, ttft_s=0.1, e2e_s=0.5, itl_s=[0.1, 0.2]),
-            RequestRecord(1, 0.0, "timeout", 3, 10, 4), RequestRecord(2, 0.0, "cancelled", 1, 10, 4)]
+    recs = [
+        RequestRecord(0, 0.0, "ok", 1, 10, 4, output_tokens=4, ttft_s=0.1, e2e_s=0.5, itl_s=[0.1, 0.2]),
+        RequestRecord(1, 0.0, "timeout", 3, 10, 4),
+        RequestRecord(2, 0.0, "cancelled", 1, 10, 4),
+    ]
     s = summarize(recs, 2.0)
     assert (s.ok, s.errors, s.timeouts, s.cancelled, s.retries) == (1, 1, 1, 1, 2)
     assert s.output_tokens_per_s == 2.0 and s.itl_p50_s == pytest.approx(0.15)
 
 
 def test_prompt_factory_lengths_and_prefixes() -> None:
-    spec_ = LoadSpec("http://x", prompt_tokens=((50, 1.0), (200, 1.0)), shared_prefix_ratio=1.0, shared_prefix_tokens=30,
-                     prefix_groups=2, seed=5)
+    spec_ = LoadSpec(
+        "http://x",
+        prompt_tokens=((50, 1.0), (200, 1.0)),
+        shared_prefix_ratio=1.0,
+        shared_prefix_tokens=30,
+        prefix_groups=2,
+        seed=5,
+    )
     f = PromptFactory(spec_, random.Random(5))
     made = [f.make(i) for i in range(40)]
     assert {n for _, n, _ in made} == {50, 200}

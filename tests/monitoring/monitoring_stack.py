@@ -166,7 +166,9 @@ class Alertmanager:
 
 
 class Prometheus:
-    def __init__(self, workdir: Path, port: int, targets: list[str], rule_files: list[Path], alertmanager: str | None, job: str) -> None:
+    def __init__(
+        self, workdir: Path, port: int, targets: list[str], rule_files: list[Path], alertmanager: str | None, job: str
+    ) -> None:
         assert PROMETHEUS, "prometheus is not installed"
         self.dir = workdir / "prometheus"
         (self.dir / "data").mkdir(parents=True)

@@ -27,7 +27,9 @@ RULE_FILES = [ALERTS / "recording_rules.yml", ALERTS / "alerting_rules.yml"]
 TEST_FILE = ALERTS / "tests" / "alerts_test.yml"
 
 needs_promtool = pytest.mark.skipif(shutil.which("promtool") is None, reason="Debian package prometheus (promtool) not installed")
-needs_amtool = pytest.mark.skipif(shutil.which("amtool") is None, reason="Debian package prometheus-alertmanager (amtool) not installed")
+needs_amtool = pytest.mark.skipif(
+    shutil.which("amtool") is None, reason="Debian package prometheus-alertmanager (amtool) not installed"
+)
 
 
 def run(*cmd: str, cwd: Path = ROOT, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -154,13 +156,23 @@ def test_the_page_mutes_per_cause_tickets_and_burn_alerts_of_the_same_exporter()
 def test_one_alert_per_diagnosis_cause() -> None:
     groups = yaml.safe_load((ALERTS / "alerting_rules.yml").read_text())["groups"]
     causes = {
-        ("hardware", "compute_bound"), ("hardware", "memory_bandwidth_bound"), ("hardware", "pcie_transfer_bound"),
-        ("hardware", "power_or_thermal_throttling"), ("hardware", "memory_capacity_exhausted"),
-        ("operator", "launch_bound_small_kernels"), ("operator", "tensor_cores_unused"),
-        ("memory", "kv_cache_pressure"), ("memory", "kv_fragmentation_or_capacity_misjudged"),
-        ("scheduler", "serial_host_ceiling"), ("scheduler", "queue_backlog"), ("parallel", "gpu_imbalance"),
-        ("speculative_decoding", "low_acceptance"), ("application", "batching_window_too_large"),
-        ("application", "retries_and_timeouts"), ("application", "slo_breach"),
+        ("hardware", "compute_bound"),
+        ("hardware", "memory_bandwidth_bound"),
+        ("hardware", "pcie_transfer_bound"),
+        ("hardware", "power_or_thermal_throttling"),
+        ("hardware", "memory_capacity_exhausted"),
+        ("operator", "launch_bound_small_kernels"),
+        ("operator", "tensor_cores_unused"),
+        ("memory", "kv_cache_pressure"),
+        ("memory", "kv_fragmentation_or_capacity_misjudged"),
+        ("scheduler", "serial_host_ceiling"),
+        ("scheduler", "queue_backlog"),
+        ("parallel", "gpu_imbalance"),
+        ("speculative_decoding", "low_acceptance"),
+        ("application", "batching_window_too_large"),
+        ("application", "retries_and_timeouts"),
+        ("application", "slo_breach"),
+        ("application", "front_end_overhead"),  # the canary probe; engine_unresponsive is kind="outage"
     }
     found = set()
     for rule in (r for g in groups for r in g["rules"] if r["labels"].get("kind") == "diagnosis"):
@@ -177,7 +189,11 @@ def test_one_alert_per_diagnosis_cause() -> None:
     "alert, old, new",
     [
         # preemptions no longer required: the "full but not preempting" quiet case must catch it
-        ("LLMKVCacheNearFull", "server_model:llm_kv_cache_preemptions:rate5m > 0", "server_model:llm_kv_cache_preemptions:rate5m >= 0"),
+        (
+            "LLMKVCacheNearFull",
+            "server_model:llm_kv_cache_preemptions:rate5m > 0",
+            "server_model:llm_kv_cache_preemptions:rate5m >= 0",
+        ),
         # the short window of a multiwindow pair dropped: the "recovered" quiet case must catch it
         ("LLMTTFTBudgetBurnFast", "slo_error_ratio_rate5m > 0.144", "slo_error_ratio_rate5m > -1"),
         # the classic dead alert: a counter without _total never fires

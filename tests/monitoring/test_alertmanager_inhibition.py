@@ -8,6 +8,7 @@ so this needs no Prometheus and runs in seconds.
 from __future__ import annotations
 
 import datetime as dt
+import time
 from pathlib import Path
 
 import pytest
@@ -40,22 +41,72 @@ def alert(name: str, instance: str, **labels: str) -> dict[str, object]:
 
 def test_diagnosis_alerts_inhibit_matching_symptoms(tmp_path: Path) -> None:
 
-    with Webhook() as hook, Alertmanager(tmp_path, alertmanager_config(ROOT / "alerts/alertmanager.yml", hook.url), free_port()) as am:
+    with (
+        Webhook() as hook,
+        Alertmanager(tmp_path, alertmanager_config(ROOT / "alerts/alertmanager.yml", hook.url), free_port()) as am,
+    ):
         am.post(
             [
                 # a: the page on the primary, its ticket, a contributing cause's ticket and the symptoms
-                alert("LLMServiceDegraded", "a:9750", severity="critical", kind="incident", layer="memory", cause="kv_cache_pressure"),
-                alert("LLMKVCachePressure", "a:9750", severity="warning", layer="memory", kind="diagnosis", cause="kv_cache_pressure"),
-                alert("LLMQueueBacklog", "a:9750", severity="warning", layer="scheduler", kind="diagnosis", cause="queue_backlog"),
+                alert(
+                    "LLMServiceDegraded",
+                    "a:9750",
+                    severity="critical",
+                    kind="incident",
+                    layer="memory",
+                    cause="kv_cache_pressure",
+                ),
+                alert(
+                    "LLMKVCachePressure",
+                    "a:9750",
+                    severity="warning",
+                    layer="memory",
+                    kind="diagnosis",
+                    cause="kv_cache_pressure",
+                ),
+                alert(
+                    "LLMQueueBacklog", "a:9750", severity="warning", layer="scheduler", kind="diagnosis", cause="queue_backlog"
+                ),
                 alert("LLMKVCacheNearFull", "a:9750", severity="warning", layer="memory", kind="symptom", server="s", model="m"),
-                alert("LLMTTFTBudgetBurnFast", "a:9750", severity="critical", layer="application", kind="symptom", server="s", model="m"),
+                alert(
+                    "LLMTTFTBudgetBurnFast",
+                    "a:9750",
+                    severity="critical",
+                    layer="application",
+                    kind="symptom",
+                    server="s",
+                    model="m",
+                ),
                 # b: a ticket but no primary (no page): KV-near-full muted by it, the burn alert stays loud (it is the page)
-                alert("LLMKVCachePressure", "b:9750", severity="warning", layer="memory", kind="diagnosis", cause="kv_cache_pressure"),
+                alert(
+                    "LLMKVCachePressure",
+                    "b:9750",
+                    severity="warning",
+                    layer="memory",
+                    kind="diagnosis",
+                    cause="kv_cache_pressure",
+                ),
                 alert("LLMKVCacheNearFull", "b:9750", severity="warning", layer="memory", kind="symptom", server="s", model="m"),
-                alert("LLMTTFTBudgetBurnFast", "b:9750", severity="critical", layer="application", kind="symptom", server="s", model="m"),
+                alert(
+                    "LLMTTFTBudgetBurnFast",
+                    "b:9750",
+                    severity="critical",
+                    layer="application",
+                    kind="symptom",
+                    server="s",
+                    model="m",
+                ),
                 # c: another exporter, nothing diagnosed there, so its symptoms stay loud
                 alert("LLMKVCacheNearFull", "c:9750", severity="warning", layer="memory", kind="symptom", server="s", model="m"),
-                alert("LLMTTFTBudgetBurnFast", "c:9750", severity="critical", layer="application", kind="symptom", server="s", model="m"),
+                alert(
+                    "LLMTTFTBudgetBurnFast",
+                    "c:9750",
+                    severity="critical",
+                    layer="application",
+                    kind="symptom",
+                    server="s",
+                    model="m",
+                ),
             ]
         )
 
@@ -63,13 +114,21 @@ def test_diagnosis_alerts_inhibit_matching_symptoms(tmp_path: Path) -> None:
             got = {(a["labels"]["alertname"], a["labels"]["instance"]): a["status"]["inhibitedBy"] for a in am.alerts()}
             return got if len(got) == 10 else {}
 
-        got = wait_until(states, timeout=20)
+        # Alertmanager lists a posted alert before its inhibitor has marked it (the marks follow
+        # within moments, asynchronously): wait for the first mark, then read the settled state
+        assert wait_until(lambda: any(states().values()), timeout=20), "alertmanager muted none of the posted alerts"
+        time.sleep(1.0)
+        got = states()
         assert got, "alertmanager did not list the ten posted alerts"
         assert got[("LLMServiceDegraded", "a:9750")] == [], "the page is never muted"
         for name in ("LLMKVCachePressure", "LLMQueueBacklog", "LLMKVCacheNearFull", "LLMTTFTBudgetBurnFast"):
-            assert got[(name, "a:9750")], f"{name} must be muted by LLMServiceDegraded of the same exporter: one incident, one page"
+            assert got[(name, "a:9750")], (
+                f"{name} must be muted by LLMServiceDegraded of the same exporter: one incident, one page"
+            )
         assert got[("LLMKVCachePressure", "b:9750")] == []
         assert got[("LLMKVCacheNearFull", "b:9750")], "KV-near-full must be muted by the kv_cache_pressure diagnosis"
-        assert got[("LLMTTFTBudgetBurnFast", "b:9750")] == [], "a ticket alone must not mute a burn alert: with no primary it is the page"
+        assert got[("LLMTTFTBudgetBurnFast", "b:9750")] == [], (
+            "a ticket alone must not mute a burn alert: with no primary it is the page"
+        )
         assert got[("LLMKVCacheNearFull", "c:9750")] == []
         assert got[("LLMTTFTBudgetBurnFast", "c:9750")] == []

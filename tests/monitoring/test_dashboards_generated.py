@@ -28,6 +28,7 @@ TITLES = {
     "llm-parallel": "LLM / Parallelism",
     "llm-speculative": "LLM / Speculative decoding",
     "llm-application": "LLM / Application & SLO",
+    "llm-fleet": "LLM / Fleet",  # issue 15: across replicas, not a layer
 }
 
 
@@ -40,11 +41,15 @@ def panels(d: dict) -> dict[str, dict]:
 
 
 def test_check_passes_on_the_checked_in_files() -> None:
-    result = subprocess.run([sys.executable, "dashboards/generate.py", "--check"], cwd=ROOT, capture_output=True, text=True, check=False, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "dashboards/generate.py", "--check"], cwd=ROOT, capture_output=True, text=True, check=False, timeout=120
+    )
     assert result.returncode == 0, result.stderr
 
 
-def test_check_fails_on_stale_and_foreign_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_fails_on_stale_and_foreign_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setattr(generate, "OUT_DIR", tmp_path)
     assert generate.main([]) == 0
     assert generate.main(["--check"]) == 0
@@ -57,7 +62,7 @@ def test_check_fails_on_stale_and_foreign_files(tmp_path: Path, monkeypatch: pyt
     assert "hand-made.json is not produced by the generator" in err
 
 
-def test_seven_dashboards_with_stable_uids_and_titles() -> None:
+def test_the_dashboards_have_stable_uids_and_titles() -> None:
     assert {uid: d["title"] for uid, d in dashboards().items()} == TITLES
     for uid, d in dashboards().items():
         assert d["uid"] == uid
@@ -89,14 +94,16 @@ def test_overview_has_verdict_latency_against_queue_and_layer_links() -> None:
     for title in ("TTFT p95 vs queue depth", "ITL p95 vs queue depth", "Throughput vs queue depth"):
         assert "llm_scheduler_requests_waiting" in " ".join(t["expr"] for t in panels(d)[title]["targets"])
     linked = {link["url"].split("?")[0] for link in d["links"] if link["type"] == "link"}
-    assert linked == {f"/d/{uid}" for uid in TITLES if uid != "llm-overview"}
+    assert linked == {f"/d/{uid}" for uid in TITLES if uid not in ("llm-overview", "llm-fleet")}
 
 
 def test_overview_leads_with_state_primary_symptoms_headroom_and_chain() -> None:
     d = dashboards()["llm-overview"]
     first_row = d["panels"][0]
     assert first_row["type"] == "row"
-    lead = [p for p in d["panels"][1:] if p["gridPos"]["y"] < min(q["gridPos"]["y"] for q in d["panels"][1:] if q["type"] == "row")]
+    lead = [
+        p for p in d["panels"][1:] if p["gridPos"]["y"] < min(q["gridPos"]["y"] for q in d["panels"][1:] if q["type"] == "row")
+    ]
     by_title = {p["title"]: p for p in lead}
     assert list(by_title)[:4] == ["Service state", "Primary cause", "Active symptoms", "Layer headroom"]
 
@@ -111,7 +118,9 @@ def test_overview_leads_with_state_primary_symptoms_headroom_and_chain() -> None
     assert expr.startswith("instance_cause:llm_bottleneck_confidence:primary{")
     # the recording rule behind it: the primary (== 1) valued by its confidence
     rule = next(
-        r for g in yaml.safe_load((ROOT / "alerts/recording_rules.yml").read_text())["groups"] for r in g["rules"]
+        r
+        for g in yaml.safe_load((ROOT / "alerts/recording_rules.yml").read_text())["groups"]
+        for r in g["rules"]
         if r.get("record") == "instance_cause:llm_bottleneck_confidence:primary"
     )
     assert "llm_bottleneck_confidence" in rule["expr"] and "(llm_bottleneck_primary) == 1" in rule["expr"]
@@ -166,7 +175,7 @@ def test_scheduler_shows_the_busiest_thread() -> None:
 @pytest.mark.parametrize(
     "expr, complaint",
     [
-        ('rate(vllm:num_preemptions[$__rate_interval])', "unknown metric 'vllm:num_preemptions'"),
+        ("rate(vllm:num_preemptions[$__rate_interval])", "unknown metric 'vllm:num_preemptions'"),
         ("sum(llm_prefix_cache_hit_tokens_total) / sum(llm_prefix_cache_queried_tokens_total)", "without rate()"),
         ("histogram_quantile(0.95, rate(llm_request_ttft_seconds_bucket[$__rate_interval]))", "without sum by (le"),
         ("sum(rate(llm_generation_tokens_total[5m]))", "use [$__rate_interval]"),
@@ -190,7 +199,9 @@ def test_lint_catches_a_hard_coded_uid_and_a_missing_description() -> None:
 def test_runbooks_only_name_existing_panels() -> None:
     boards = list(dashboards().values())
     assert runbook_problems((ROOT / "alerts" / "runbooks.md").read_text(), boards) == []
-    assert runbook_problems('**Confirm**: look at "No such panel".\n', boards) == ["alerts/runbooks.md names panel 'No such panel', which no dashboard has"]
+    assert runbook_problems('**Confirm**: look at "No such panel".\n', boards) == [
+        "alerts/runbooks.md names panel 'No such panel', which no dashboard has"
+    ]
     # a quote inside a code span is a label matcher, not a panel
     assert runbook_problems('**Confirm**: `errors_total{reason="timeout"}` on "Service state".\n', boards) == []
 

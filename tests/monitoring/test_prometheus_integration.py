@@ -58,7 +58,9 @@ from alerts.settings import load  # noqa: E402
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.timeout(300),
-    pytest.mark.skipif(PROMETHEUS is None or ALERTMANAGER is None, reason="Debian packages prometheus / prometheus-alertmanager not installed"),
+    pytest.mark.skipif(
+        PROMETHEUS is None or ALERTMANAGER is None, reason="Debian packages prometheus / prometheus-alertmanager not installed"
+    ),
 ]
 
 #: scenario -> (extra simulator flags, the alert that must reach the webhook)
@@ -88,6 +90,8 @@ def dashboard_queries() -> list[tuple[str, str]]:
     """(where, PromQL) for every panel target and every query variable of every dashboard."""
     out = []
     for path in sorted((ROOT / "dashboards" / "json").glob("*.json")):
+        if path.stem == "llm-fleet":  # reads alerts/fleet_rules.yml: tests/monitoring/test_fleet_prometheus.py
+            continue
         d = json.loads(path.read_text())
         for panel in d["panels"]:
             for t in panel.get("targets", []):
@@ -115,7 +119,19 @@ def start_scenarios(stack: ExitStack, tmp: Path, exporter_ports: dict[str, int])
     for scenario, (extra, _) in SCENARIOS.items():
         port = free_port()
         sim = Process(
-            [sys.executable, "-m", "exporter", "simulate", "--scenario", scenario, "--dialect", "vllm", "--listen-address", f"127.0.0.1:{port}", *extra],
+            [
+                sys.executable,
+                "-m",
+                "exporter",
+                "simulate",
+                "--scenario",
+                scenario,
+                "--dialect",
+                "vllm",
+                "--listen-address",
+                f"127.0.0.1:{port}",
+                *extra,
+            ],
             tmp / f"{scenario}-sim.log",
             cwd=ROOT,
         )
@@ -126,9 +142,20 @@ def start_scenarios(stack: ExitStack, tmp: Path, exporter_ports: dict[str, int])
     for scenario, (sim, base) in sims.items():
         exporter = Process(
             [
-                sys.executable, "-m", "exporter", "serve",
-                "--engine", base + "/metrics", "--gpu-source", f"sim:{base}", "--engine-pid", str(sim.pid),
-                "--engine-interval", "1", "--listen-address", f"127.0.0.1:{exporter_ports[scenario]}",
+                sys.executable,
+                "-m",
+                "exporter",
+                "serve",
+                "--engine",
+                base + "/metrics",
+                "--gpu-source",
+                f"sim:{base}",
+                "--engine-pid",
+                str(sim.pid),
+                "--engine-interval",
+                "1",
+                "--listen-address",
+                f"127.0.0.1:{exporter_ports[scenario]}",
             ],
             tmp / f"{scenario}-exporter.log",
             cwd=ROOT,
@@ -145,7 +172,10 @@ def start_scenarios(stack: ExitStack, tmp: Path, exporter_ports: dict[str, int])
 def explain(prom: Prometheus, am: Alertmanager, exporters: dict[str, str]) -> str:
     """What the diagnosis and Alertmanager saw, for a failure message."""
     by_instance = {v: k for k, v in exporters.items()}
-    lines = ["alertmanager holds: " + ", ".join(sorted(f"{a['labels']['alertname']}@{by_instance.get(a['labels']['instance'], '?')}" for a in am.alerts()))]
+    lines = [
+        "alertmanager holds: "
+        + ", ".join(sorted(f"{a['labels']['alertname']}@{by_instance.get(a['labels']['instance'], '?')}" for a in am.alerts()))
+    ]
     for expr in (
         "max_over_time(llm_bottleneck_active[10m]) == 1",
         "max_over_time(llm_bottleneck_primary[10m]) == 1",
@@ -154,7 +184,10 @@ def explain(prom: Prometheus, am: Alertmanager, exporters: dict[str, str]) -> st
         "min_over_time(instance_gpu:llm_gpu_sm_clock:ratio_max[10m])",
         "max_over_time(instance_gpu:llm_gpu_throttled:max[10m])",
     ):
-        got = [f"{by_instance.get(r['metric'].get('instance'), '?')}:{r['metric'].get('cause', '')}={float(r['value'][1]):.2f}" for r in prom.query(expr)]
+        got = [
+            f"{by_instance.get(r['metric'].get('instance'), '?')}:{r['metric'].get('cause', '')}={float(r['value'][1]):.2f}"
+            for r in prom.query(expr)
+        ]
         lines.append(f"{expr}: {', '.join(sorted(got))}")
     return "\n".join(lines)
 
@@ -172,13 +205,22 @@ def test_dashboards_rules_and_alerts_on_real_prometheus_and_alertmanager(tmp_pat
         exporter_ports = {scenario: free_port() for scenario in SCENARIOS}
         exporters = {scenario: f"127.0.0.1:{port}" for scenario, port in exporter_ports.items()}
         hook = stack.enter_context(Webhook())
-        am = stack.enter_context(Alertmanager(tmp_path, alertmanager_config(ROOT / "alerts" / "alertmanager.yml", hook.url), free_port()))
+        am = stack.enter_context(
+            Alertmanager(tmp_path, alertmanager_config(ROOT / "alerts" / "alertmanager.yml", hook.url), free_port())
+        )
         start_scenarios(stack, tmp_path, exporter_ports)
         for scenario, address in exporters.items():
             assert wait_until(lambda a=address: http_ok(f"http://{a}/readyz"), 45), f"{scenario} exporter not ready"
         # Prometheus last, so no alert sees an exporter that has not started yet
         prom = stack.enter_context(
-            Prometheus(tmp_path, free_port(), list(exporters.values()), [rules_dir / "recording_rules.yml", rules_dir / "alerting_rules.yml"], am.url, JOB)
+            Prometheus(
+                tmp_path,
+                free_port(),
+                list(exporters.values()),
+                [rules_dir / "recording_rules.yml", rules_dir / "alerting_rules.yml"],
+                am.url,
+                JOB,
+            )
         )
         started = time.monotonic()
         assert wait_until(lambda: prom.targets_up() == len(exporters), 45), "not every exporter is scraped"
@@ -222,8 +264,12 @@ def test_dashboards_rules_and_alerts_on_real_prometheus_and_alertmanager(tmp_pat
         print(f"alerts delivered after {time.monotonic() - started:.0f} s: {sorted(delivered())}")
         wall0 = time.time() - (time.monotonic() - started)
         for r in prom.query("ALERTS_FOR_STATE"):
-            print(f"  {r['metric']['alertname']} @ {r['metric'].get('instance')}: pending from {float(r['value'][1]) - wall0:.0f} s")
-        assert expected <= delivered(), f"missing at the webhook: {sorted(expected - delivered())}\n" + explain(prom, am, exporters)
+            print(
+                f"  {r['metric']['alertname']} @ {r['metric'].get('instance')}: pending from {float(r['value'][1]) - wall0:.0f} s"
+            )
+        assert expected <= delivered(), f"missing at the webhook: {sorted(expected - delivered())}\n" + explain(
+            prom, am, exporters
+        )
 
         # (d): the healthy exporter fired nothing during the whole run
         healthy = exporters["healthy"]

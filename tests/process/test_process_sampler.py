@@ -27,7 +27,7 @@ from exporter.process.sampler import (
     read_schedstat,
 )
 from exporter.samples import SourceError
-from tests.helpers import wait_for
+from tests.support.waiting import wait_until
 
 WORKER = Path(__file__).with_name("proc_worker.py")
 SPIN = 0.3  # CPU seconds burnt per test: light on a shared machine
@@ -119,7 +119,7 @@ def test_vanished_pid_is_a_source_fault_every_time(marker):
     src = ProcessSource("sim", pid=w.pid)
     src.sample()
     w.proc.kill()  # not reaped yet: a zombie counts as gone too
-    assert wait_for(lambda: psutil.Process(w.pid).status() == psutil.STATUS_ZOMBIE, timeout=10)
+    wait_until(lambda: psutil.Process(w.pid).status() == psutil.STATUS_ZOMBIE, 10, "the killed worker to become a zombie")
     for _ in range(2):
         with pytest.raises(SourceError) as err:
             src.sample()

@@ -46,21 +46,37 @@ def kv_primary(kv: float = 0.93, preempt: float = 7.5, waiting: int = 6, confide
     """memory/kv_cache_pressure named primary, the way the engine writes it (see exporter/diagnosis/verdict.py)."""
     summary = f"KV cache {kv:.0%} full, {preempt:.2g} preemptions/s".replace("%", " %")
     return {
-        "layer": "memory", "cause": "kv_cache_pressure", "score": 1.0, "confidence": confidence, "role": "primary",
-        "summary": summary, "explains": ["queueing"],
+        "layer": "memory",
+        "cause": "kv_cache_pressure",
+        "score": 1.0,
+        "confidence": confidence,
+        "role": "primary",
+        "summary": summary,
+        "explains": ["queueing"],
         "evidence": {"max_over_window(max(llm_kv_cache_usage_ratio))": kv, "rate(llm_kv_cache_preemptions_total)": preempt},
-        "advice": KV_ADVICE, "chain": f"{waiting} requests waiting, queue p95 780 ms ← {summary}",
+        "advice": KV_ADVICE,
+        "chain": f"{waiting} requests waiting, queue p95 780 ms ← {summary}",
     }
 
 
 def primary(layer: str, cause: str, confidence: float = 0.7, chain: str = "") -> dict[str, Any]:
-    return {"layer": layer, "cause": cause, "score": 1.0, "confidence": confidence, "role": "primary",
-            "summary": f"{cause} holds", "explains": ["queueing"], "evidence": {f"{layer}_metric": 1.0},
-            "advice": f"fix {layer}", "chain": chain or f"queueing ← {cause} holds"}
+    return {
+        "layer": layer,
+        "cause": cause,
+        "score": 1.0,
+        "confidence": confidence,
+        "role": "primary",
+        "summary": f"{cause} holds",
+        "explains": ["queueing"],
+        "evidence": {f"{layer}_metric": 1.0},
+        "advice": f"fix {layer}",
+        "chain": chain or f"queueing ← {cause} holds",
+    }
 
 
-def diagnosis_doc(state: str | None, layers: LayerSpec, main: dict[str, Any] | None = None,
-                  others: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def diagnosis_doc(
+    state: str | None, layers: LayerSpec, main: dict[str, Any] | None = None, others: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """One GET /diagnosis body; ``state=None`` leaves the key out (an older exporter)."""
     doc: dict[str, Any] = {
         "schema_version": 2,
@@ -69,9 +85,15 @@ def diagnosis_doc(state: str | None, layers: LayerSpec, main: dict[str, Any] | N
         "symptoms": [{"id": "queueing", "text": "6 requests waiting", "evidence": {}}] if state == "degraded" else [],
         "primary": main,
         "contributing": [],
-        "layers": {name: {"score": score, "status": status, "headroom": room,
-                          "limit": "" if room is None else f"{name} limit; {room:.0%} headroom"}
-                   for name, (status, score, room) in layers.items()},
+        "layers": {
+            name: {
+                "score": score,
+                "status": status,
+                "headroom": room,
+                "limit": "" if room is None else f"{name} limit; {room:.0%} headroom",
+            }
+            for name, (status, score, room) in layers.items()
+        },
         "bottlenecks": ([main] if main else []) + list(others or []),
         "holding": [],
     }
@@ -82,21 +104,31 @@ def diagnosis_doc(state: str | None, layers: LayerSpec, main: dict[str, Any] | N
 
 def healthy_layers(memory_room: float = 0.6, hardware_room: float = 0.3) -> LayerSpec:
     """Batch-1-like decode: DRAM busy (hardware near its limit) yet ok, nothing suffers."""
-    return {"hardware": ("ok", 0.35, hardware_room), "memory": ("ok", 0.2, memory_room),
-            "scheduler": ("ok", 0.1, 0.8), "speculative_decoding": ("unknown", None, None)}
+    return {
+        "hardware": ("ok", 0.35, hardware_room),
+        "memory": ("ok", 0.2, memory_room),
+        "scheduler": ("ok", 0.1, 0.8),
+        "speculative_decoding": ("unknown", None, None),
+    }
 
 
 def kv_pressure_layers() -> LayerSpec:
-    return {"hardware": ("ok", 0.38, 0.23), "memory": ("bottleneck", 1.0, 0.0),
-            "scheduler": ("warning", 0.5, 0.6), "speculative_decoding": ("unknown", None, None)}
+    return {
+        "hardware": ("ok", 0.38, 0.23),
+        "memory": ("bottleneck", 1.0, 0.0),
+        "scheduler": ("warning", 0.5, 0.6),
+        "speculative_decoding": ("unknown", None, None),
+    }
 
 
 def steps_from_docs(rows: list[tuple[int, float, float | None]], docs: list[list[dict[str, Any]]]) -> list[Step]:
     """rows: (concurrency, output tok/s, TTFT p95 s); docs: the settled /diagnosis readings of each step."""
     from exporter.ramp.aggregate import diagnosis_figures
 
-    return [Step(index=i, concurrency=conc, client=client(tok_s, ttft), diagnosis=diagnosis_figures(docs[i]))
-            for i, (conc, tok_s, ttft) in enumerate(rows)]
+    return [
+        Step(index=i, concurrency=conc, client=client(tok_s, ttft), diagnosis=diagnosis_figures(docs[i]))
+        for i, (conc, tok_s, ttft) in enumerate(rows)
+    ]
 
 
 #: the shape of the simulator's kv_pressure ramp (30 blocks, 64 + 128 tokens): scales to 4, flat at 8
@@ -107,11 +139,19 @@ def kv_pressure_docs() -> list[list[dict[str, Any]]]:
     """Healthy to 4 (preemptions start there: a memory ``warning``), degraded at 8 with memory primary."""
     kv_warning = {k: v for k, v in kv_primary(0.97, 2.0).items() if k != "chain"} | {"role": "warning", "score": 0.7}
     warned = {**healthy_layers(), "memory": ("warning", 0.7, 0.03)}
-    queue = {"layer": "scheduler", "cause": "queue_backlog", "score": 0.5, "confidence": 0.7, "role": "symptom",
-             "summary": "", "explains": ["queueing"], "evidence": {}, "advice": "add replicas"}
+    queue = {
+        "layer": "scheduler",
+        "cause": "queue_backlog",
+        "score": 0.5,
+        "confidence": 0.7,
+        "role": "symptom",
+        "summary": "",
+        "explains": ["queueing"],
+        "evidence": {},
+        "advice": "add replicas",
+    }
     knee = [diagnosis_doc("healthy", warned, None, [kv_warning]) for _ in range(2)]
-    knee += [diagnosis_doc("degraded", kv_pressure_layers(), kv_primary(0.93, 7.5, confidence=0.9), [queue])
-             for _ in range(3)]
+    knee += [diagnosis_doc("degraded", kv_pressure_layers(), kv_primary(0.93, 7.5, confidence=0.9), [queue]) for _ in range(3)]
     knee += [diagnosis_doc("degraded", kv_pressure_layers(), kv_primary(0.97, 6.0, waiting=4, confidence=0.96), [queue])]
     knee += [diagnosis_doc("degraded", kv_pressure_layers(), primary("scheduler", "queue_backlog", 0.5), [])]
     knee += [diagnosis_doc("degraded", kv_pressure_layers(), kv_primary(0.97, 6.0, waiting=4, confidence=0.93), [queue])]

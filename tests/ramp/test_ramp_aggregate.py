@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from exporter.exposition import read_metrics
 from exporter.ramp.aggregate import diagnosis_figures, exporter_figures, upper_median_status
-from exporter.ramp.probe import parse_metrics
 from tests.ramp.ramp_steps import KV_ADVICE, diagnosis_doc, healthy_layers, kv_pressure_docs, kv_pressure_layers, kv_primary
 
 EXPOSITION = """\
@@ -30,7 +30,7 @@ llm_request_ttft_seconds_count{{server="a",engine="vllm",model="m",rank="0"}} 2
 
 
 def scrape(kv0: float, kv1: float, w: int, p: int):  # type: ignore[no-untyped-def]
-    return parse_metrics(EXPOSITION.format(kv0=kv0, kv1=kv1, w=w, p=p))
+    return read_metrics(EXPOSITION.format(kv0=kv0, kv1=kv1, w=w, p=p)).scalars()
 
 
 def test_parse_keeps_gauges_and_counters_and_skips_histograms() -> None:
@@ -49,7 +49,7 @@ def test_gauges_reduce_across_series_then_over_settled_samples_counters_over_all
     assert (kv.mean, kv.max) == pytest.approx((0.8, 0.9))
     waiting = fig.gauges["requests_waiting"]  # summed over ranks: 2, 6
     assert (waiting.mean, waiting.max) == pytest.approx((4.0, 6.0))
-    assert fig.gauges["sm_active_ratio"].mean == pytest.approx(0.4)  # mean over GPUs
+    assert fig.gauges["sm_active_ratio"].mean == pytest.approx(0.6)  # the busiest GPU (schema reduce "max")
     assert fig.counters["preemptions"] == 10  # 20 - 10, warm-up sample included
     assert "busiest_thread_cpu_ratio" not in fig.gauges  # absent stays absent
     assert "requests_finished" not in fig.counters
@@ -110,8 +110,12 @@ def test_state_shares_and_upper_median_state() -> None:
     from exporter.ramp.aggregate import upper_median_state
 
     layers = healthy_layers()
-    docs = [diagnosis_doc("healthy", layers), diagnosis_doc("degraded", layers, kv_primary()),
-            diagnosis_doc("unknown", layers), diagnosis_doc("degraded", layers, kv_primary())]
+    docs = [
+        diagnosis_doc("healthy", layers),
+        diagnosis_doc("degraded", layers, kv_primary()),
+        diagnosis_doc("unknown", layers),
+        diagnosis_doc("degraded", layers, kv_primary()),
+    ]
     fig = diagnosis_figures(docs)
     assert fig.states == pytest.approx({"degraded": 0.5, "healthy": 0.25, "unknown": 0.25})
     assert fig.state == "degraded" and fig.degraded_readings == 2  # 2 of 3 judged readings
@@ -133,7 +137,9 @@ def test_primary_counts_chain_and_confidence_of_the_knee_step() -> None:
     assert fig.state == "degraded" and fig.degraded_readings == 6
     assert fig.states["degraded"] == pytest.approx(6 / 8) and fig.states["healthy"] == pytest.approx(2 / 8)
     assert [(p.layer, p.cause, p.readings) for p in fig.primaries] == [
-        ("memory", "kv_cache_pressure", 5), ("scheduler", "queue_backlog", 1)]
+        ("memory", "kv_cache_pressure", 5),
+        ("scheduler", "queue_backlog", 1),
+    ]
     p = fig.primary
     assert p is fig.primaries[0] and p.share == pytest.approx(5 / 6)
     assert p.confidence_mean == pytest.approx((0.9 * 3 + 0.96 + 0.93) / 5)
@@ -148,15 +154,21 @@ def test_primary_counts_chain_and_confidence_of_the_knee_step() -> None:
 
 def test_chain_tie_goes_to_the_latest_reading_and_healthy_readings_name_no_primary() -> None:
     layers = kv_pressure_layers()
-    docs = [diagnosis_doc("degraded", layers, kv_primary(waiting=3)), diagnosis_doc("degraded", layers, kv_primary(waiting=5)),
-            diagnosis_doc("healthy", layers, kv_primary(waiting=9))]  # a primary outside degraded does not count
+    docs = [
+        diagnosis_doc("degraded", layers, kv_primary(waiting=3)),
+        diagnosis_doc("degraded", layers, kv_primary(waiting=5)),
+        diagnosis_doc("healthy", layers, kv_primary(waiting=9)),
+    ]  # a primary outside degraded does not count
     p = diagnosis_figures(docs).primary
     assert p is not None and p.readings == 2 and p.chain.startswith("5 requests waiting")
 
 
 def test_headroom_mean_min_and_the_tightest_limit() -> None:
-    docs = [diagnosis_doc("healthy", healthy_layers(memory_room=0.6)), diagnosis_doc("healthy", healthy_layers(memory_room=0.2)),
-            diagnosis_doc("healthy", {"memory": ("ok", 0.2, None)})]
+    docs = [
+        diagnosis_doc("healthy", healthy_layers(memory_room=0.6)),
+        diagnosis_doc("healthy", healthy_layers(memory_room=0.2)),
+        diagnosis_doc("healthy", {"memory": ("ok", 0.2, None)}),
+    ]
     mem = diagnosis_figures(docs).layers["memory"]
     assert mem.headroom_mean == pytest.approx(0.4) and mem.headroom_min == pytest.approx(0.2)
     assert mem.limit == "memory limit; 20% headroom"

@@ -8,18 +8,19 @@ itself run as ``python -m exporter ramp`` the way a user runs it.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from exporter.cli import main
-from tests.helpers import UvicornThread, free_port
 from tests.ramp.falling_server import MODEL as FALLING_MODEL
 from tests.ramp.falling_server import FallingServer
 from tests.ramp.ramp_stack import SimStack, run_ramp_cli
+from tests.support.asgi import UvicornThread
+from tests.support.ports import free_port
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]  # a simulator + exporter stack for the module
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +54,19 @@ def test_unreachable_exporter(stack: SimStack, tmp_path: Path) -> None:
 
 
 def test_model_the_server_rejects(stack: SimStack, tmp_path: Path) -> None:
-    r = run_ramp_cli(["--target", stack.sim_url, "--exporter", stack.exp_url, "--model", "no-such-model",
-                      "--report", str(tmp_path), "--no-progress"])
+    r = run_ramp_cli(
+        [
+            "--target",
+            stack.sim_url,
+            "--exporter",
+            stack.exp_url,
+            "--model",
+            "no-such-model",
+            "--report",
+            str(tmp_path),
+            "--no-progress",
+        ]
+    )
     assert r.returncode == 1, r.stderr
     # the server's own words, and what it does serve
     assert "rejected model 'no-such-model': HTTP 404: The model `no-such-model` does not exist." in r.stderr
@@ -67,8 +79,21 @@ def test_step_with_only_errors_keeps_the_steps_before(stack: SimStack, tmp_path:
     server = FallingServer()
     with UvicornThread(server.app) as http:
         target = f"http://127.0.0.1:{http.port}"
-        r = run_ramp_cli(["--target", target, "--exporter", stack.exp_url, "--concurrency", "1,2,4",
-                          "--step-seconds", "1.5", "--report", str(tmp_path), "--no-progress"])
+        r = run_ramp_cli(
+            [
+                "--target",
+                target,
+                "--exporter",
+                stack.exp_url,
+                "--concurrency",
+                "1,2,4",
+                "--step-seconds",
+                "1.5",
+                "--report",
+                str(tmp_path),
+                "--no-progress",
+            ]
+        )
     assert server.broken
     assert r.returncode == 1, r.stderr
     assert "step 2 (concurrency 2): all" in r.stderr and "requests failed" in r.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from exporter.ramp.knee import KneeCriteria, baseline_saturated, fallback_note, find_knee, first_saturated_layer
 from exporter.ramp.model import Step
 from tests.ramp.ramp_steps import (
@@ -79,6 +80,14 @@ def test_throughput_drop_is_flat_and_unmeasured_ttft_is_ignored() -> None:
     assert knee.ttft_p95_ratio is None
 
 
+def saturated_at_knee(rows, layers, concurrency: int):  # type: ignore[no-untyped-def]
+    """The layer that gave out first, once the table's knee is asserted at ``concurrency``."""
+    steps = table(rows, layers)
+    knee = find_knee(steps)
+    assert knee is not None and knee.concurrency == concurrency
+    return first_saturated_layer(steps, knee)
+
+
 def test_same_step_bottlenecks_prefer_the_layer_that_warned_first() -> None:
     rows = [(1, 100, 0.1), (2, 200, 0.1), (4, 250, 0.1), (8, 260, 0.1)]
     layers = [
@@ -87,10 +96,7 @@ def test_same_step_bottlenecks_prefer_the_layer_that_warned_first() -> None:
         {"memory": ("bottleneck", 0.8), "scheduler": ("bottleneck", 0.9)},
         {"memory": ("bottleneck", 0.9), "scheduler": ("bottleneck", 0.9)},
     ]
-    steps = table(rows, layers)
-    knee = find_knee(steps)
-    assert knee is not None and knee.concurrency == 4
-    sat = first_saturated_layer(steps, knee)
+    sat = saturated_at_knee(rows, layers, 4)
     assert sat is not None
     # memory and scheduler both reach bottleneck at 4; memory warned first (at 2)
     assert (sat.layer, sat.status, sat.concurrency, sat.cause) == ("memory", "bottleneck", 4, "memory_cause")
@@ -107,10 +113,7 @@ def test_bottleneck_crossing_wins_over_an_earlier_warning() -> None:
         {"hardware": ("warning", 0.6), "scheduler": ("bottleneck", 0.8)},
         {"hardware": ("warning", 0.6), "scheduler": ("bottleneck", 0.9)},
     ]
-    steps = table(rows, layers)
-    knee = find_knee(steps)
-    assert knee is not None and knee.concurrency == 8
-    sat = first_saturated_layer(steps, knee)
+    sat = saturated_at_knee(rows, layers, 8)
     assert sat is not None and (sat.layer, sat.status, sat.concurrency) == ("scheduler", "bottleneck", 8)
 
 
@@ -165,18 +168,17 @@ def test_layer_saturated_at_baseline_does_not_cross() -> None:
         {"hardware": ("bottleneck", 0.8), "memory": ("ok", 0.2)},
         {"hardware": ("bottleneck", 0.9), "memory": ("bottleneck", 0.85)},
     ]
-    steps = table(rows, layers)
-    knee = find_knee(steps)
-    assert knee is not None and knee.concurrency == 8
-    sat = first_saturated_layer(steps, knee)
+    sat = saturated_at_knee(rows, layers, 8)
     assert sat is not None and (sat.layer, sat.concurrency, sat.crossed) == ("memory", 8, True)
-    assert baseline_saturated(steps) == ["hardware"]
+    assert baseline_saturated(table(rows, layers)) == ["hardware"]
 
 
 def test_falls_back_to_baseline_layer_when_nothing_crossed() -> None:
     rows = [(1, 100, 0.1), (2, 105, 0.1)]
-    layers = [{"scheduler": ("bottleneck", 0.8), "hardware": ("warning", 0.5)},
-              {"scheduler": ("bottleneck", 0.9), "hardware": ("warning", 0.5)}]
+    layers = [
+        {"scheduler": ("bottleneck", 0.8), "hardware": ("warning", 0.5)},
+        {"scheduler": ("bottleneck", 0.9), "hardware": ("warning", 0.5)},
+    ]
     steps = table(rows, layers)
     sat = first_saturated_layer(steps, find_knee(steps))
     assert sat is not None and (sat.layer, sat.concurrency, sat.crossed) == ("scheduler", 2, False)
@@ -185,10 +187,12 @@ def test_falls_back_to_baseline_layer_when_nothing_crossed() -> None:
 
 def test_a_layer_that_warned_recovered_and_broke_is_named_where_it_broke() -> None:
     rows = [(1, 100, 0.1), (2, 200, 0.1), (4, 400, 0.1), (8, 410, 0.1)]
-    layers = [{"memory": ("ok", 0.1), "scheduler": ("ok", 0.1)},
-              {"memory": ("warning", 0.5), "scheduler": ("ok", 0.1)},
-              {"memory": ("ok", 0.3), "scheduler": ("ok", 0.2)},
-              {"memory": ("bottleneck", 0.9), "scheduler": ("warning", 0.5)}]
+    layers = [
+        {"memory": ("ok", 0.1), "scheduler": ("ok", 0.1)},
+        {"memory": ("warning", 0.5), "scheduler": ("ok", 0.1)},
+        {"memory": ("ok", 0.3), "scheduler": ("ok", 0.2)},
+        {"memory": ("bottleneck", 0.9), "scheduler": ("warning", 0.5)},
+    ]
     steps = table(rows, layers)
     sat = first_saturated_layer(steps, find_knee(steps))
     assert sat is not None and (sat.layer, sat.status, sat.concurrency) == ("memory", "bottleneck", 8)
@@ -223,9 +227,11 @@ def test_plateau_after_knee_confirms_it() -> None:
 def test_a_layer_that_touched_warning_at_baseline_is_a_baseline_condition() -> None:
     # DRAM hovering at the threshold at concurrency 1: median sample ok, one sample warning
     rows = [(1, 100, 0.1), (2, 200, 0.1), (4, 210, 0.1)]
-    layers = [{"hardware": ("ok", 0.4), "memory": ("ok", 0.0)},
-              {"hardware": ("bottleneck", 0.8), "memory": ("bottleneck", 0.8)},
-              {"hardware": ("bottleneck", 0.8), "memory": ("bottleneck", 0.9)}]
+    layers = [
+        {"hardware": ("ok", 0.4), "memory": ("ok", 0.0)},
+        {"hardware": ("bottleneck", 0.8), "memory": ("bottleneck", 0.8)},
+        {"hardware": ("bottleneck", 0.8), "memory": ("bottleneck", 0.9)},
+    ]
     steps = table(rows, layers)
     steps[0].diagnosis.layers["hardware"].worst_status = "warning"
     assert baseline_saturated(steps) == ["hardware"]
@@ -280,7 +286,12 @@ def test_knee_without_degraded_readings_uses_the_first_degraded_step_before_it()
     knee = find_knee(steps)
     assert knee is not None and knee.concurrency == 8
     sat = first_saturated_layer(steps, knee)
-    assert sat is not None and (sat.layer, sat.cause, sat.concurrency, sat.source) == ("scheduler", "serial_host_ceiling", 4, "primary")
+    assert sat is not None and (sat.layer, sat.cause, sat.concurrency, sat.source) == (
+        "scheduler",
+        "serial_host_ceiling",
+        4,
+        "primary",
+    )
     assert "knee step (concurrency 8)" in sat.note and "concurrency 4" in sat.note
 
 
@@ -288,11 +299,13 @@ def _statuses_only_ramp(late: str = "healthy") -> list[Step]:
     """Knee at 4; layer statuses cross (memory warning at 2, bottleneck at 4); the service healthy to 8."""
     rows = [(1, 100, 0.1), (2, 200, 0.1), (4, 250, 0.1), (8, 260, 0.1), (16, 265, 0.1)]
     both = {"memory": ("bottleneck", 0.9, 0.0), "scheduler": ("bottleneck", 0.9, 0.0)}
-    docs = [[diagnosis_doc("healthy", {"memory": ("ok", 0.1, 0.8), "scheduler": ("ok", 0.1, 0.9)})] * 3,
-            [diagnosis_doc("healthy", {"memory": ("warning", 0.5, 0.1), "scheduler": ("ok", 0.1, 0.9)})] * 3,
-            [diagnosis_doc("healthy", {"memory": ("bottleneck", 0.8, 0.0), "scheduler": ("ok", 0.2, 0.8)})] * 3,
-            [diagnosis_doc("healthy", both)] * 3,
-            [diagnosis_doc(late, both, primary("scheduler", "queue_backlog") if late == "degraded" else None)] * 3]
+    docs = [
+        [diagnosis_doc("healthy", {"memory": ("ok", 0.1, 0.8), "scheduler": ("ok", 0.1, 0.9)})] * 3,
+        [diagnosis_doc("healthy", {"memory": ("warning", 0.5, 0.1), "scheduler": ("ok", 0.1, 0.9)})] * 3,
+        [diagnosis_doc("healthy", {"memory": ("bottleneck", 0.8, 0.0), "scheduler": ("ok", 0.2, 0.8)})] * 3,
+        [diagnosis_doc("healthy", both)] * 3,
+        [diagnosis_doc(late, both, primary("scheduler", "queue_backlog") if late == "degraded" else None)] * 3,
+    ]
     return steps_from_docs(rows, docs)
 
 
@@ -323,15 +336,24 @@ def test_degraded_only_in_the_step_that_confirms_the_knee_names_its_primary() ->
     knee = find_knee(steps)
     assert knee is not None and knee.concurrency == 4 and knee.diagnosis.state == "healthy"
     sat = first_saturated_layer(steps, knee)
-    assert sat is not None and (sat.layer, sat.cause, sat.source, sat.concurrency) == ("memory", "kv_cache_pressure", "primary", 8)
-    assert sat.chain and sat.note == ("no reading at or before the knee (concurrency 4) was degraded (the diagnosis lags "
-                                      "the load by its window); named from the step that confirmed the knee, concurrency 8")
+    assert sat is not None and (sat.layer, sat.cause, sat.source, sat.concurrency) == (
+        "memory",
+        "kv_cache_pressure",
+        "primary",
+        8,
+    )
+    assert sat.chain and sat.note == (
+        "no reading at or before the knee (concurrency 4) was degraded (the diagnosis lags "
+        "the load by its window); named from the step that confirmed the knee, concurrency 8"
+    )
 
 
 def test_an_older_exporter_without_state_falls_back_to_layer_statuses() -> None:
     rows = [(1, 100, 0.1), (2, 110, 0.1)]
-    docs = [[diagnosis_doc(None, {"scheduler": ("ok", 0.1, None)})] * 3,
-            [diagnosis_doc(None, {"scheduler": ("bottleneck", 0.9, None)})] * 3]
+    docs = [
+        [diagnosis_doc(None, {"scheduler": ("ok", 0.1, None)})] * 3,
+        [diagnosis_doc(None, {"scheduler": ("bottleneck", 0.9, None)})] * 3,
+    ]
     steps = steps_from_docs(rows, docs)
     sat = first_saturated_layer(steps, find_knee(steps))
     assert sat is not None and (sat.layer, sat.source) == ("scheduler", "saturation") and "was degraded" in sat.note
@@ -363,4 +385,5 @@ def test_nothing_named_when_degraded_only_later_and_no_layer_warned() -> None:
     assert first_saturated_layer(steps, knee) is None
     assert fallback_note(steps, knee, None) == (
         "no reading at or before the knee (concurrency 4) was degraded (the first degraded step came after it: "
-        "concurrency 16, primary scheduler/serial_host_ceiling), and no layer reached warning at or before it")
+        "concurrency 16, primary scheduler/serial_host_ceiling), and no layer reached warning at or before it"
+    )

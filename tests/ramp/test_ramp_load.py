@@ -12,8 +12,16 @@ from tests.simulator.sim_helpers import sim_server
 
 
 def settings(base_url: str = "http://127.0.0.1:9", **kw: object) -> LoadSettings:
-    base: dict[str, object] = {"base_url": base_url, "model": "m", "step_seconds": 4.0, "prompt_tokens": 64,
-                               "output_tokens": 128, "request_timeout_s": 20.0, "max_requests_per_step": 50, "seed": 7}
+    base: dict[str, object] = {
+        "base_url": base_url,
+        "model": "m",
+        "step_seconds": 4.0,
+        "prompt_tokens": 64,
+        "output_tokens": 128,
+        "request_timeout_s": 20.0,
+        "max_requests_per_step": 50,
+        "seed": 7,
+    }
     return LoadSettings(**{**base, **kw})  # type: ignore[arg-type]
 
 
@@ -27,10 +35,12 @@ def test_a_step_issues_until_its_deadline_then_drains_with_fresh_prompts() -> No
 
 
 def test_client_figures_from_a_summary() -> None:
-    recs = [RequestRecord(0, 0.0, "ok", 1, 10, 4, output_tokens=4, ttft_s=0.1, e2e_s=0.5, itl_s=[0.1, 0.2]),
-            RequestRecord(1, 0.0, "timeout", 1, 10, 4, error="slow"),
-            RequestRecord(2, 0.0, "http_error", 1, 10, 4, http_status=503, error="out of memory"),
-            RequestRecord(3, 0.0, "http_error", 1, 10, 4, http_status=503, error="out of memory")]
+    recs = [
+        RequestRecord(0, 0.0, "ok", 1, 10, 4, output_tokens=4, ttft_s=0.1, e2e_s=0.5, itl_s=[0.1, 0.2]),
+        RequestRecord(1, 0.0, "timeout", 1, 10, 4, error="slow"),
+        RequestRecord(2, 0.0, "http_error", 1, 10, 4, http_status=503, error="out of memory"),
+        RequestRecord(3, 0.0, "http_error", 1, 10, 4, http_status=503, error="out of memory"),
+    ]
     c = client_figures(LoadResult(LoadSpec("http://x"), recs, summarize(recs, 2.0)))
     assert (c.duration_s, c.requests, c.errors, c.timeouts, c.cancelled, c.output_tokens) == (2.0, 1, 3, 1, 0, 4)
     assert (c.requests_per_s, c.output_tokens_per_s) == (0.5, 2.0)
@@ -40,8 +50,9 @@ def test_client_figures_from_a_summary() -> None:
 
 def test_a_step_against_a_server_cancels_nothing() -> None:
     with sim_server("healthy", "vllm", time_scale=10.0) as srv:
-        load_step = make_step_loader(settings(srv.base_url, model=None, step_seconds=0.5, prompt_tokens=32,
-                                              output_tokens=400, max_requests_per_step=None))
+        load_step = make_step_loader(
+            settings(srv.base_url, model=None, step_seconds=0.5, prompt_tokens=32, output_tokens=400, max_requests_per_step=None)
+        )
         c = load_step(3)
     # requests in flight at the deadline finished after it, and counted
     assert c.cancelled == 0 and c.errors == 0 and c.requests >= 3 and c.duration_s > 0.5

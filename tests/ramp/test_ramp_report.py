@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from PIL import Image
+
 from exporter.ramp.knee import find_knee, first_saturated_layer
 from exporter.ramp.plot import PIXELS
 from exporter.ramp.report import build_report, render_markdown, write_all
@@ -81,7 +82,11 @@ def test_report_names_the_knee_primary_with_its_chain_and_every_step_state(tmp_p
     assert doc["knee_primary"]["layer"] == "memory" and doc["knee_primary"]["readings"] == 5
     assert doc["knee"]["diagnosis"]["state"] == "degraded" and doc["knee"]["diagnosis"]["primary"]["chain"] == chain
     assert [(s["concurrency"], s["state"], s["primary"]) for s in doc["states"]] == [
-        (1, "healthy", None), (2, "healthy", None), (4, "healthy", None), (8, "degraded", "memory/kv_cache_pressure")]
+        (1, "healthy", None),
+        (2, "healthy", None),
+        (4, "healthy", None),
+        (8, "degraded", "memory/kv_cache_pressure"),
+    ]
     assert doc["states"][3]["chain"] == chain and doc["states"][3]["states"]["degraded"] == 0.75
     first = doc["steps"][0]["diagnosis"]
     assert first["state"] == "healthy" and first["primary"] is None and first["states"]["healthy"] == 1.0
@@ -115,7 +120,10 @@ def test_report_with_a_knee_and_no_layer_says_why() -> None:
     steps = table([(1, 100, 0.1), (2, 110, 0.1)], [{"memory": ("ok", 0.1)}, {"memory": ("ok", 0.2)}])
     knee = find_knee(steps)
     report = build_report(steps, knee, None, {})
-    assert report["note"] == "no reading at or before the knee (concurrency 2) was degraded, and no layer reached warning at or before it"
+    assert (
+        report["note"]
+        == "no reading at or before the knee (concurrency 2) was degraded, and no layer reached warning at or before it"
+    )
     assert f"No layer named: {report['note']}." in render_markdown(report, steps, knee, None)
 
 

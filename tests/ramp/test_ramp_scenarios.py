@@ -27,8 +27,9 @@ message shows every attempt's step table, the simulator's CPU included.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from PIL import Image
@@ -36,7 +37,7 @@ from PIL import Image
 from exporter.ramp.plot import PIXELS
 from tests.ramp.ramp_stack import SimStack, run_ramp_cli
 
-pytestmark = pytest.mark.timeout(400)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
 ATTEMPTS = 2
 Check = Callable[[dict[str, Any]], list[str]]
@@ -44,8 +45,7 @@ Check = Callable[[dict[str, Any]], list[str]]
 
 def ramp(stack: SimStack, out: Path, args: list[str], progress: bool = False) -> dict[str, Any]:
     """Run the CLI; what must hold for any scenario is asserted here, the verdict by the caller."""
-    cmd = ["--target", stack.sim_url, "--exporter", stack.exp_url, "--report", str(out), "--sample-interval", "0.5",
-           *args]
+    cmd = ["--target", stack.sim_url, "--exporter", stack.exp_url, "--report", str(out), "--sample-interval", "0.5", *args]
     r = run_ramp_cli(cmd if progress else [*cmd, "--no-progress"], timeout=180)
     assert r.returncode == 0, f"exit {r.returncode}\n{r.stderr[-3000:]}"
     doc = json.loads((out / "report.json").read_text())
@@ -65,9 +65,11 @@ def ramp(stack: SimStack, out: Path, args: list[str], progress: bool = False) ->
 def table(doc: dict[str, Any]) -> str:
     """One line per step: what the client saw, what the simulator's busiest thread got, the layers."""
     sat = doc["saturation"] or {}
-    lines = [f"knee={doc['knee'] and doc['knee']['concurrency']} first={doc['first_saturated_layer']}/{doc['cause']} "
-             f"source={sat.get('source')} note={doc.get('note')!r} baseline={doc.get('baseline_state')} "
-             f"baseline_saturated={doc['baseline_saturated']}"]
+    lines = [
+        f"knee={doc['knee'] and doc['knee']['concurrency']} first={doc['first_saturated_layer']}/{doc['cause']} "
+        f"source={sat.get('source')} note={doc.get('note')!r} baseline={doc.get('baseline_state')} "
+        f"baseline_saturated={doc['baseline_saturated']}"
+    ]
     for s in doc["steps"]:
         g = s["exporter"]["gauges"]
         cpu = g.get("busiest_thread_cpu_ratio", {}).get("mean")
@@ -84,8 +86,17 @@ def table(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def measure(tmp_path: Path, scenario: str, knobs: list[str], time_scale: float, interval: float, args: list[str],
-            check: Check, progress: bool = False, recent_s: float | None = None) -> dict[str, Any]:
+def measure(
+    tmp_path: Path,
+    scenario: str,
+    knobs: list[str],
+    time_scale: float,
+    interval: float,
+    args: list[str],
+    check: Check,
+    progress: bool = False,
+    recent_s: float | None = None,
+) -> dict[str, Any]:
     """Up to ATTEMPTS ramps, each on a fresh stack; returns the first whose check passes."""
     seen: list[str] = []
     for attempt in range(ATTEMPTS):
@@ -130,9 +141,16 @@ def kv_pressure_check(doc: dict[str, Any]) -> list[str]:
 def test_kv_pressure_knee_at_first_preemptions_and_memory_gives_out_first(tmp_path: Path) -> None:
     # 30 blocks of 16 tokens; a request grows to 64 + 128 tokens = 12 blocks: 2 fit, while
     # admission (4 blocks a prompt) lets 4 in, which then preempt each other as they grow
-    doc = measure(tmp_path, "kv_pressure", ["--num-gpu-blocks", "30"], 1.0, 0.5,
-                  ["--concurrency", "1,2,4,8", "--step-seconds", "4", "--prompt-tokens", "64", "--output-tokens", "128"],
-                  kv_pressure_check, progress=True)
+    doc = measure(
+        tmp_path,
+        "kv_pressure",
+        ["--num-gpu-blocks", "30"],
+        1.0,
+        0.5,
+        ["--concurrency", "1,2,4,8", "--step-seconds", "4", "--prompt-tokens", "64", "--output-tokens", "128"],
+        kv_pressure_check,
+        progress=True,
+    )
     # the terminal view ran (rich) and named the verdict: the baseline's state, the primary and its chain
     assert "baseline (concurrency 1): healthy" in doc["_stderr"]
     assert "gave out first: memory at concurrency" in doc["_stderr"] and "chain: " in doc["_stderr"]
@@ -163,9 +181,16 @@ def test_host_bound_scheduler_gives_out_first(tmp_path: Path) -> None:
     # look-back is shortened to 2.5 s and steps are 6 s: the knee step is degraded well
     # within itself, with the scheduler primary.
     knobs = ["--params-b", "1", "--host-base-s", "0.008", "--host-per-seq-s", "0.0002", "--max-num-seqs", "4"]
-    measure(tmp_path, "host_bound", knobs, 0.5, 1.0,
-            ["--concurrency", "1,2,4,8,16", "--step-seconds", "6", "--prompt-tokens", "128", "--output-tokens", "32"],
-            host_bound_check, recent_s=2.5)
+    measure(
+        tmp_path,
+        "host_bound",
+        knobs,
+        0.5,
+        1.0,
+        ["--concurrency", "1,2,4,8,16", "--step-seconds", "6", "--prompt-tokens", "128", "--output-tokens", "32"],
+        host_bound_check,
+        recent_s=2.5,
+    )
 
 
 def healthy_check(doc: dict[str, Any]) -> list[str]:
@@ -189,7 +214,24 @@ def test_healthy_with_a_large_kv_cache_scales_without_a_knee(tmp_path: Path) -> 
     # TTFT p95 of a step jitters by up to ~200 ms on a shared 2-core box whatever the server
     # does (a stalled client delays every stream it holds): the jump's absolute floor is
     # raised above that noise; the ratio (2x) stays the default.
-    doc = measure(tmp_path, "healthy", ["--num-gpu-blocks", "20000"], 0.25, 1.0,
-                  ["--concurrency", "1,2,4,8", "--step-seconds", "5", "--prompt-tokens", "128", "--output-tokens", "32",
-                   "--ttft-jump-min-ms", "250"], healthy_check)
+    doc = measure(
+        tmp_path,
+        "healthy",
+        ["--num-gpu-blocks", "20000"],
+        0.25,
+        1.0,
+        [
+            "--concurrency",
+            "1,2,4,8",
+            "--step-seconds",
+            "5",
+            "--prompt-tokens",
+            "128",
+            "--output-tokens",
+            "32",
+            "--ttft-jump-min-ms",
+            "250",
+        ],
+        healthy_check,
+    )
     assert doc["cause"] is None

@@ -10,27 +10,22 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 
+import pytest
 import requests
 
-from bench.exposition import vllm_exposition
-from bench.harness import percentile, static_engine
-from tests.reliability.rel_helpers import Serve, replay_copies
+from bench.harness import busy_node, engine_flags, percentile
+from tests.reliability.rel_helpers import Serve
 
 SCRAPERS = 50
 DURATION_S = 30.0
 REQUEST_TIMEOUT_S = 10.0  # an error bound, not a speed target
 
 
-def test_fifty_concurrent_scrapers_for_thirty_seconds(tmp_path: Path) -> None:
-    text = vllm_exposition(1)
-    traces = replay_copies(tmp_path, 8)
-    with static_engine(text) as e1, static_engine(text) as e2:
-        args = [
-            "--gpu-source", "replay:" + ",".join(map(str, traces)), "--gpu-interval", "1",
-            "--engine", e1, "--engine", e2, "--engine-interval", "5",
-        ]
+@pytest.mark.slow  # 30 s of scraping
+def test_fifty_concurrent_scrapers_for_thirty_seconds() -> None:
+    with busy_node(8) as (gpu_source, engines):
+        args = ["--gpu-source", gpu_source, "--gpu-interval", "1", *engine_flags(engines), "--engine-interval", "5"]
         with Serve(args) as serve:
             ready = serve.wait_metrics(
                 lambda m: m.up("gpu") == 1 and len(m.find("llm_gpu_up")) == 8 and len(m.find("llm_engine_info")) == 2,

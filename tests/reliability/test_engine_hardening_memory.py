@@ -10,7 +10,7 @@ from __future__ import annotations
 import gc
 import socket
 import tracemalloc
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -20,7 +20,7 @@ from exporter.runner import SourceRunner
 from exporter.samples import SourceError
 from exporter.store import SnapshotStore
 from tests.engines.engine_helpers import fixture
-from tests.engines.test_engine_hardening_fetch import RawServer, head_for, whole
+from tests.support.fake_engine import RawServer, head_for, whole
 
 MB = 1024 * 1024
 CAP = 1 * MB
@@ -115,7 +115,9 @@ def test_a_failed_scrape_holds_nothing_after_it_returns(case: str) -> None:
             tracemalloc.stop()
         behaviour["body"] = VLLM
     assert len(body) > 1.9 * MB and peak > len(body)  # the body was read (and parsed) ...
-    assert held < 256 * 1024, f"{case}: {held / MB:.1f} MiB still held after a failed scrape of {len(body) / MB:.0f} MB"  # ... and let go
+    assert held < 256 * 1024, (
+        f"{case}: {held / MB:.1f} MiB still held after a failed scrape of {len(body) / MB:.0f} MB"
+    )  # ... and let go
 
 
 def test_the_raised_error_pins_no_frame_of_the_attempt() -> None:

@@ -15,14 +15,14 @@ from __future__ import annotations
 import base64
 import socket
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 import requests
 
 from tests.engines.engine_helpers import fixture
-from tests.engines.test_engine_hardening_fetch import RawServer, trickle, whole
 from tests.reliability.rel_helpers import Metrics, Serve
+from tests.support.fake_engine import RawServer, trickle, whole
 
 VLLM = fixture("vllm-0.33-v1-2dp.prom").encode()
 USER, PASSWORD = "scraper", "Pa55-w0rd-hunter2"
@@ -70,6 +70,7 @@ def test_credentials_reach_only_the_authorization_header(rig: tuple[Serve, Engin
     assert all(f"Authorization: {expected}".encode() in head for head in engine.server.requests)
 
 
+@pytest.mark.slow  # a live serve marked down by a trickle, then recovered: ~2 s each quiet, 3-30 s busy
 @pytest.mark.parametrize("framing", ["content-length", "chunked", "close"])
 def test_a_trickled_body_is_marked_down_in_time_and_recovers(rig: tuple[Serve, Engine, str], framing: str) -> None:
     serve, engine, source = rig

@@ -12,13 +12,16 @@ on its own once the fault clears.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-from bench.exposition import vllm_exposition
-from tests.reliability.rel_helpers import TRACE, Metrics, Serve, SwitchableEngine, Watchdog, replay_copies
+from tests.reliability.rel_helpers import TRACE, Metrics, Serve, Watchdog, replay_copies
+from tests.support.exposition import vllm_exposition
+from tests.support.fake_engine import MAX_HANDLER_WAIT_S, FakeEngine
+
+pytestmark = pytest.mark.slow  # each fault is seen marked, cycling and recovered on a live serve: seconds each
 
 INTERVAL = 1.5  # engine and GPU interval, seconds (a timeout must be below its interval)
 FLAKY_TIMEOUT = 1.0
@@ -34,7 +37,7 @@ MANY_SERIES = "".join(
 
 
 class Rig:
-    def __init__(self, serve: Serve, flaky: SwitchableEngine, watchdog: Watchdog, traces: list[Path]) -> None:
+    def __init__(self, serve: Serve, flaky: FakeEngine, watchdog: Watchdog, traces: list[Path]) -> None:
         self.serve, self.flaky, self.watchdog, self.traces = serve, flaky, watchdog, traces
 
 
@@ -42,7 +45,7 @@ class Rig:
 def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     tmp = tmp_path_factory.mktemp("faults")
     traces = replay_copies(tmp, 2)
-    with SwitchableEngine(HEALTHY, slow_delay=FLAKY_TIMEOUT + 1.0) as flaky, SwitchableEngine(HEALTHY) as steady:
+    with FakeEngine(HEALTHY) as flaky, FakeEngine(HEALTHY) as steady:
         config = tmp / "exporter.yaml"
         config.write_text(
             "engines:\n"
@@ -66,7 +69,9 @@ def _errors_by_reason(m: Metrics, source: str) -> dict[str, float]:
     return {lab["reason"]: v for lab, v in m.find("llm_exporter_source_errors_total", source=source)}
 
 
-def _check_fault(rig: Rig, faulty: str, reason: str, others: tuple[str, ...], fault_series: dict[str, tuple[str, str]]) -> Metrics:
+def _check_fault(
+    rig: Rig, faulty: str, reason: str, others: tuple[str, ...], fault_series: dict[str, tuple[str, str]]
+) -> Metrics:
     """After a fault was injected: marked, only `reason` counted, still cycling, others fresh."""
     serve = rig.serve
     before = serve.metrics(timeout=2)
@@ -79,9 +84,11 @@ def _check_fault(rig: Rig, faulty: str, reason: str, others: tuple[str, ...], fa
     )
     # still cycling: the counter keeps rising; the others keep sampling; the faulty one's series expire
     m = serve.wait_metrics(
-        lambda m: m.errors(faulty, reason) >= errors0.get(reason, 0) + 2
-        and all(m.last_success(s) > fresh0[s] for s in others)
-        and not any(m.find(name, **{key: value}) for name, (key, value) in fault_series.items()),
+        lambda m: (
+            m.errors(faulty, reason) >= errors0.get(reason, 0) + 2
+            and all(m.last_success(s) > fresh0[s] for s in others)
+            and not any(m.find(name, **{key: value}) for name, (key, value) in fault_series.items())
+        ),
         WAIT,
         f"{faulty} still cycling, its series expired, the others fresh",
     )
@@ -94,31 +101,31 @@ def _check_fault(rig: Rig, faulty: str, reason: str, others: tuple[str, ...], fa
 
 
 ENGINE_FAULTS = [
-    # (fault id, switchable mode, body, reason)
-    ("down", "down", None, "connection"),
-    ("hanging", "hang", None, "timeout"),
-    ("slow", "slow", None, "timeout"),
-    ("5xx", "status_503", None, "http_status"),
-    ("garbage_html", "body", b"<!doctype html><html><body><h1>Welcome to nginx!</h1></body></html>\n", "parse"),
-    ("garbage_binary", "body", bytes(range(256)) * 64, "parse"),
-    ("truncated_mid_line", "truncated", HEALTHY[: len(HEALTHY) // 2], "parse"),
-    ("truncated_declared_length", "truncated_length", HEALTHY, "connection"),
-    ("body_12MB", "body", BIG, "too_large"),
-    ("body_12MB_chunked", "huge_chunked", BIG, "too_large"),
-    ("series_100k", "body", MANY_SERIES, "too_many_series"),
+    # (fault id, what the flaky engine is switched to, reason)
+    ("down", {"down": True}, "connection"),
+    ("hanging", {"delay": MAX_HANDLER_WAIT_S}, "timeout"),  # accepts, reads the request, never answers
+    ("slow", {"delay": FLAKY_TIMEOUT + 1.0}, "timeout"),  # answers, but only after the client's timeout
+    ("5xx", {"status": 503, "body": b"<html><body>503 Service Unavailable</body></html>\n"}, "http_status"),
+    ("garbage_html", {"body": b"<!doctype html><html><body><h1>Welcome to nginx!</h1></body></html>\n"}, "parse"),
+    ("garbage_binary", {"body": bytes(range(256)) * 64}, "parse"),
+    ("truncated_mid_line", {"body": HEALTHY[: len(HEALTHY) // 2], "framing": "close"}, "parse"),
+    ("truncated_declared_length", {"framing": "short"}, "connection"),  # declares the length, sends half
+    ("body_12MB", {"body": BIG}, "too_large"),
+    ("body_12MB_chunked", {"body": BIG, "framing": "close"}, "too_large"),
+    ("series_100k", {"body": MANY_SERIES}, "too_many_series"),
 ]
 
 
-@pytest.mark.parametrize("fault, mode, body, reason", ENGINE_FAULTS, ids=[f[0] for f in ENGINE_FAULTS])
-def test_engine_fault_is_marked_isolated_and_recovers(rig: Rig, fault: str, mode: str, body: bytes | None, reason: str) -> None:
+@pytest.mark.parametrize("fault, change, reason", ENGINE_FAULTS, ids=[f[0] for f in ENGINE_FAULTS])
+def test_engine_fault_is_marked_isolated_and_recovers(rig: Rig, fault: str, change: dict[str, object], reason: str) -> None:
     serve = rig.serve
     start = serve.metrics(timeout=2)
     assert start.up(FLAKY) == 1, "previous test left the flaky engine down"
-    rig.flaky.set(mode, body)
+    rig.flaky.set(**change)
     try:
         _check_fault(rig, FLAKY, reason, ("gpu", STEADY), {"llm_engine_info": ("server", "flaky")})
     finally:
-        rig.flaky.set("healthy")
+        rig.flaky.reset()
     recovered_after = serve.metrics(timeout=2).last_success(FLAKY)
     m = serve.wait_metrics(
         lambda m: m.up(FLAKY) == 1 and m.last_success(FLAKY) > recovered_after and m.find("llm_engine_info", server="flaky"),

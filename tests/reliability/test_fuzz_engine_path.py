@@ -14,14 +14,13 @@ brings the source back up (``source_up`` flips back).
 from __future__ import annotations
 
 import math
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.exposition import vllm_exposition
 from exporter.collector import ExpositionCache
 from exporter.config import EngineConfig
 from exporter.engines.source import EngineSource
@@ -29,7 +28,9 @@ from exporter.runner import SourceRunner
 from exporter.samples import HistogramSample, Sample
 from exporter.schema import SPECS
 from exporter.store import SnapshotStore
-from tests.reliability.rel_helpers import ROOT, SwitchableEngine, foreign_names
+from tests.reliability.rel_helpers import ROOT, foreign_names
+from tests.support.exposition import vllm_exposition
+from tests.support.fake_engine import FakeEngine
 
 HEALTHY = vllm_exposition(1).encode()
 FIXTURES = sorted((ROOT / "tests" / "engines" / "fixtures").glob("*.prom"))
@@ -41,7 +42,7 @@ NAME = "engine:fuzz"
 class Path_:
     """The live server and the in-process source path, shared by every example."""
 
-    def __init__(self, engine: SwitchableEngine) -> None:
+    def __init__(self, engine: FakeEngine) -> None:
         self.engine = engine
         # small caps so the limits are reachable by mutation too
         cfg = EngineConfig(url=engine.url, name="fuzz", timeout=5.0, interval=5.0, max_series=2_000, max_body_bytes=400_000)
@@ -51,14 +52,14 @@ class Path_:
         self.cache = ExpositionCache(self.store)
 
     def scrape(self, body: bytes):  # type: ignore[no-untyped-def]
-        self.engine.set("body", body)
+        self.engine.set(body=body)
         self.runner.sample_once()
         return self.store.states()[NAME]
 
 
 @pytest.fixture(scope="module")
 def path() -> Iterator[Path_]:
-    with SwitchableEngine(HEALTHY) as engine:
+    with FakeEngine(HEALTHY) as engine:
         p = Path_(engine)
         try:
             yield p
@@ -70,7 +71,9 @@ def path() -> Iterator[Path_]:
 def mutated(draw: st.DrawFn) -> bytes:
     body = bytearray(draw(st.sampled_from(BASES)))
     for _ in range(draw(st.integers(1, 5))):
-        op = draw(st.sampled_from(["cut", "delete", "insert", "bad_bytes", *["dup_lines", "bad_value", "swap_lines", "grow"] * 2]))
+        op = draw(
+            st.sampled_from(["cut", "delete", "insert", "bad_bytes", *["dup_lines", "bad_value", "swap_lines", "grow"] * 2])
+        )
         pos = draw(st.integers(0, max(0, len(body) - 1)))
         if op == "cut":  # mid-line (truncated) or at a line end (a shorter, valid body)
             if draw(st.booleans()):
@@ -125,7 +128,13 @@ def _check_rendered(path: Path_) -> None:
         assert not foreign_names(text), sorted(foreign_names(text))[:5]
 
 
-@settings(max_examples=80, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
+@pytest.mark.slow  # hypothesis: 80 mutated bodies, each scraped over HTTP
+@settings(
+    max_examples=80,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+)
 @given(body=BODIES)
 def test_any_body_leaves_the_source_alive_and_the_output_clean(path: Path_, body: bytes) -> None:
     good = path.scrape(HEALTHY)

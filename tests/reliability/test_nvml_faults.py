@@ -17,6 +17,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from tests.reliability.rel_helpers import ROOT, SHIM_DIR, Serve, Watchdog
 
 GPUS = 4
@@ -29,6 +31,7 @@ def _write(control: Path, **state: object) -> None:
     tmp.replace(control)  # atomic: the shim never reads half a file
 
 
+@pytest.mark.slow  # a live serve through scheduled NVML faults: ~8 s
 def test_nvml_gpu_lost_and_driver_gone_mid_run(tmp_path: Path) -> None:
     control = tmp_path / "nvml-faults.json"
     _write(control, lost=[])
@@ -38,9 +41,9 @@ def test_nvml_gpu_lost_and_driver_gone_mid_run(tmp_path: Path) -> None:
     }
     with Serve(["--gpu-source", "nvml", "--gpu-interval", "0.3"], env=env) as serve:
         m = serve.wait_metrics(
-            lambda m: m.up("gpu") == 1
-            and len(m.find("llm_gpu_up")) == GPUS
-            and m.get("llm_gpu_sm_active_ratio", gpu="0") is not None,  # GPM: from the second sample on
+            lambda m: (
+                m.up("gpu") == 1 and len(m.find("llm_gpu_up")) == GPUS and m.get("llm_gpu_sm_active_ratio", gpu="0") is not None
+            ),  # GPM: from the second sample on
             60,
             f"{GPUS} fake GPUs reported",
         )
@@ -56,8 +59,10 @@ def test_nvml_gpu_lost_and_driver_gone_mid_run(tmp_path: Path) -> None:
             )
             before = m
             m = serve.wait_metrics(
-                lambda m: m.errors("gpu", "gpu_lost") >= before.errors("gpu", "gpu_lost") + 2
-                and m.last_success("gpu") > before.last_success("gpu"),
+                lambda m: (
+                    m.errors("gpu", "gpu_lost") >= before.errors("gpu", "gpu_lost") + 2
+                    and m.last_success("gpu") > before.last_success("gpu")
+                ),
                 WAIT,
                 "the GPU source to keep sampling with GPU 1 lost",
             )
@@ -78,10 +83,12 @@ def test_nvml_gpu_lost_and_driver_gone_mid_run(tmp_path: Path) -> None:
             gone0, derived0 = m.errors("gpu", "library_not_found"), m.last_success("diagnosis")
             _write(control, lost=[], driver_gone=True)
             m = serve.wait_metrics(
-                lambda m: m.up("gpu") == 0
-                and m.errors("gpu", "library_not_found") >= gone0 + 2
-                and m.last_success("diagnosis") > derived0
-                and not m.find("llm_gpu_up"),
+                lambda m: (
+                    m.up("gpu") == 0
+                    and m.errors("gpu", "library_not_found") >= gone0 + 2
+                    and m.last_success("diagnosis") > derived0
+                    and not m.find("llm_gpu_up")
+                ),
                 WAIT,
                 "the GPU source down with library_not_found, its series expired, diagnosis still cycling",
             )

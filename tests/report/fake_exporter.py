@@ -25,22 +25,34 @@ def rich_verdict() -> dict[str, Any]:
     """The recorded verdict plus a contributing cause and a warning, and a parallel skew in the evidence."""
     v = recorded_verdict()
     contributing = {
-        "layer": "memory", "cause": "kv_cache_pressure", "score": 0.6, "confidence": 0.55, "role": "contributing",
-        "summary": "KV cache 97 % full, 0.4 preemptions/s", "explains": ["ttft_high"],
+        "layer": "memory",
+        "cause": "kv_cache_pressure",
+        "score": 0.6,
+        "confidence": 0.55,
+        "role": "contributing",
+        "summary": "KV cache 97 % full, 0.4 preemptions/s",
+        "explains": ["ttft_high"],
         "evidence": {"max_over_window(max(llm_kv_cache_usage_ratio))": 0.97, "rate(llm_kv_cache_preemptions_total)": 0.4},
-        "advice": "The KV cache is nearly full: " + "raise gpu_memory_utilization or shorten max_model_len; " * 6
-                  + "END-OF-ADVICE.",
+        "advice": "The KV cache is nearly full: "
+        + "raise gpu_memory_utilization or shorten max_model_len; " * 6
+        + "END-OF-ADVICE.",
     }
     warning = {
-        "layer": "parallel", "cause": "tp_imbalance", "score": 0.3, "confidence": 0.4, "role": "warning",
-        "summary": "SM-active skew 1.8 over 2 GPUs", "explains": [],
-        "evidence": {"llm_parallel_sm_active_skew_ratio{group=\"tp0\"}": 1.8, "max(llm_gpu_sm_active_ratio)": 0.0},
+        "layer": "parallel",
+        "cause": "tp_imbalance",
+        "score": 0.3,
+        "confidence": 0.4,
+        "role": "warning",
+        "summary": "SM-active skew 1.8 over 2 GPUs",
+        "explains": [],
+        "evidence": {'llm_parallel_sm_active_skew_ratio{group="tp0"}': 1.8, "max(llm_gpu_sm_active_ratio)": 0.0},
         "advice": "One GPU of the group does most of the work.",
     }
     v["contributing"] = [contributing]
     v["bottlenecks"] = [v["bottlenecks"][0], contributing, *v["bottlenecks"][1:], warning]
-    v["layers"]["parallel"].update({"score": 0.3, "status": "warning", "headroom": 0.45,
-                                    "limit": "SM-active skew 1.8; 45 % headroom"})
+    v["layers"]["parallel"].update(
+        {"score": 0.3, "status": "warning", "headroom": 0.45, "limit": "SM-active skew 1.8; 45 % headroom"}
+    )
     return v
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import html
 import json
 import re
-import shutil
 import struct
 import subprocess
 
@@ -19,18 +18,9 @@ from exporter.report.render import ChartRef, evidence_value, percent, ratio
 from exporter.report.series import charts
 from exporter.schema import LAYERS
 from tests.report.fake_exporter import rich_verdict
+from tests.support.browser import run_chromium
 
-pytestmark = pytest.mark.integration
-
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run"]
-
-
-def chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        if path := shutil.which(name):
-            return path
-    pytest.skip("headless Chromium not installed (Debian: apt-get install -y chromium); the report's DOM is not checked")
+pytestmark = [pytest.mark.integration, pytest.mark.external]
 
 
 @pytest.fixture
@@ -40,15 +30,23 @@ def report(tmp_path):
     specs = charts()
     collected = Collected(verdict, "exporter", "http://127.0.0.1:9750", verdict["timestamp"] - 30, verdict["timestamp"])
     files = draw_all(out, specs, collected)  # every chart 'no data': the figures still draw
-    write_report(out, verdict, Context("http://127.0.0.1:9750", "exporter", "http://127.0.0.1:9750",
-                                       collected.start, collected.end,
-                                       charts=[ChartRef(f.file, f.title, f.layer, f.empty) for f in files]))
+    write_report(
+        out,
+        verdict,
+        Context(
+            "http://127.0.0.1:9750",
+            "exporter",
+            "http://127.0.0.1:9750",
+            collected.start,
+            collected.end,
+            charts=[ChartRef(f.file, f.title, f.layer, f.empty) for f in files],
+        ),
+    )
     return out, verdict
 
 
 def _run(args: list[str], tmp_path) -> subprocess.CompletedProcess:
-    return subprocess.run([chromium(), *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", *args],
-                          capture_output=True, text=True, timeout=120, check=False)
+    return run_chromium(args, tmp_path / "profile")
 
 
 def test_screenshot_and_dom_show_the_primary_and_every_value(report, tmp_path):
@@ -65,16 +63,22 @@ def test_screenshot_and_dom_show_the_primary_and_every_value(report, tmp_path):
     dom = result.stdout
     assert result.returncode == 0, result.stderr[-2000:]
     primary = verdict["primary"]
-    assert re.search(r'<div class="primary" id="primary"[^>]*>Primary: hardware / pcie_transfer_bound '
-                     r'\(confidence 0\.997, score 0\.998\)</div>', dom), dom[:3000]
+    assert re.search(
+        r'<div class="primary" id="primary"[^>]*>Primary: hardware / pcie_transfer_bound '
+        r"\(confidence 0\.997, score 0\.998\)</div>",
+        dom,
+    ), dom[:3000]
     assert f'<div class="chain" id="chain">{html.escape(primary["chain"], quote=False)}</div>' in dom
     assert html.escape(primary["advice"], quote=False) in dom
     assert dom.index('id="primary"') < dom.index('id="layers"')  # the verdict leads
     assert re.search(r'<section id="verdict" data-state="degraded">', dom)
     for name in LAYERS:
         info = verdict["layers"][name]
-        row = re.search(rf'<tr data-layer="{name}" data-status="(\w+)"[^>]*>.*?<td class="value score">([^<]*)</td>'
-                        rf'<td class="value headroom">([^<]*)</td>', dom)
+        row = re.search(
+            rf'<tr data-layer="{name}" data-status="(\w+)"[^>]*>.*?<td class="value score">([^<]*)</td>'
+            rf'<td class="value headroom">([^<]*)</td>',
+            dom,
+        )
         assert row, name
         status, score, room = row.groups()
         assert status == info["status"]

@@ -17,8 +17,9 @@ from fastapi.responses import JSONResponse
 from exporter.cli import main
 from exporter.report.series import charts
 from exporter.schema import LAYERS
-from tests.helpers import UvicornThread, free_port
 from tests.report.fake_exporter import FakeExporter, rich_verdict
+from tests.support.asgi import UvicornThread
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PNGS = {"verdict.png", *(f"layer-{layer}.png" for layer in LAYERS)}
@@ -52,6 +53,7 @@ def _check_outputs(out: Path) -> tuple[str, str, dict]:
     return md, page, verdict
 
 
+@pytest.mark.slow  # samples a live exporter for seconds
 def test_report_samples_the_exporter(exporter, tmp_path, capsys):
     base, fake = exporter
     out = tmp_path / "snap"
@@ -92,12 +94,14 @@ class FakePrometheus:
             start, end, step = float(q["start"]), float(q["end"]), float(q["step"])
             values = [[start + i * step, str(0.5)] for i in range(int((end - start) / step) + 1)]
             metric = {"layer": "memory"} if "by (layer)" in q["query"] else {}
-            return JSONResponse({"status": "success", "data": {"resultType": "matrix",
-                                                               "result": [{"metric": metric, "values": values}]}})
+            return JSONResponse(
+                {"status": "success", "data": {"resultType": "matrix", "result": [{"metric": metric, "values": values}]}}
+            )
 
         return app
 
 
+@pytest.mark.slow  # samples for seconds
 def test_report_queries_prometheus(exporter, tmp_path, capsys):
     base, fake = exporter
     prom = FakePrometheus()
@@ -118,8 +122,9 @@ def test_report_queries_prometheus(exporter, tmp_path, capsys):
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "exporter", "report", *args], capture_output=True, text=True,
-                          timeout=120, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "exporter", "report", *args], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
 
 
 def test_unreachable_exporter_is_one_line_and_exit_1(tmp_path):
@@ -134,8 +139,7 @@ def test_unreachable_exporter_is_one_line_and_exit_1(tmp_path):
 def test_unreachable_prometheus_is_one_line_and_exit_1(exporter, tmp_path):
     base, _ = exporter
     out = tmp_path / "snap"
-    result = _cli("--exporter", base, "--prometheus", f"http://127.0.0.1:{free_port()}", "--out", str(out),
-                  "--timeout", "2")
+    result = _cli("--exporter", base, "--prometheus", f"http://127.0.0.1:{free_port()}", "--out", str(out), "--timeout", "2")
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("llm-layer-exporter report: cannot reach Prometheus at "), lines

@@ -53,31 +53,44 @@ def test_markdown_has_every_section_with_full_values():
     assert table["speculative_decoding"] == ("unknown", "n/a", "not measured")
     assert "-" not in {c for row in table.values() for c in row}
     # evidence of the primary, with units; the skew stays a ratio
-    assert "| `llm_gpu_sm_active_ratio{gpu=\"0\"}` | 0 |" in md
+    assert '| `llm_gpu_sm_active_ratio{gpu="0"}` | 0 |' in md
     assert "5.800e+10 B/s (58.0 GB/s)" in md
-    assert "| `llm_parallel_sm_active_skew_ratio{group=\"tp0\"}` | 1.8 |" in md
+    assert '| `llm_parallel_sm_active_skew_ratio{group="tp0"}` | 1.8 |' in md
     assert "180 %" not in md
     assert "[diagnosis.json](diagnosis.json)" in md
 
 
 def test_markdown_references_the_charts_and_says_their_source():
-    ctx = _ctx(source="exporter", source_url="http://127.0.0.1:9750", start=1796119000.0, end=1796119030.0,
-               charts=[ChartRef("verdict.png", "verdict over time", "verdict"),
-                       ChartRef("layer-parallel.png", "parallel layer", "parallel", ("interconnect traffic",))])
+    ctx = _ctx(
+        source="exporter",
+        source_url="http://127.0.0.1:9750",
+        start=1796119000.0,
+        end=1796119030.0,
+        charts=[
+            ChartRef("verdict.png", "verdict over time", "verdict"),
+            ChartRef("layer-parallel.png", "parallel layer", "parallel", ("interconnect traffic",)),
+        ],
+    )
     md = render_markdown(recorded_verdict(), ctx)
     assert "![verdict over time](verdict.png)" in md and "![parallel layer](layer-parallel.png)" in md
     assert "No data for: interconnect traffic" in md
     assert "sampling the exporter at http://127.0.0.1:9750" in md and "for 30 s" in md
-    prom = render_markdown(recorded_verdict(), _ctx(source="prometheus", source_url="http://127.0.0.1:9090",
-                                                    start=1796118100.0, end=1796119000.0))
+    prom = render_markdown(
+        recorded_verdict(), _ctx(source="prometheus", source_url="http://127.0.0.1:9090", start=1796118100.0, end=1796119000.0)
+    )
     assert "Charts come from Prometheus at http://127.0.0.1:9090" in prom and "the last 15 minutes" in prom
 
 
 def test_html_is_self_contained_and_shows_every_value(tmp_path):
     v = rich_verdict()
     (tmp_path / "verdict.png").write_bytes(b"\x89PNG\r\n\x1a\nfake")
-    ctx = _ctx(source="exporter", source_url="http://x", start=1.0, end=31.0,
-               charts=[ChartRef("verdict.png", "verdict over time", "verdict")])
+    ctx = _ctx(
+        source="exporter",
+        source_url="http://x",
+        start=1.0,
+        end=31.0,
+        charts=[ChartRef("verdict.png", "verdict over time", "verdict")],
+    )
     paths = write_report(tmp_path, v, ctx)
     assert [p.name for p in paths] == ["diagnosis.json", "report.md", "report.html"]
     page = (tmp_path / "report.html").read_text(encoding="utf-8")
@@ -88,8 +101,11 @@ def test_html_is_self_contained_and_shows_every_value(tmp_path):
     assert '<div class="primary" id="primary" data-layer="hardware" data-cause="pcie_transfer_bound">' in page
     assert html.escape(v["primary"]["chain"]) in page
     assert html.escape(v["primary"]["advice"]) in page
-    cells = re.findall(r'<tr data-layer="(\w+)" data-status="(\w+)"[^>]*><td>\w+</td><td><b>\w+</b></td>'
-                       r'<td class="value score">([^<]*)</td><td class="value headroom">([^<]*)</td>', page)
+    cells = re.findall(
+        r'<tr data-layer="(\w+)" data-status="(\w+)"[^>]*><td>\w+</td><td><b>\w+</b></td>'
+        r'<td class="value score">([^<]*)</td><td class="value headroom">([^<]*)</td>',
+        page,
+    )
     assert [c[0] for c in cells] == list(LAYERS)
     for name, status, score, room in cells:
         info = v["layers"][name]
@@ -141,8 +157,10 @@ def test_series_use_schema_names_and_prometheus_semantics():
     assert bucket_quantile(0.95, [(0.5, 0), (2.5, 0), (5.0, 10), (math.inf, 10)]) == pytest.approx(4.875)
     assert bucket_quantile(0.95, [(1.0, 0), (math.inf, 10)]) == 1.0
     assert bucket_quantile(0.5, [(1.0, 0), (math.inf, 0)]) is None
-    readings = [(100.0, {"c_total": [({"a": "1"}, 10.0)], "g": [({"gpu": "0"}, 0.5), ({"gpu": "1"}, 0.7)]}),
-                (110.0, {"c_total": [({"a": "1"}, 30.0)], "g": [({"gpu": "0"}, 0.6)]})]
+    readings = [
+        (100.0, {"c_total": [({"a": "1"}, 10.0)], "g": [({"gpu": "0"}, 0.5), ({"gpu": "1"}, 0.7)]}),
+        (110.0, {"c_total": [({"a": "1"}, 30.0)], "g": [({"gpu": "0"}, 0.6)]}),
+    ]
     assert Rate("r", "c_total").local(readings) == {"r": [(110.0, 2.0)]}
     assert Gauge("g", "g", by="gpu").local(readings) == {"g gpu=0": [(100.0, 0.5), (110.0, 0.6)], "g gpu=1": [(100.0, 0.7)]}
     assert Quantile("q", "h").local(readings) == {}

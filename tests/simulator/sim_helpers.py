@@ -9,7 +9,7 @@ import asyncio
 import csv
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -105,15 +105,6 @@ def samples(base_url: str, count: int, every: float, warmup: float = 0.0) -> lis
     return out
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
-
-
 def trace_phase_means(path: Path = KERNELS_CSV) -> dict[str, dict[str, float]]:
     """Per-phase means of the numeric columns of the H200 kernels trace, first sample of each phase dropped."""
     rows: dict[str, list[dict[str, str]]] = {}
@@ -123,7 +114,16 @@ def trace_phase_means(path: Path = KERNELS_CSV) -> dict[str, dict[str, float]]:
     means: dict[str, dict[str, float]] = {}
     for phase, items in rows.items():
         kept = items[1:] if len(items) > 1 else items
-        cols = ("nvml_gpu_util", "nvml_mem_util", "sm_util", "sm_occupancy", "tensor_util", "dram_bw_util", "power_w",
-                "sm_clock_mhz", "pcie_rx_mib_s")
+        cols = (
+            "nvml_gpu_util",
+            "nvml_mem_util",
+            "sm_util",
+            "sm_occupancy",
+            "tensor_util",
+            "dram_bw_util",
+            "power_w",
+            "sm_clock_mhz",
+            "pcie_rx_mib_s",
+        )
         means[phase] = {c: sum(float(r[c]) for r in kept) / len(kept) for c in cols}
     return means

@@ -7,32 +7,38 @@ import argparse
 import pytest
 
 from exporter import demo
-from exporter.cli import UsageError
+from exporter.commands import demo as demo_command
+from exporter.errors import UsageError
 from exporter.simulator.scenarios import NAMES
 from tests.diagnosis.test_diagnosis_scenarios import EXPECTED
 
-METRICS = "\n".join([
-    "# TYPE llm_gpu_sm_active_ratio gauge",
-    'llm_gpu_sm_active_ratio{gpu="0",uuid="a"} 0.42',
-    "# TYPE llm_parallel_sm_active_skew_ratio gauge",
-    'llm_parallel_sm_active_skew_ratio{group="all"} 1.0',
-    "# TYPE llm_process_cpu_ratio gauge",
-    'llm_process_cpu_ratio{server="s"} 1.3',
-    "# TYPE llm_process_busiest_thread_cpu_ratio gauge",
-    'llm_process_busiest_thread_cpu_ratio{server="s"} 0.25',
-    "# TYPE llm_scheduler_requests_waiting gauge",
-    'llm_scheduler_requests_waiting{server="s",engine="vllm",model="m",rank=""} 12',
-    "# TYPE llm_generation_tokens_total counter",
-    'llm_generation_tokens_total{server="s",engine="vllm",model="m",rank=""} 1000',
-    "# TYPE llm_request_ttft_seconds histogram",
-    'llm_request_ttft_seconds_bucket{server="s",engine="vllm",model="m",rank="",le="+Inf"} 4',
-    'llm_request_ttft_seconds_sum{server="s",engine="vllm",model="m",rank=""} 2',
-    'llm_request_ttft_seconds_count{server="s",engine="vllm",model="m",rank=""} 4',
-    "# TYPE llm_scheduler_queue_seconds histogram",
-    'llm_scheduler_queue_seconds_bucket{server="s",engine="vllm",model="m",rank="",le="+Inf"} 4',
-    'llm_scheduler_queue_seconds_sum{server="s",engine="vllm",model="m",rank=""} 1',
-    'llm_scheduler_queue_seconds_count{server="s",engine="vllm",model="m",rank=""} 4',
-]) + "\n"
+METRICS = (
+    "\n".join(
+        [
+            "# TYPE llm_gpu_sm_active_ratio gauge",
+            'llm_gpu_sm_active_ratio{gpu="0",uuid="a"} 0.42',
+            "# TYPE llm_parallel_sm_active_skew_ratio gauge",
+            'llm_parallel_sm_active_skew_ratio{group="all"} 1.0',
+            "# TYPE llm_process_cpu_ratio gauge",
+            'llm_process_cpu_ratio{server="s"} 1.3',
+            "# TYPE llm_process_busiest_thread_cpu_ratio gauge",
+            'llm_process_busiest_thread_cpu_ratio{server="s"} 0.25',
+            "# TYPE llm_scheduler_requests_waiting gauge",
+            'llm_scheduler_requests_waiting{server="s",engine="vllm",model="m",rank=""} 12',
+            "# TYPE llm_generation_tokens_total counter",
+            'llm_generation_tokens_total{server="s",engine="vllm",model="m",rank=""} 1000',
+            "# TYPE llm_request_ttft_seconds histogram",
+            'llm_request_ttft_seconds_bucket{server="s",engine="vllm",model="m",rank="",le="+Inf"} 4',
+            'llm_request_ttft_seconds_sum{server="s",engine="vllm",model="m",rank=""} 2',
+            'llm_request_ttft_seconds_count{server="s",engine="vllm",model="m",rank=""} 4',
+            "# TYPE llm_scheduler_queue_seconds histogram",
+            'llm_scheduler_queue_seconds_bucket{server="s",engine="vllm",model="m",rank="",le="+Inf"} 4',
+            'llm_scheduler_queue_seconds_sum{server="s",engine="vllm",model="m",rank=""} 1',
+            'llm_scheduler_queue_seconds_count{server="s",engine="vllm",model="m",rank=""} 4',
+        ]
+    )
+    + "\n"
+)
 #: what /diagnosis?signals=1 says about the same moment
 SIGNALS = {
     "p95_over_recent(llm_request_ttft_seconds)": 7.647,
@@ -47,8 +53,8 @@ SIGNALS = {
 
 
 def _readings() -> tuple[demo.Reading, demo.Reading]:
-    before = demo.parse_metrics(METRICS)
-    now = demo.parse_metrics(METRICS)  # nothing finished between the two reads
+    before = demo.reading_of(METRICS)
+    now = demo.reading_of(METRICS)  # nothing finished between the two reads
     now.at = before.at + 1.0
     return now, before
 
@@ -79,10 +85,16 @@ def test_rows_without_signals_never_read_dash_when_a_value_exists() -> None:
 
 
 def test_identical_per_gpu_values_collapse() -> None:
-    text = "\n".join(["# TYPE llm_gpu_power_watts gauge"] + [f'llm_gpu_power_watts{{gpu="{i}",uuid="u{i}"}} 551' for i in range(4)]
-                     + ["# TYPE llm_gpu_sm_active_ratio gauge"]
-                     + [f'llm_gpu_sm_active_ratio{{gpu="{i}",uuid="u{i}"}} {0.2 + i / 10}' for i in range(4)]) + "\n"
-    rows = dict(demo.layer_rows(demo.parse_metrics(text), None)["hardware"])
+    text = (
+        "\n".join(
+            ["# TYPE llm_gpu_power_watts gauge"]
+            + [f'llm_gpu_power_watts{{gpu="{i}",uuid="u{i}"}} 551' for i in range(4)]
+            + ["# TYPE llm_gpu_sm_active_ratio gauge"]
+            + [f'llm_gpu_sm_active_ratio{{gpu="{i}",uuid="u{i}"}} {0.2 + i / 10}' for i in range(4)]
+        )
+        + "\n"
+    )
+    rows = dict(demo.layer_rows(demo.reading_of(text), None)["hardware"])
     assert rows["gpu_power_watts"] == "551 W (all 4)"
     assert rows["gpu_sm_active_ratio"] == "20% 30% 40% 50%"
 
@@ -105,8 +117,10 @@ def test_signal_and_evidence_values_carry_their_units() -> None:
     assert demo.fmt_signal("llm_gpu_power_watts / llm_gpu_power_limit_watts", 0.99) == "99%"
     assert demo.fmt_signal("max(llm_process_busiest_thread_cpu_demand_ratio)", 1.4) == "1.40 cores"
     assert demo.fmt_signal("sum(llm_scheduler_requests_waiting)", 12.0) == "12"
-    assert demo._evidence({"llm_parallel_sm_active_skew_ratio": 1.69, "p95(llm_scheduler_queue_seconds)": 9.67}) == \
-        "llm_parallel_sm_active_skew_ratio=×1.69, p95(llm_scheduler_queue_seconds)=9.7 s"
+    assert (
+        demo._evidence({"llm_parallel_sm_active_skew_ratio": 1.69, "p95(llm_scheduler_queue_seconds)": 9.67})
+        == "llm_parallel_sm_active_skew_ratio=×1.69, p95(llm_scheduler_queue_seconds)=9.7 s"
+    )
 
 
 def test_a_narrow_terminal_wraps_and_cuts_nothing() -> None:
@@ -114,18 +128,51 @@ def test_a_narrow_terminal_wraps_and_cuts_nothing() -> None:
 
     now, before = _readings()
     advice = "Lower max_num_seqs or give the KV cache more memory. " * 5
-    primary = {"layer": "memory", "cause": "kv_cache_pressure", "score": 0.8, "confidence": 0.91, "role": "primary",
-               "chain": "TTFT p95 7.6 s > SLO 2 s ← KV cache 97 % full", "evidence": {}, "advice": advice}
-    diagnosis = {"state": "degraded", "primary": primary, "signals": SIGNALS,
-                 "layers": {"memory": {"score": 0.8, "status": "bottleneck", "headroom": 0.0},
-                            "parallel": {"score": 0.0, "status": "ok", "headroom": 1.0}},
-                 "bottlenecks": [primary, {"layer": "parallel", "cause": "gpu_imbalance", "role": "warning",
-                                           "evidence": {"llm_parallel_sm_active_skew_ratio": 1.69}}]}
+    primary = {
+        "layer": "memory",
+        "cause": "kv_cache_pressure",
+        "score": 0.8,
+        "confidence": 0.91,
+        "role": "primary",
+        "chain": "TTFT p95 7.6 s > SLO 2 s ← KV cache 97 % full",
+        "evidence": {},
+        "advice": advice,
+    }
+    diagnosis = {
+        "state": "degraded",
+        "primary": primary,
+        "signals": SIGNALS,
+        "layers": {
+            "memory": {"score": 0.8, "status": "bottleneck", "headroom": 0.0},
+            "parallel": {"score": 0.0, "status": "ok", "headroom": 1.0},
+        },
+        "bottlenecks": [
+            primary,
+            {
+                "layer": "parallel",
+                "cause": "gpu_imbalance",
+                "role": "warning",
+                "evidence": {"llm_parallel_sm_active_skew_ratio": 1.69},
+            },
+        ],
+    }
     results = [demo.conclude("healthy", [{"state": "healthy", "primary": None, "timestamp": 1}])]
     console = Console(record=True, width=80)
     args = argparse.Namespace(scenario=None, dialect="vllm")
-    console.print(demo._render(args, 5.0, now, before, diagnosis, "1 req/s, 0 failed", "", scenario="kv_pressure",
-                               tour="tour 2/3: kv_pressure", results=results))
+    console.print(
+        demo._render(
+            args,
+            5.0,
+            now,
+            before,
+            diagnosis,
+            "1 req/s, 0 failed",
+            "",
+            scenario="kv_pressure",
+            tour="tour 2/3: kv_pressure",
+            results=results,
+        )
+    )
     out = console.export_text()
     assert "…" not in out
     flat = " ".join(out.replace("│", " ").split())
@@ -139,8 +186,7 @@ def test_a_narrow_terminal_wraps_and_cuts_nothing() -> None:
 
 
 def test_expected_primaries_are_the_scenario_contract() -> None:
-    assert {s: f"{layer}/{cause}" for s, layer, cause in EXPECTED} == {
-        s: p for s, p in demo.EXPECTED_PRIMARY.items() if p}
+    assert {s: f"{layer}/{cause}" for s, layer, cause in EXPECTED} == {s: p for s, p in demo.EXPECTED_PRIMARY.items() if p}
     assert set(demo.EXPECTED_PRIMARY) == set(NAMES)
     assert demo.TOUR[0] == "healthy" and set(demo.TOUR[1:]) == {s for s, _, _ in EXPECTED}
 
@@ -149,14 +195,24 @@ def _verdict(ts: float, primary: str | None, confidence: float = 0.9) -> dict:
     if primary is None:
         return {"timestamp": ts, "state": "healthy", "primary": None, "bottlenecks": []}
     layer, cause = primary.split("/")
-    return {"timestamp": ts, "state": "degraded",
-            "primary": {"layer": layer, "cause": cause, "confidence": confidence, "chain": "a ← b", "advice": "do x"}}
+    return {
+        "timestamp": ts,
+        "state": "degraded",
+        "primary": {"layer": layer, "cause": cause, "confidence": confidence, "chain": "a ← b", "advice": "do x"},
+    }
 
 
 def test_the_conclusion_is_the_primary_named_most_over_the_second_half() -> None:
     kv = "memory/kv_cache_pressure"
-    verdicts = [_verdict(1, None), _verdict(2, None), _verdict(3, None), _verdict(4, kv, 0.8), _verdict(5, kv, 0.93),
-                _verdict(6, "scheduler/queue_backlog"), _verdict(7, kv, 0.95)]
+    verdicts = [
+        _verdict(1, None),
+        _verdict(2, None),
+        _verdict(3, None),
+        _verdict(4, kv, 0.8),
+        _verdict(5, kv, 0.93),
+        _verdict(6, "scheduler/queue_backlog"),
+        _verdict(7, kv, 0.95),
+    ]
     c = demo.conclude("kv_pressure", verdicts)
     assert c.named == kv and c.matched and c.share == (3, 4) and c.verdict["timestamp"] == 7
     assert demo.conclusion_line(c.verdict) == "verdict: degraded primary memory/kv_cache_pressure (confidence 0.95): a ← b"
@@ -174,8 +230,11 @@ def test_the_conclusion_is_the_primary_named_most_over_the_second_half() -> None
 def test_tour_names_start_healthy_and_refuse_unknown_scenarios() -> None:
     ns = argparse.Namespace
     assert demo._tour_names(ns(tour=None)) == list(demo.TOUR)
-    assert demo._tour_names(ns(tour="kv_pressure, healthy,tp_imbalance,kv_pressure")) == \
-        ["healthy", "kv_pressure", "tp_imbalance"]
+    assert demo._tour_names(ns(tour="kv_pressure, healthy,tp_imbalance,kv_pressure")) == [
+        "healthy",
+        "kv_pressure",
+        "tp_imbalance",
+    ]
     with pytest.raises(UsageError, match="--tour: unknown scenario nope"):
         demo._tour_names(ns(tour="kv_pressure,nope"))
 
@@ -190,10 +249,10 @@ def test_injected_text_names_the_knobs_and_the_load() -> None:
 
 def test_tour_flags_are_checked_before_anything_starts() -> None:
     parser = argparse.ArgumentParser()
-    demo.add_arguments(parser)
+    demo_command.add_arguments(parser)
     with pytest.raises(UsageError, match="--tour: only without --scenario"):
-        demo.run(parser.parse_args(["--scenario", "healthy", "--tour", "kv_pressure"]))
+        demo_command.run(parser.parse_args(["--scenario", "healthy", "--tour", "kv_pressure"]))
     with pytest.raises(UsageError, match="--tour-seconds"):
-        demo.run(parser.parse_args(["--tour-seconds", "0"]))
+        demo_command.run(parser.parse_args(["--tour-seconds", "0"]))
     args = parser.parse_args([])
     assert args.scenario is None and args.tour_seconds == demo.TOUR_SECONDS and args.time_scale is None

@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from exporter.simulator.settings import SimConfig
-from tests.simulator.sim_helpers import KERNELS_CSV, sim_server, wait_until
+from tests.simulator.sim_helpers import KERNELS_CSV, sim_server
+from tests.support.waiting import wait_until
 
 MODEL = SimConfig().model
 
@@ -56,8 +57,14 @@ def test_completion_errors_are_openai_style(url: str, body: dict, status: int, p
 
 def test_chat_errors_and_malformed_bodies(url: str) -> None:
     assert_error(httpx.post(url + "/v1/chat/completions", json={"model": MODEL, "messages": []}), 400, "messages")
-    assert_error(httpx.post(url + "/v1/chat/completions", json={"model": MODEL, "messages": [{"role": "robot", "content": "x"}]}), 400, "messages")
-    assert_error(httpx.post(url + "/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"}), 400)
+    assert_error(
+        httpx.post(url + "/v1/chat/completions", json={"model": MODEL, "messages": [{"role": "robot", "content": "x"}]}),
+        400,
+        "messages",
+    )
+    assert_error(
+        httpx.post(url + "/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"}), 400
+    )
     assert_error(httpx.post(url + "/v1/completions", json=[1, 2]), 400)
     assert_error(httpx.post(url + "/v1/completions", content=b"x" * (4 * 1024 * 1024 + 1)), 413, code="request_too_large")
     assert_error(httpx.get(url + "/v1/nothing-here"), 404)
@@ -72,9 +79,18 @@ def test_plain_completion_and_chat(url: str) -> None:
     assert resp.status_code == 200 and body["object"] == "text_completion"
     assert body["choices"][0]["finish_reason"] == "length" and len(body["choices"][0]["text"].split()) == 5
     assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}
-    chat = httpx.post(url + "/v1/chat/completions", timeout=30, json={
-        "model": MODEL, "max_completion_tokens": 4,
-        "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": [{"type": "text", "text": "hi there"}]}]}).json()
+    chat = httpx.post(
+        url + "/v1/chat/completions",
+        timeout=30,
+        json={
+            "model": MODEL,
+            "max_completion_tokens": 4,
+            "messages": [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": [{"type": "text", "text": "hi there"}]},
+            ],
+        },
+    ).json()
     assert chat["object"] == "chat.completion" and chat["choices"][0]["message"]["role"] == "assistant"
     assert chat["usage"]["completion_tokens"] == 4 and chat["usage"]["prompt_tokens"] == 7  # 3 role tags + 4 words
 
@@ -84,7 +100,7 @@ def _sse(resp: httpx.Response) -> list[str]:
     for line in resp.iter_lines():
         if line:
             assert line.startswith("data: "), line
-            events.append(line[len("data: "):])
+            events.append(line[len("data: ") :])
     return events
 
 
@@ -128,9 +144,14 @@ def test_client_disconnect_aborts_the_request(url: str) -> None:
     body = {"model": MODEL, "prompt": "x y", "max_tokens": 400, "stream": True}
     with httpx.stream("POST", url + "/v1/completions", json=body, timeout=30) as resp:
         next(resp.iter_lines())  # one chunk, then hang up
-    assert wait_until(lambda: httpx.get(url + "/sim/state").json()["requests"]["finished"].get("abort", 0) > before, 15)
+    wait_until(
+        lambda: httpx.get(url + "/sim/state").json()["requests"]["finished"].get("abort", 0) > before,
+        15,
+        "the cancelled request counted as an abort",
+    )
     state = httpx.get(url + "/sim/state").json()
-    assert state["running"] == 0 or wait_until(lambda: httpx.get(url + "/sim/state").json()["running"] == 0, 15)
+    if state["running"]:
+        wait_until(lambda: httpx.get(url + "/sim/state").json()["running"] == 0, 15, "nothing running")
 
 
 def _post_quietly(base_url: str, body: dict) -> None:
@@ -140,6 +161,7 @@ def _post_quietly(base_url: str, body: dict) -> None:
         pass  # the server shuts down under it at the end of the test
 
 
+@pytest.mark.slow  # fills the simulator's queue and waits it out: ~2.3 s quiet
 def test_queue_limit_answers_429_and_the_queue_stays_bounded() -> None:
     # a long batching window keeps everything queued, so the queue fills deterministically
     with sim_server("healthy", "vllm", time_scale=1.0, batch_wait_s=60.0, max_queue_len=3) as srv:
@@ -148,7 +170,7 @@ def test_queue_limit_answers_429_and_the_queue_stays_bounded() -> None:
         for t in holders:
             t.start()
         with httpx.Client(base_url=srv.base_url, timeout=30) as client:
-            assert wait_until(lambda: client.get("/sim/state").json()["waiting"] == 3, 15)
+            wait_until(lambda: client.get("/sim/state").json()["waiting"] == 3, 15, "three requests waiting")
             for _ in range(5):
                 err = assert_error(client.post("/v1/completions", json=body), 429, code="queue_full")
             assert err["type"] == "rate_limit_exceeded"

@@ -8,6 +8,8 @@ did in the GEMM phase.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from exporter.loadgen import LoadSpec
@@ -18,8 +20,8 @@ from tests.simulator.sim_helpers import (
     get_json,
     sim_server,
     trace_phase_means,
-    wait_until,
 )
+from tests.support.waiting import wait_until
 
 TRACE = trace_phase_means()
 RATIOS = ("sm_util", "tensor_util", "dram_bw_util")
@@ -30,8 +32,12 @@ def within(value: float, measured: float, tol: float = 0.20) -> bool:
 
 
 def test_calibration_constants_are_the_trace_means() -> None:
-    for profile, phase in ((cal.GEMM, "prefill_gemm_bf16"), (cal.GEMV, "decode_gemv_bf16"), (cal.STREAM, "d2d_copy"),
-                           (cal.PCIE_COPY, "h2d_copy_pcie")):
+    for profile, phase in (
+        (cal.GEMM, "prefill_gemm_bf16"),
+        (cal.GEMV, "decode_gemv_bf16"),
+        (cal.STREAM, "d2d_copy"),
+        (cal.PCIE_COPY, "h2d_copy_pcie"),
+    ):
         for key in ("nvml_gpu_util", "sm_util", "tensor_util", "dram_bw_util"):
             assert getattr(profile, key) == pytest.approx(TRACE[phase][key], abs=0.06), (phase, key)
     assert cal.CAPPED_SM_CLOCK_MHZ == pytest.approx(TRACE["prefill_gemm_bf16"]["sm_clock_mhz"], abs=0.5)
@@ -64,8 +70,10 @@ def test_pcie_copy_keeps_nvml_util_high_with_idle_sms() -> None:
 
 
 def test_lower_power_limit_throttles_decode_too() -> None:
-    step = step_cost(StepWork(decode_tokens=64, decode_seqs=64, attention_pairs=64 * 512, kv_read_tokens=64 * 512),
-                     GpuParams(power_limit_w=400))[0]
+    step = step_cost(
+        StepWork(decode_tokens=64, decode_seqs=64, attention_pairs=64 * 512, kv_read_tokens=64 * 512),
+        GpuParams(power_limit_w=400),
+    )[0]
     assert step.clock_scale < 0.8 and step.kernel_power_w == pytest.approx(400 * cal.POWER_CAP_HOLD)
 
 
@@ -74,24 +82,27 @@ def _live_phase(spec_changes: dict, settings: dict) -> dict:
     with sim_server("healthy", "vllm", **settings) as srv:
         spec = LoadSpec(srv.base_url, duration_s=60, shared_prefix_ratio=0.0, **spec_changes)
         with BackgroundLoad(spec) as load:
-            assert wait_until(lambda: get_json(srv.base_url + "/sim/state")["scheduler"]["steps"] > 20, timeout=30)
-            wait_until(lambda: False, timeout=1.5)  # let the 1 s window fill with steady-state steps
+            wait_until(lambda: get_json(srv.base_url + "/sim/state")["scheduler"]["steps"] > 20, 30, "20 scheduler steps")
+            time.sleep(1.5)  # let the 1 s window fill with steady-state steps
             readings = [get_json(srv.base_url + "/sim/gpu")["gpus"][0] for _ in range(3)]
             load.stop()
     return {k: sum(r[k] for r in readings) / len(readings) for k in ("nvml_gpu_util",) + RATIOS + ("sm_clock_mhz",)}
 
 
+@pytest.mark.slow  # the simulator under load for seconds
 def test_live_prefill_phase_within_20_percent_of_the_trace() -> None:
-    got = _live_phase({"concurrency": 12, "prompt_tokens": ((2048, 1.0),), "max_tokens": ((1, 1.0),)},
-                      {"time_scale": 2.0, "enable_prefix_caching": False})
+    got = _live_phase(
+        {"concurrency": 12, "prompt_tokens": ((2048, 1.0),), "max_tokens": ((1, 1.0),)},
+        {"time_scale": 2.0, "enable_prefix_caching": False},
+    )
     for key in RATIOS:
         assert within(got[key], TRACE["prefill_gemm_bf16"][key]), (key, got)
     assert got["sm_clock_mhz"] < 1700
 
 
+@pytest.mark.slow  # the simulator under load for seconds
 def test_live_decode_phase_within_20_percent_of_the_trace() -> None:
-    got = _live_phase({"concurrency": 8, "prompt_tokens": ((32, 1.0),), "max_tokens": ((4000, 1.0),)},
-                      {"time_scale": 2.0})
+    got = _live_phase({"concurrency": 8, "prompt_tokens": ((32, 1.0),), "max_tokens": ((4000, 1.0),)}, {"time_scale": 2.0})
     for key in RATIOS:
         assert within(got[key], TRACE["decode_gemv_bf16"][key]), (key, got)
     assert got["sm_clock_mhz"] > 1900

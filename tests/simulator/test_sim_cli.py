@@ -11,12 +11,14 @@ import sys
 
 import httpx
 import psutil
+import pytest
 
-from exporter.simulator import cli as sim_cli
+from exporter.commands import simulate as sim_cli
 from exporter.simulator.process import SimulatorProcess
 from exporter.simulator.scenarios import NAMES
 from exporter.simulator.settings import SimConfig
 from tests.simulator.sim_helpers import ROOT
+from tests.support.ports import free_port
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
@@ -33,8 +35,9 @@ def test_every_knob_is_a_flag_and_overrides_the_scenario() -> None:
 
 
 def test_list_scenarios_names_every_contract_scenario() -> None:
-    out = subprocess.run([sys.executable, "-m", "exporter.simulator", "--list-scenarios"], env=ENV, capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "exporter.simulator", "--list-scenarios"], env=ENV, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0
     for name in NAMES:
         assert name in out.stdout
@@ -42,11 +45,17 @@ def test_list_scenarios_names_every_contract_scenario() -> None:
 
 
 def test_bad_values_exit_2_with_one_line() -> None:
-    out = subprocess.run([sys.executable, "-m", "exporter.simulator", "--max-num-seqs", "0"], env=ENV,
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "exporter.simulator", "--max-num-seqs", "0"], env=ENV, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 2 and "max_num_seqs" in out.stderr
-    out = subprocess.run([sys.executable, "-m", "exporter.simulator", "--listen-address", "nowhere"], env=ENV,
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "exporter.simulator", "--listen-address", "nowhere"],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2 and "listen-address" in out.stderr
 
 
@@ -63,18 +72,30 @@ def test_simulate_serves_and_stops_on_sigterm() -> None:
     assert code == 0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
+@pytest.mark.slow  # a 6 s demo run: ~13 s
 def test_demo_runs_bounded_without_a_gpu_and_leaves_no_children() -> None:
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "exporter", "demo", "--scenario", "healthy", "--no-tui", "--duration", "6",
-         "--time-scale", "2", "--listen-address", f"127.0.0.1:{port}"],
-        env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            "-m",
+            "exporter",
+            "demo",
+            "--scenario",
+            "healthy",
+            "--no-tui",
+            "--duration",
+            "6",
+            "--time-scale",
+            "2",
+            "--listen-address",
+            f"127.0.0.1:{port}",
+        ],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     children: set[int] = set()
     try:
         ps = psutil.Process(proc.pid)
@@ -104,22 +125,27 @@ def test_demo_view_groups_exporter_metrics_by_layer() -> None:
 
     from exporter import demo
 
-    text = "\n".join([
-        "# TYPE llm_gpu_sm_active_ratio gauge",
-        'llm_gpu_sm_active_ratio{gpu="0",uuid="a"} 0.5',
-        'llm_gpu_sm_active_ratio{gpu="1",uuid="b"} 0.25',
-        "# TYPE llm_kv_cache_preemptions_total counter",
-        'llm_kv_cache_preemptions_total{server="s",engine="vllm",model="m",rank=""} 10',
-        "# TYPE llm_request_ttft_seconds histogram",
-        'llm_request_ttft_seconds_bucket{server="s",engine="vllm",model="m",rank="",le="+Inf"} 4',
-        'llm_request_ttft_seconds_sum{server="s",engine="vllm",model="m",rank=""} 2',
-        'llm_request_ttft_seconds_count{server="s",engine="vllm",model="m",rank=""} 4',
-        "# TYPE llm_gpu_throttle_reason_active gauge",
-        'llm_gpu_throttle_reason_active{gpu="0",uuid="a",reason="sw_power_cap"} 1',
-        'llm_gpu_throttle_reason_active{gpu="0",uuid="a",reason="gpu_idle"} 0',
-    ]) + "\n"
-    before = demo.parse_metrics(text.replace("} 10", "} 4"))
-    now = demo.parse_metrics(text)
+    text = (
+        "\n".join(
+            [
+                "# TYPE llm_gpu_sm_active_ratio gauge",
+                'llm_gpu_sm_active_ratio{gpu="0",uuid="a"} 0.5',
+                'llm_gpu_sm_active_ratio{gpu="1",uuid="b"} 0.25',
+                "# TYPE llm_kv_cache_preemptions_total counter",
+                'llm_kv_cache_preemptions_total{server="s",engine="vllm",model="m",rank=""} 10',
+                "# TYPE llm_request_ttft_seconds histogram",
+                'llm_request_ttft_seconds_bucket{server="s",engine="vllm",model="m",rank="",le="+Inf"} 4',
+                'llm_request_ttft_seconds_sum{server="s",engine="vllm",model="m",rank=""} 2',
+                'llm_request_ttft_seconds_count{server="s",engine="vllm",model="m",rank=""} 4',
+                "# TYPE llm_gpu_throttle_reason_active gauge",
+                'llm_gpu_throttle_reason_active{gpu="0",uuid="a",reason="sw_power_cap"} 1',
+                'llm_gpu_throttle_reason_active{gpu="0",uuid="a",reason="gpu_idle"} 0',
+            ]
+        )
+        + "\n"
+    )
+    before = demo.reading_of(text.replace("} 10", "} 4"))
+    now = demo.reading_of(text)
     now.at = before.at + 2.0
     rows = demo.layer_rows(now, before)
     assert ("gpu_sm_active_ratio", "50% 25%") in rows["hardware"]
@@ -129,11 +155,22 @@ def test_demo_view_groups_exporter_metrics_by_layer() -> None:
     assert ("request_ttft_seconds", "500 ms avg since start") in rows["application"]
     assert ("request_ttft_seconds", "500 ms avg") in demo.layer_rows(now, None)["application"]
     advice = "Lower max_num_seqs or give the KV cache more memory. " * 6  # long: must wrap, never be cut
-    primary = {"layer": "memory", "cause": "kv_cache_pressure", "score": 0.8, "confidence": 0.91, "role": "primary",
-               "chain": "TTFT p95 3.3 s > SLO 2 s ← KV cache 100 % full", "evidence": {}, "advice": advice}
-    verdict = {"state": "degraded", "primary": primary,
-               "layers": {"memory": {"score": 0.8, "status": "bottleneck", "headroom": 0.0}},
-               "bottlenecks": [primary]}
+    primary = {
+        "layer": "memory",
+        "cause": "kv_cache_pressure",
+        "score": 0.8,
+        "confidence": 0.91,
+        "role": "primary",
+        "chain": "TTFT p95 3.3 s > SLO 2 s ← KV cache 100 % full",
+        "evidence": {},
+        "advice": advice,
+    }
+    verdict = {
+        "state": "degraded",
+        "primary": primary,
+        "layers": {"memory": {"score": 0.8, "status": "bottleneck", "headroom": 0.0}},
+        "bottlenecks": [primary],
+    }
     line = demo.verdict_text(verdict)
     assert line == "degraded: memory/kv_cache_pressure (confidence 0.91): TTFT p95 3.3 s > SLO 2 s ← KV cache 100 % full"
     assert demo.verdict_text(None).startswith("n/a")
@@ -147,14 +184,30 @@ def test_demo_view_groups_exporter_metrics_by_layer() -> None:
     assert "…" not in out and out.count("Lower max_num_seqs") == 6
 
 
+@pytest.mark.slow  # a demo until two ticks: ~7 s
 def test_demo_sigterm_stops_every_child() -> None:
     import signal
 
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "exporter", "demo", "--scenario", "healthy", "--no-tui", "--time-scale", "2",
-         "--listen-address", f"127.0.0.1:{port}"],
-        env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            "-m",
+            "exporter",
+            "demo",
+            "--scenario",
+            "healthy",
+            "--no-tui",
+            "--time-scale",
+            "2",
+            "--listen-address",
+            f"127.0.0.1:{port}",
+        ],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         ticks = 0
@@ -180,23 +233,57 @@ def test_demo_stops_with_one_line_when_its_port_is_taken() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        out = subprocess.run([sys.executable, "-m", "exporter", "demo", "--scenario", "healthy", "--no-tui",
-                              "--duration", "5", "--listen-address", f"127.0.0.1:{port}"],
-                             env=ENV, capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "exporter",
+                "demo",
+                "--scenario",
+                "healthy",
+                "--no-tui",
+                "--duration",
+                "5",
+                "--listen-address",
+                f"127.0.0.1:{port}",
+            ],
+            env=ENV,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert out.returncode == 4, out
     assert out.stdout == ""
     assert out.stderr.strip().splitlines() == [
         f"llm-layer-exporter demo: error: cannot listen on 127.0.0.1:{port}: address already in use "
-        "(pick another with --listen-address)"], out.stderr
+        "(pick another with --listen-address)"
+    ], out.stderr
 
 
+@pytest.mark.slow  # a demo start-up that fails: ~4 s
 def test_demo_stops_with_one_line_when_its_exporter_cannot_start(tmp_path) -> None:
     """The exporter exits at start-up (here: a config file it cannot read): one line, exit 1, no '-' view."""
-    port = _free_port()
+    port = free_port()
     env = {**ENV, "LLM_EXPORTER_CONFIG": str(tmp_path / "missing.yaml")}
-    proc = subprocess.Popen([sys.executable, "-m", "exporter", "demo", "--scenario", "healthy", "--no-tui",
-                             "--duration", "20", "--listen-address", f"127.0.0.1:{port}"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "exporter",
+            "demo",
+            "--scenario",
+            "healthy",
+            "--no-tui",
+            "--duration",
+            "20",
+            "--listen-address",
+            f"127.0.0.1:{port}",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         stdout, stderr = proc.communicate(timeout=90)
     finally:
@@ -206,7 +293,8 @@ def test_demo_stops_with_one_line_when_its_exporter_cannot_start(tmp_path) -> No
     assert proc.returncode == 1, (stdout, stderr)
     errors = stderr.strip().splitlines()
     assert len(errors) == 1 and errors[0].startswith(
-        "llm-layer-exporter demo: error: the exporter did not start (exit status 2): "), stderr
+        "llm-layer-exporter demo: error: the exporter did not start (exit status 2): "
+    ), stderr
     assert "missing.yaml" in errors[0]
     assert not [line for line in stdout.splitlines() if line.startswith("t=")], stdout  # no view of '-' fields
     sim_pid = int(stdout.split(", pid ")[1].split(",")[0])  # the simulator had started: it is stopped

@@ -21,25 +21,56 @@ from tests.simulator.sim_helpers import sim_server
 
 #: A few names per dialect that must be on the wire exactly so (family name, as prometheus_client reports it, and type).
 EXPECTED: dict[str, dict[str, str]] = {
-    "vllm": {"vllm:num_requests_running": "gauge", "vllm:kv_cache_usage_perc": "gauge",
-             "vllm:num_preemptions": "counter", "vllm:prefix_cache_hits": "counter",
-             "vllm:request_success": "counter", "vllm:iteration_tokens_total": "histogram",
-             "vllm:time_to_first_token_seconds": "histogram", "vllm:inter_token_latency_seconds": "histogram",
-             "vllm:cache_config_info": "gauge", "vllm:spec_decode_num_accepted_tokens_per_pos": "counter"},
-    "vllm-legacy": {"vllm:gpu_cache_usage_perc": "gauge", "vllm:gpu_prefix_cache_queries": "counter",
-                    "vllm:time_per_output_token_seconds": "histogram", "vllm:num_preemptions": "counter"},
-    "sglang": {"sglang:num_running_reqs": "gauge", "sglang:num_queue_reqs": "gauge", "sglang:token_usage": "gauge",
-               "sglang:num_retracted_requests": "counter", "sglang:cached_tokens": "counter",
-               "sglang:time_to_first_token_seconds": "histogram", "sglang:page_size": "gauge",
-               "sglang:scheduler_process_cpu_seconds": "counter", "sglang:spec_accept_rate": "gauge"},
-    "tgi": {"tgi_request_count": "counter", "tgi_queue_size": "gauge", "tgi_batch_current_size": "gauge",
-            "tgi_request_duration": "histogram", "tgi_request_skipped_tokens": "summary",
-            "tgi_batch_next_size": "histogram"},
-    "trtllm": {"nv_trt_llm_request_metrics": "gauge", "nv_trt_llm_kv_cache_block_metrics": "gauge",
-               "nv_inference_request_success": "counter", "nv_inference_request_duration_us": "counter",
-               "nv_inference_first_response_histogram_ms": "histogram"},
-    "llamacpp": {"llamacpp:prompt_tokens": "counter", "llamacpp:n_tokens_max": "counter",
-                 "llamacpp:requests_processing": "gauge", "llamacpp:spec_decode_num_drafts": "counter"},
+    "vllm": {
+        "vllm:num_requests_running": "gauge",
+        "vllm:kv_cache_usage_perc": "gauge",
+        "vllm:num_preemptions": "counter",
+        "vllm:prefix_cache_hits": "counter",
+        "vllm:request_success": "counter",
+        "vllm:iteration_tokens_total": "histogram",
+        "vllm:time_to_first_token_seconds": "histogram",
+        "vllm:inter_token_latency_seconds": "histogram",
+        "vllm:cache_config_info": "gauge",
+        "vllm:spec_decode_num_accepted_tokens_per_pos": "counter",
+    },
+    "vllm-legacy": {
+        "vllm:gpu_cache_usage_perc": "gauge",
+        "vllm:gpu_prefix_cache_queries": "counter",
+        "vllm:time_per_output_token_seconds": "histogram",
+        "vllm:num_preemptions": "counter",
+    },
+    "sglang": {
+        "sglang:num_running_reqs": "gauge",
+        "sglang:num_queue_reqs": "gauge",
+        "sglang:token_usage": "gauge",
+        "sglang:num_retracted_requests": "counter",
+        "sglang:cached_tokens": "counter",
+        "sglang:time_to_first_token_seconds": "histogram",
+        "sglang:page_size": "gauge",
+        "sglang:scheduler_process_cpu_seconds": "counter",
+        "sglang:spec_accept_rate": "gauge",
+    },
+    "tgi": {
+        "tgi_request_count": "counter",
+        "tgi_queue_size": "gauge",
+        "tgi_batch_current_size": "gauge",
+        "tgi_request_duration": "histogram",
+        "tgi_request_skipped_tokens": "summary",
+        "tgi_batch_next_size": "histogram",
+    },
+    "trtllm": {
+        "nv_trt_llm_request_metrics": "gauge",
+        "nv_trt_llm_kv_cache_block_metrics": "gauge",
+        "nv_inference_request_success": "counter",
+        "nv_inference_request_duration_us": "counter",
+        "nv_inference_first_response_histogram_ms": "histogram",
+    },
+    "llamacpp": {
+        "llamacpp:prompt_tokens": "counter",
+        "llamacpp:n_tokens_max": "counter",
+        "llamacpp:requests_processing": "gauge",
+        "llamacpp:spec_decode_num_drafts": "counter",
+    },
 }
 
 
@@ -47,8 +78,17 @@ EXPECTED: dict[str, dict[str, str]] = {
 def _served(dialect: str) -> dict[str, Any]:
     """Run a small finished load against ``dialect``; return the exposition, headers and /sim/state."""
     with sim_server("healthy", dialect, time_scale=10.0, spec_tokens=2, spec_acceptance=0.6) as srv:
-        spec = LoadSpec(srv.base_url, concurrency=6, max_requests=18, duration_s=60, prompt_tokens=((80, 1.0),),
-                        max_tokens=((12, 1.0),), shared_prefix_ratio=0.5, shared_prefix_tokens=48, seed=3)
+        spec = LoadSpec(
+            srv.base_url,
+            concurrency=6,
+            max_requests=18,
+            duration_s=60,
+            prompt_tokens=((80, 1.0),),
+            max_tokens=((12, 1.0),),
+            shared_prefix_ratio=0.5,
+            shared_prefix_tokens=48,
+            seed=3,
+        )
         result = asyncio.run(run_load(spec))
         assert result.summary.ok == 18
         resp = httpx.get(srv.base_url + "/metrics", timeout=10)
@@ -145,7 +185,9 @@ def test_triton_units() -> None:
     served = _served("trtllm")
     text, st = served["text"], served["state"]
     assert 'nv_inference_first_response_histogram_ms_bucket{model="tensorrt_llm",version="1",le="100"}' in text
-    duration_us = next(float(line.split()[-1]) for line in text.splitlines() if line.startswith("nv_inference_request_duration_us{"))
+    duration_us = next(
+        float(line.split()[-1]) for line in text.splitlines() if line.startswith("nv_inference_request_duration_us{")
+    )
     assert duration_us == pytest.approx(st["histograms"]["e2e"]["sum"] * 1e6, rel=1e-6, abs=1)
     assert 'kv_cache_block_type="tokens_per"' in text
 

@@ -55,7 +55,7 @@ def test_deadline_holds_when_the_cpu_is_shared():
     must still end within a few ms of its deadline (one slice sized for the whole 30 ms of CPU
     would take about 60 ms of wall time)."""
     cpu = min(os.sched_getaffinity(0))
-    code = _STARVED.replace("{CPU}", "{%d}" % cpu)
+    code = _STARVED.replace("{CPU}", f"{{{cpu}}}")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

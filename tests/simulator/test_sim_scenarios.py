@@ -25,8 +25,10 @@ from tests.simulator.sim_helpers import (
     samples,
     scenario_load,
     sim_server,
-    wait_until,
 )
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.slow  # each scenario runs the simulator under its own load for seconds
 
 
 @dataclass
@@ -36,8 +38,9 @@ class Run:
     load: LoadResult
 
 
-def observe(scenario: str, scale: float, warmup: float, count: int = 3, every: float = 0.7, process: bool = False,
-            **settings: Any) -> Run:
+def observe(
+    scenario: str, scale: float, warmup: float, count: int = 3, every: float = 0.7, process: bool = False, **settings: Any
+) -> Run:
     """Run ``scenario`` with its load; sample state, GPUs and /metrics ``count`` times after ``warmup`` s.
 
     ``process=True`` runs the simulator in its own process (heavy loads: the
@@ -49,7 +52,7 @@ def observe(scenario: str, scale: float, warmup: float, count: int = 3, every: f
         server = SimulatorServer(Simulator(scenario, "vllm", {"time_scale": scale, **settings}))
     with server as srv:
         with BackgroundLoad(scenario_load(srv.base_url, scenario, scale)) as load:
-            assert wait_until(lambda: get_json(srv.base_url + "/sim/state")["scheduler"]["steps"] > 0, 30)
+            wait_until(lambda: get_json(srv.base_url + "/sim/state")["scheduler"]["steps"] > 0, 30, "the first scheduler step")
             got, texts = [], []
             time.sleep(warmup)
             for i in range(count):
@@ -116,7 +119,7 @@ def test_host_bound_one_thread_saturated_while_sms_idle() -> None:
     scale = 1.0
     with SimulatorProcess("host_bound", "vllm", {"time_scale": scale}) as sim:
         with BackgroundLoad(scenario_load(sim.base_url, "host_bound", scale)) as load:
-            assert wait_until(lambda: get_json(sim.base_url + "/sim/state")["running"] >= 32, 30)
+            wait_until(lambda: get_json(sim.base_url + "/sim/state")["running"] >= 32, 30, "32 requests running")
             tid = get_json(sim.base_url + "/sim/state")["scheduler"]["thread_native_id"]
             cpu, wanted = _thread_busy(sim.pid, tid, 2.0)
             others = {t.id: t.user_time + t.system_time for t in psutil.Process(sim.pid).threads() if t.id != tid}
@@ -234,12 +237,14 @@ def test_switching_scenario_live_changes_the_signature(scenario: str) -> None:
     """POST /sim/scenario moves a running simulator from healthy into another scenario (or keeps it healthy)."""
     with sim_server("healthy", "vllm", time_scale=4.0) as srv:
         with BackgroundLoad(scenario_load(srv.base_url, "kv_pressure", 4.0)) as load:
-            assert wait_until(lambda: get_json(srv.base_url + "/sim/state")["scheduler"]["steps"] > 5, 30)
+            wait_until(lambda: get_json(srv.base_url + "/sim/state")["scheduler"]["steps"] > 5, 30, "5 scheduler steps")
             before = get_json(srv.base_url + "/sim/state")
             httpx.post(srv.base_url + "/sim/scenario", json={"scenario": scenario}, timeout=10).raise_for_status()
             steps = before["scheduler"]["steps"]
             # the same load: enough steps for the kv_pressure pool (768 blocks) to overflow, not the default one
-            assert wait_until(lambda: get_json(srv.base_url + "/sim/state")["scheduler"]["steps"] > steps + 300, 30)
+            wait_until(
+                lambda: get_json(srv.base_url + "/sim/state")["scheduler"]["steps"] > steps + 300, 30, "300 more scheduler steps"
+            )
             after = get_json(srv.base_url + "/sim/state")
             load.stop()
     assert before["preemptions"] == 0

@@ -84,8 +84,9 @@ def test_out_of_blocks_preempts_the_newest_and_recomputes() -> None:
 
 
 def test_swap_mode_moves_kv_over_pcie_instead_of_recomputing() -> None:
-    cfg = SimConfig(num_gpu_blocks=12, block_size=16, kv_watermark=0.0, enable_prefix_caching=False,
-                    preemption_mode="swap", num_cpu_blocks=64)
+    cfg = SimConfig(
+        num_gpu_blocks=12, block_size=16, kv_watermark=0.0, enable_prefix_caching=False, preemption_mode="swap", num_cpu_blocks=64
+    )
     s = make(cfg)
     a, b = req(60, max_tokens=80, tag="a"), req(60, max_tokens=80, tag="b")
     s.submit(a)

@@ -9,7 +9,7 @@ module and a line below.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import ModuleType
 
 from exporter.simulator.dialects import llamacpp, sglang, tgi, trtllm, vllm, vllm_legacy
@@ -33,7 +33,8 @@ def get(name: str) -> ModuleType:
 def buckets(name: str, config: SimConfig) -> dict[str, Iterable[float]]:
     module = get(name)
     if hasattr(module, "buckets_for"):
-        return module.buckets_for(config)
+        buckets_for: Callable[[SimConfig], dict[str, Iterable[float]]] = module.buckets_for
+        return buckets_for(config)
     return dict(module.BUCKETS)
 
 

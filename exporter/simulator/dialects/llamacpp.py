@@ -27,10 +27,16 @@ def render(snap: EngineSnapshot) -> str:
     out = Exposition(fmt=compact_number)
     none: dict[str, str] = {}
     counters = [
-        ("llamacpp:prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens.",
-         s.counter("prompt_tokens") - s.counter("prompt_tokens_cached") - s.counter("prompt_tokens_external")),
-        ("llamacpp:prompt_tokens_cached_total", "Number of prompt tokens reused from the cache.",
-         s.counter("prompt_tokens_cached") + s.counter("prompt_tokens_external")),
+        (
+            "llamacpp:prompt_tokens_total",
+            "Number of prompt tokens processed, excluding cached tokens.",
+            s.counter("prompt_tokens") - s.counter("prompt_tokens_cached") - s.counter("prompt_tokens_external"),
+        ),
+        (
+            "llamacpp:prompt_tokens_cached_total",
+            "Number of prompt tokens reused from the cache.",
+            s.counter("prompt_tokens_cached") + s.counter("prompt_tokens_external"),
+        ),
         ("llamacpp:prompt_seconds_total", "Total time spent processing prompts.", s.counter("prompt_seconds")),
         ("llamacpp:tokens_predicted_total", "Number of generation tokens processed.", s.counter("generation_tokens")),
         ("llamacpp:tokens_predicted_seconds_total", "Total time spent generating tokens.", s.counter("predicted_seconds")),
@@ -40,8 +46,16 @@ def render(snap: EngineSnapshot) -> str:
     if snap.config.spec_tokens:
         counters += [
             ("llamacpp:spec_decode_num_draft_tokens_total", "Number of draft tokens generated.", s.counter("spec_draft_tokens")),
-            ("llamacpp:spec_decode_num_accepted_tokens_total", "Number of draft tokens accepted.", s.counter("spec_accepted_tokens")),
-            ("llamacpp:spec_decode_num_drafts_total", "Number of speculative decoding verification steps.", s.counter("spec_drafts")),
+            (
+                "llamacpp:spec_decode_num_accepted_tokens_total",
+                "Number of draft tokens accepted.",
+                s.counter("spec_accepted_tokens"),
+            ),
+            (
+                "llamacpp:spec_decode_num_drafts_total",
+                "Number of speculative decoding verification steps.",
+                s.counter("spec_drafts"),
+            ),
         ]
     for name, help_text, value in counters:
         out.metric(name, "counter", help_text, none, value)
@@ -52,10 +66,18 @@ def render(snap: EngineSnapshot) -> str:
             out.sample(name, {"position": str(pos)}, s.counter("spec_accepted_per_pos", position=str(pos)))
     gauges = [
         ("llamacpp:prompt_tokens_seconds", "Average prompt throughput in tokens/s.", snap.window.get("prompt_tokens_per_s", 0.0)),
-        ("llamacpp:predicted_tokens_seconds", "Average generation throughput in tokens/s.", snap.window.get("generation_tokens_per_s", 0.0)),
+        (
+            "llamacpp:predicted_tokens_seconds",
+            "Average generation throughput in tokens/s.",
+            snap.window.get("generation_tokens_per_s", 0.0),
+        ),
         ("llamacpp:requests_processing", "Number of requests processing.", snap.running),
         ("llamacpp:requests_deferred", "Number of requests deferred.", snap.waiting),
-        ("llamacpp:n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call.", snap.window.get("busy_slots_per_decode", 0.0)),
+        (
+            "llamacpp:n_busy_slots_per_decode",
+            "Average number of busy slots per llama_decode() call.",
+            snap.window.get("busy_slots_per_decode", 0.0),
+        ),
     ]
     for name, help_text, value in gauges:
         out.metric(name, "gauge", help_text, none, value)

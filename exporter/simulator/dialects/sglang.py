@@ -18,15 +18,18 @@ from exporter.simulator.engine import EngineSnapshot
 
 NAME = "sglang"
 
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 15.0,
-                20.0, 25.0, 30.0)
+# bucket bounds: a table of numbers reads best as rows, not one value a line
+# fmt: off
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 15.0, 20.0,
+                25.0, 30.0)
 E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0)
-ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.06, 0.08, 0.1, 0.2, 0.4,
-               0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0)
+ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.06, 0.08, 0.1, 0.2, 0.4, 0.6,
+               0.8, 1.0, 2.0, 4.0, 6.0, 8.0)
 TPOT_BUCKETS = (0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
 QUEUE_BUCKETS = (0.0, 0.1, 0.2, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0,
                  100.0, 200.0, 300.0, 400.0, 500.0, 600.0, 700.0, 800.0, 900.0, 1000.0, 1200.0, 1400.0, 1600.0, 1800.0,
                  2000.0, 2500.0, 3000.0)
+# fmt: on
 
 BUCKETS: dict[str, tuple[float, ...]] = {
     "ttft": TTFT_BUCKETS,
@@ -80,12 +83,28 @@ def render(snap: EngineSnapshot) -> str:
     gauge("sglang:gen_throughput", "The generation throughput (token/s).", snap.window.get("generation_tokens_per_s", 0.0))
     gauge("sglang:num_retracted_reqs", "The number of retracted requests.", 0)
     counter("sglang:num_retracted_requests_total", "Total number of retracted requests.", s.counter("preemptions"))
-    counter("sglang:num_retracted_input_tokens_total", "Total number of input tokens of retracted requests.", s.counter("retracted_input_tokens"))
-    counter("sglang:num_retracted_output_tokens_total", "Total number of output tokens of retracted requests.", s.counter("retracted_output_tokens"))
+    counter(
+        "sglang:num_retracted_input_tokens_total",
+        "Total number of input tokens of retracted requests.",
+        s.counter("retracted_input_tokens"),
+    )
+    counter(
+        "sglang:num_retracted_output_tokens_total",
+        "Total number of output tokens of retracted requests.",
+        s.counter("retracted_output_tokens"),
+    )
     gauge("sglang:is_cuda_graph", "Whether the batch is using CUDA graph.", 1)
     if cfg.spec_tokens:
-        gauge("sglang:spec_accept_length", "The average acceptance length of speculative decoding.", snap.window.get("spec_accept_length", 0.0))
-        gauge("sglang:spec_accept_rate", "The average acceptance rate of speculative decoding.", snap.window.get("spec_accept_rate", 0.0))
+        gauge(
+            "sglang:spec_accept_length",
+            "The average acceptance length of speculative decoding.",
+            snap.window.get("spec_accept_length", 0.0),
+        )
+        gauge(
+            "sglang:spec_accept_rate",
+            "The average acceptance rate of speculative decoding.",
+            snap.window.get("spec_accept_rate", 0.0),
+        )
         gauge("sglang:spec_num_draft_tokens", "The number of draft tokens per verify step.", cfg.spec_tokens + 1)
     out.family("sglang:realtime_tokens_total", "counter", "The number of tokens processed, by mode.")
     out.sample("sglang:realtime_tokens_total", {**sched, "mode": "prefill_compute"}, s.counter("prompt_tokens_local_compute"))
@@ -112,8 +131,12 @@ def render(snap: EngineSnapshot) -> str:
     by_streaming("sglang:time_to_first_token_seconds", "histogram", "Histogram of time to first token in seconds.", "ttft")
     out.family("sglang:inter_token_latency_seconds", "histogram", "Histogram of inter-token latency in seconds.")
     out.histogram_series("sglang:inter_token_latency_seconds", tok, s.histogram("itl"))
-    by_streaming("sglang:request_time_per_output_token_seconds", "histogram",
-                 "Histogram of time per output token of a request in seconds.", "tpot")
+    by_streaming(
+        "sglang:request_time_per_output_token_seconds",
+        "histogram",
+        "Histogram of time per output token of a request in seconds.",
+        "tpot",
+    )
     by_streaming("sglang:e2e_request_latency_seconds", "histogram", "Histogram of End-to-end request latency in seconds", "e2e")
     out.family("sglang:queue_time_seconds", "histogram", "Histogram of queueing time in seconds.")
     out.histogram_series("sglang:queue_time_seconds", tok, s.histogram("queue"))

@@ -98,7 +98,9 @@ class Exposition:
         self.sample(f"{name}_sum", labels, data.sum * scale_sum)
         self.sample(f"{name}_count", labels, data.count)
 
-    def summary_series(self, name: str, labels: Mapping[str, str], quantiles: list[tuple[float, float]], total: float, count: float) -> None:
+    def summary_series(
+        self, name: str, labels: Mapping[str, str], quantiles: list[tuple[float, float]], total: float, count: float
+    ) -> None:
         for q, v in quantiles:
             self.sample(name, list(labels.items()) + [("quantile", compact_quantile(q))], v)
         self.sample(f"{name}_sum", labels, total)

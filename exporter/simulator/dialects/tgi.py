@@ -18,7 +18,6 @@ from exporter.simulator.settings import SimConfig
 NAME = "tgi"
 
 
-
 def _duration_buckets() -> tuple[float, ...]:
     """router/src/server.rs: start at 1e-4 and multiply by 1.5, 35 times (same float steps as Rust)."""
     out, value = [], 0.0001
@@ -70,21 +69,32 @@ def render(snap: EngineSnapshot) -> str:
     success = sum(v for reason, v in finished.items() if reason and reason != "abort")
     out.metric("tgi_request_success", "counter", "Number of successful requests", none, success)
     out.family("tgi_request_failure", "counter", None)
-    failures = {"validation": s.counter("validation_errors"), "overloaded": s.counter("rejected"), "dropped": finished.get("abort", 0.0)}
+    failures = {
+        "validation": s.counter("validation_errors"),
+        "overloaded": s.counter("rejected"),
+        "dropped": finished.get("abort", 0.0),
+    }
     for kind in FAILURE_KINDS:
         if failures[kind]:
             out.sample("tgi_request_failure", {"err": kind}, failures[kind])
     steps = s.counter_by("steps", "method")
-    for name, help_text in (("tgi_batch_inference_count", "Inference calls per method (prefill or decode)"),
-                            ("tgi_batch_inference_success", "Number of successful inference calls per method (prefill or decode)")):
+    for name, help_text in (
+        ("tgi_batch_inference_count", "Inference calls per method (prefill or decode)"),
+        ("tgi_batch_inference_success", "Number of successful inference calls per method (prefill or decode)"),
+    ):
         out.family(name, "counter", help_text)
         for method in ("prefill", "decode"):
             out.sample(name, {"method": method}, steps.get(method, 0.0))
     out.metric("tgi_queue_size", "gauge", "Current queue size", none, snap.waiting)
     out.metric("tgi_batch_current_size", "gauge", "Current batch size", none, snap.running)
     out.metric("tgi_batch_current_max_tokens", "gauge", "Maximum tokens for the current batch", none, snap.batch_max_tokens)
-    out.metric("tgi_batch_max_total_tokens", "gauge", "Maximum amount of tokens in total.", none,
-               snap.kv_blocks_total * snap.config.block_size)
+    out.metric(
+        "tgi_batch_max_total_tokens",
+        "gauge",
+        "Maximum amount of tokens in total.",
+        none,
+        snap.kv_blocks_total * snap.config.block_size,
+    )
     for name, help_text, neutral in (
         ("tgi_request_input_length", "Input token length per request", "prompt_len"),
         ("tgi_request_max_new_tokens", "Maximum new tokens per request", "max_tokens"),

@@ -12,7 +12,6 @@ breakdown. The ``engine`` label is already there (V1).
 from __future__ import annotations
 
 from exporter.simulator.dialects import vllm as current
-from exporter.simulator.dialects.text import Exposition
 from exporter.simulator.engine import EngineSnapshot
 
 NAME = "vllm-legacy"
@@ -36,55 +35,33 @@ FINISHED_REASONS = ("stop", "length", "abort")
 
 
 def render(snap: EngineSnapshot) -> str:
-    cfg = snap.config
-    s = snap.stats
-    base = {"model_name": cfg.model, "engine": "0"}
-    out = Exposition()
-
-    def gauge(name: str, help_text: str, value: float) -> None:
-        out.metric(name, "gauge", help_text, base, value)
-
-    def counter(name: str, help_text: str, value: float) -> None:
-        out.metric(name, "counter", help_text, base, value)
-
-    def hist(name: str, help_text: str, neutral: str) -> None:
-        out.family(name, "histogram", help_text)
-        out.histogram_series(name, base, s.histogram(neutral))
+    w = current.Writer(snap)
+    s, out = w.s, w.out
+    gauge, counter, hist = w.gauge, w.counter, w.hist
 
     gauge("vllm:num_requests_running", "Number of requests in model execution batches.", snap.running)
     gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", snap.waiting)
     gauge("vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage.", snap.kv_usage)
-    counter("vllm:gpu_prefix_cache_queries_total",
-            "GPU prefix cache queries, in terms of number of queried blocks.", s.counter("prefix_queries_blocks"))
-    counter("vllm:gpu_prefix_cache_hits_total",
-            "GPU prefix cache hits, in terms of number of cached blocks.", s.counter("prefix_hits_blocks"))
-    counter("vllm:num_preemptions_total", "Cumulative number of preemption from the engine.", s.counter("preemptions"))
-    counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.", s.counter("prompt_tokens"))
-    counter("vllm:generation_tokens_total", "Number of generation tokens processed.", s.counter("generation_tokens"))
-    out.family("vllm:request_success_total", "counter", "Count of successfully processed requests.")
-    finished = s.counter_by("finished", "reason")
-    for reason in FINISHED_REASONS:
-        out.sample("vllm:request_success_total", {**base, "finished_reason": reason}, finished.get(reason, 0.0))
+    counter(
+        "vllm:gpu_prefix_cache_queries_total",
+        "GPU prefix cache queries, in terms of number of queried blocks.",
+        s.counter("prefix_queries_blocks"),
+    )
+    counter(
+        "vllm:gpu_prefix_cache_hits_total",
+        "GPU prefix cache hits, in terms of number of cached blocks.",
+        s.counter("prefix_hits_blocks"),
+    )
+    w.tokens_and_finished(FINISHED_REASONS)
     hist("vllm:request_prompt_tokens", "Number of prefill tokens processed.", "prompt_len")
     hist("vllm:request_generation_tokens", "Number of generation tokens processed.", "gen_len")
     hist("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", "iteration_tokens")
     hist("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", "max_tokens")
     hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", "ttft")
     hist("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.", "itl")
-    hist("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", "e2e")
-    hist("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", "queue")
-    hist("vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.", "inference")
-    hist("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", "prefill")
-    hist("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", "decode")
+    w.phase_histograms()
     labels = current.cache_config_labels(snap, "0")
     labels.pop("kv_cache_size_tokens", None)
     out.metric("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig", labels, 1.0)
-    if cfg.spec_tokens:
-        counter("vllm:spec_decode_num_drafts_total", "Number of spec decoding drafts.", s.counter("spec_drafts"))
-        counter("vllm:spec_decode_num_draft_tokens_total", "Number of draft tokens.", s.counter("spec_draft_tokens"))
-        counter("vllm:spec_decode_num_accepted_tokens_total", "Number of accepted tokens.", s.counter("spec_accepted_tokens"))
-        out.family("vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter", "Accepted tokens per draft position.")
-        for pos in range(cfg.spec_tokens):
-            out.sample("vllm:spec_decode_num_accepted_tokens_per_pos_total", {**base, "position": str(pos)},
-                       s.counter("spec_accepted_per_pos", position=str(pos)))
+    w.spec_decode()
     return out.text()

@@ -46,6 +46,24 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
+{{/* --- kubernetes: where the kubelet's pod-resources folder is mounted, the socket in it, the ServiceAccount. */}}
+{{- define "llm-layer-exporter.podResourcesDir" -}}
+/var/lib/kubelet/pod-resources
+{{- end }}
+
+{{- define "llm-layer-exporter.podResourcesSocket" -}}
+{{ include "llm-layer-exporter.podResourcesDir" . }}/kubelet.sock
+{{- end }}
+
+{{- define "llm-layer-exporter.serviceAccountName" -}}
+{{- if .Values.kubernetes.serviceAccount.create }}
+{{- default (include "llm-layer-exporter.fullname" .) .Values.kubernetes.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.kubernetes.serviceAccount.name }}
+{{- end }}
+{{- end }}
+{{/* --- end kubernetes */}}
+
 {{/* Where Secrets and ConfigMaps referenced by engines are mounted. */}}
 {{- define "llm-layer-exporter.engineFilesDir" -}}
 /etc/llm-layer-exporter/engines
@@ -61,16 +79,25 @@ $(NODE_IP) in it.
 {{- $engines := list }}
 {{- range $i, $e := .Values.engines }}
 {{- $out := dict "url" $e.url }}
-{{- range $from, $to := dict "name" "name" "type" "type" "interval" "interval" "timeout" "timeout" "maxSeries" "max_series" "maxBodyBytes" "max_body_bytes" "pid" "pid" "process" "process" "tlsVerify" "tls_verify" }}
+{{- range $from, $to := dict "name" "name" "type" "type" "interval" "interval" "timeout" "timeout" "maxSeries" "max_series" "maxBodyBytes" "max_body_bytes" "pid" "pid" "process" "process" "tlsVerify" "tls_verify" "followRedirects" "follow_redirects" "probe" "probe" }}
 {{- if hasKey $e $from }}{{ $_ := set $out $to (get $e $from) }}{{ end }}
 {{- end }}
 {{- if $e.bearerTokenSecret }}{{ $_ := set $out "bearer_token_file" (printf "%s/%d/token" $dir $i) }}{{ end }}
 {{- if $e.caBundleConfigMap }}{{ $_ := set $out "ca_bundle" (printf "%s/%d/ca.crt" $dir $i) }}{{ end }}
+{{- with $e.basicAuth }}{{ $_ := set $out "basic_auth" (dict "username" .username "password_file" (printf "%s/%d/password" $dir $i)) }}{{ end }}
 {{- $engines = append $engines $out }}
 {{- end }}
 {{- $cfg := dict "listen_address" (printf "0.0.0.0:%d" (int .Values.port)) "gpu_interval" .Values.gpu.interval "log_level" .Values.logLevel "engines" $engines }}
 {{- with .Values.groups }}{{ $_ := set $cfg "groups" . }}{{ end }}
 {{- with .Values.diagnosis }}{{ $_ := set $cfg "diagnosis" . }}{{ end }}
+{{- /* --- kubernetes: the `kubernetes:` section of exporter/kubernetes/settings.py */}}
+{{- if .Values.kubernetes.enabled }}
+{{- $k := .Values.kubernetes }}
+{{- $ks := dict "enabled" true "interval" $k.interval "gpu_labels" $k.gpuSeriesLabels "pod_resources_socket" (include "llm-layer-exporter.podResourcesSocket" .) "discovery" $k.discovery.enabled "discovery_interval" $k.discovery.interval "process_sampler" $k.discovery.processSampler "tls_verify" $k.discovery.tlsVerify }}
+{{- with $k.podLabels }}{{ $_ := set $ks "pod_labels" . }}{{ end }}
+{{- $_ := set $cfg "kubernetes" $ks }}
+{{- end }}
+{{- /* --- end kubernetes */}}
 {{- toYaml $cfg }}
 {{- end }}
 
@@ -87,6 +114,9 @@ The exporter container. Used by the DaemonSet and, through
     - serve
     - --config=/etc/llm-layer-exporter/config/config.yaml
     - --gpu-source={{ .Values.gpu.source }}
+    {{- if and .Values.kubernetes.enabled (eq .Values.kubernetes.discovery.from "kubelet") }}
+    - --kubernetes-pods-url=https://$(NODE_IP):10250/pods
+    {{- end }}
     {{- range .Values.extraArgs }}
     - {{ . | quote }}
     {{- end }}
@@ -133,15 +163,25 @@ The exporter container. Used by the DaemonSet and, through
   resources:
     {{- toYaml .Values.resources | nindent 4 }}
   securityContext:
+    {{- if and .Values.kubernetes.enabled .Values.kubernetes.podResources.runAsRoot }}
+    {{- /* the kubelet's socket is root-only; root here still has no capabilities */}}
+    {{- toYaml (mergeOverwrite (deepCopy .Values.securityContext) (dict "runAsNonRoot" false "runAsUser" 0)) | nindent 4 }}
+    {{- else }}
     {{- toYaml .Values.securityContext | nindent 4 }}
+    {{- end }}
   volumeMounts:
     - name: llm-exporter-config
       mountPath: /etc/llm-layer-exporter/config
       readOnly: true
+    {{- if .Values.kubernetes.enabled }}
+    - name: llm-exporter-pod-resources
+      mountPath: {{ include "llm-layer-exporter.podResourcesDir" . }}
+      readOnly: true
+    {{- end }}
     - name: llm-exporter-tmp
       mountPath: /tmp
     {{- range $i, $e := .Values.engines }}
-    {{- if or $e.bearerTokenSecret $e.caBundleConfigMap }}
+    {{- if or $e.bearerTokenSecret $e.caBundleConfigMap $e.basicAuth }}
     - name: llm-exporter-engine-{{ $i }}
       mountPath: {{ include "llm-layer-exporter.engineFilesDir" $ }}/{{ $i }}
       readOnly: true
@@ -159,8 +199,14 @@ The exporter container. Used by the DaemonSet and, through
 - name: llm-exporter-tmp
   emptyDir:
     sizeLimit: 64Mi
+{{- if .Values.kubernetes.enabled }}
+- name: llm-exporter-pod-resources
+  hostPath:
+    path: {{ .Values.kubernetes.podResources.hostPath }}
+    type: Directory
+{{- end }}
 {{- range $i, $e := .Values.engines }}
-{{- if or $e.bearerTokenSecret $e.caBundleConfigMap }}
+{{- if or $e.bearerTokenSecret $e.caBundleConfigMap $e.basicAuth }}
 - name: llm-exporter-engine-{{ $i }}
   projected:
     sources:
@@ -170,6 +216,13 @@ The exporter container. Used by the DaemonSet and, through
           items:
             - key: {{ .key }}
               path: token
+      {{- end }}
+      {{- with $e.basicAuth }}
+      - secret:
+          name: {{ .passwordSecret.name }}
+          items:
+            - key: {{ .passwordSecret.key }}
+              path: password
       {{- end }}
       {{- with $e.caBundleConfigMap }}
       - configMap:

@@ -21,7 +21,9 @@ STATE: dict[str, Any] = {}
 
 def reset(values: dict[int, dict[int, Any]]) -> None:
     STATE.clear()
-    STATE.update(values=values, profiling=True, refuse_connect=None, drop=False, connects=0, hosts=[], watches=[], live_groups=set())
+    STATE.update(
+        values=values, profiling=True, refuse_connect=None, drop=False, connects=0, hosts=[], watches=[], live_groups=set()
+    )
 
 
 def _blank(value: Any) -> bool:
@@ -43,7 +45,7 @@ class DcgmFieldGroup:
 
 
 class _Samples:
-    def __init__(self, group: "_Group") -> None:
+    def __init__(self, group: _Group) -> None:
         self._group = group
 
     def WatchFields(self, fieldGroup: DcgmFieldGroup, updateFreq: int, maxKeepAge: float, maxKeepSamples: int) -> None:
@@ -61,9 +63,7 @@ class _Samples:
         for gpu in self._group.gpu_ids:
             fields = STATE["values"].get(gpu, {})
             values[gpu] = {
-                f: [SimpleNamespace(value=fields[f], isBlank=_blank(fields[f]), ts=1)]
-                for f in fieldGroup.fieldIds
-                if f in fields
+                f: [SimpleNamespace(value=fields[f], isBlank=_blank(fields[f]), ts=1)] for f in fieldGroup.fieldIds if f in fields
             }
         return SimpleNamespace(values=values)
 
