@@ -207,6 +207,10 @@ _OPTIONAL = (
 )
 
 
+#: vLLM's ``finished_reason`` -> ``llm_requests_finished_total{reason}`` (docs/metrics.md, "Label values")
+VLLM_FINISHED_REASONS = {"stop": "stop", "length": "length", "abort": "abort", "error": "error", "repetition": "stop"}
+
+
 def expected_vllm(text: str) -> Expected:
     """The documented vLLM >= 0.11 mapping (docs/reference section 8), applied to raw text."""
     raw = raw_series(text)
@@ -217,6 +221,17 @@ def expected_vllm(text: str) -> Expected:
 
     def series(name: str) -> dict[LabelKey, float]:
         return {relabel(k): v for k, v in raw[name].items()}
+
+    def finished(name: str) -> dict[LabelKey, float]:
+        """Finished requests by reason in the schema's closed vocabulary: vLLM's own words rewritten
+        (``repetition`` is a stop condition), any other word ``other``; series that meet are summed."""
+        out: dict[LabelKey, float] = {}
+        for key, value in raw[name].items():
+            labels = dict(relabel(key))
+            labels["reason"] = VLLM_FINISHED_REASONS.get(labels.get("reason", ""), "other")
+            merged = frozenset(labels.items())
+            out[merged] = out.get(merged, 0.0) + value
+        return out
 
     def optional(name: str) -> dict[LabelKey, float]:
         """A family vLLM serves only in some configurations (absent stays absent)."""
@@ -234,7 +249,7 @@ def expected_vllm(text: str) -> Expected:
         "llm_spec_decode_drafts_total": series("vllm:spec_decode_num_drafts_total"),
         "llm_spec_decode_draft_tokens_total": series("vllm:spec_decode_num_draft_tokens_total"),
         "llm_spec_decode_accepted_tokens_total": series("vllm:spec_decode_num_accepted_tokens_total"),
-        "llm_requests_finished_total": series("vllm:request_success_total"),
+        "llm_requests_finished_total": finished("vllm:request_success_total"),
         "llm_requests_rejected_total": series("vllm:admission_rejections_total"),
         # first-party evidence for the verdict (>= 0.11)
         "llm_scheduler_requests_waiting_by_reason": optional("vllm:num_requests_waiting_by_reason"),

@@ -154,6 +154,7 @@ def start_scenarios(stack: ExitStack, tmp: Path, exporter_ports: dict[str, int])
                 str(sim.pid),
                 "--engine-interval",
                 "1",
+                "--probe",  # the canary's panels and rules need its series (the simulator speaks OpenAI)
                 "--listen-address",
                 f"127.0.0.1:{exporter_ports[scenario]}",
             ],
