@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 from integration_helpers import (
-    CACHE,
     LOG_DIR,
     SMALL_KV_VLLM_ARGS,
     Expected,
@@ -46,14 +45,14 @@ from integration_helpers import (
     config_info,
     engine_info,
     exporter_values,
-    free_port,
     pick_expositions,
     quick_value,
     raw_histograms,
     raw_series,
-    run_setup,
     scrape,
+    skip_if_off,
     start_exporter,
+    vllm_proc,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(3600)]
@@ -93,39 +92,10 @@ class Vllm:
 
 @pytest.fixture(scope="module")
 def vllm() -> Vllm:
-    if os.environ.get("LLM_EXPORTER_SKIP_VLLM") == "1":
-        pytest.skip("LLM_EXPORTER_SKIP_VLLM=1: the real-vLLM integration tests were switched off")
-    paths = run_setup("setup_vllm.sh", SETUP_TIMEOUT_S)
-    port = free_port()
-    env = {
-        **os.environ,
-        "VLLM_CACHE_ROOT": str(CACHE / "vllm-cache"),
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "VLLM_NO_USAGE_STATS": "1",
-        "VLLM_DO_NOT_TRACK": "1",
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "HF_HOME": str(CACHE / "hf-home"),
-    }
-    proc = Proc(
-        [
-            paths["VLLM_PYTHON"],
-            "-m",
-            "vllm.entrypoints.openai.api_server",
-            "--model",
-            paths["VLLM_MODEL"],
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            *SERVE_ARGS,
-        ],
-        name="vllm",
-        env=env,
-    )
+    skip_if_off("vllm")
+    proc, base = vllm_proc(SERVE_ARGS, "vllm")
     try:
         proc.start()
-        base = f"http://127.0.0.1:{port}"
         startup = proc.wait_http(base + "/health", START_TIMEOUT_S)
         yield Vllm(base, proc, startup)
     finally:
