@@ -35,8 +35,9 @@ reads zero (kernels without sched_info): about 1 ms for the same process
 (``python3 -m bench.process_sampler_cost``; tests/process/test_sampler_cost.py
 holds it under a bound). Two further bounds: at most
 ``MAX_THREADS_PER_PROCESS`` threads are read per process per sample (the
-oldest, lowest TIDs, where an engine's main and scheduler threads live; all are
-counted in ``llm_process_threads``), and the process tree, which psutil finds
+main thread and the oldest after it, where an engine's scheduler threads live,
+in allocation order from the main thread's TID, since TIDs wrap at pid_max; all
+are counted in ``llm_process_threads``), and the process tree, which psutil finds
 by reading every process on the node, is re-listed every ``TREE_REFRESH_S``
 seconds rather than on every sample (a new worker process is picked up within
 that time). The interval stays the operator's (``--process-interval``).
@@ -95,8 +96,22 @@ def _read_small(path: str) -> bytes:
         os.close(fd)
 
 
+#: above any pid_max Linux allows (2**22 on 64-bit), so TIDs modulo it keep their allocation order
+_TID_SPACE = 1 << 22
+
+
+def _allocation_order(pid: int, tid: int) -> int:
+    """How long after the main thread ``tid`` was allocated: 0 for the main thread (TID = PID).
+
+    TIDs wrap at pid_max, so a thread created after the wrap has a lower TID than
+    the main thread; counting forward from the PID modulo the TID space keeps the
+    creation order either way.
+    """
+    return (tid - pid) % _TID_SPACE
+
+
 def read_thread_times(pid: int, limit: int = MAX_THREADS_PER_PROCESS) -> tuple[int, ThreadTimes]:
-    """(number of threads, times of at most ``limit`` of them, lowest TIDs first) from /proc.
+    """(number of threads, times of at most ``limit`` of them, the oldest first) from /proc.
 
     One read per thread: schedstat's on-CPU and wait nanoseconds; the thread's
     ``stat`` (user + system ticks, no demand) only where schedstat is missing
@@ -109,7 +124,7 @@ def read_thread_times(pid: int, limit: int = MAX_THREADS_PER_PROCESS) -> tuple[i
         raise psutil.NoSuchProcess(pid) from None
     tids = [int(n) for n in names if n.isdigit()]
     if len(tids) > limit:
-        tids = sorted(tids)[:limit]
+        tids = sorted(tids, key=lambda tid: _allocation_order(pid, tid))[:limit]
     out: ThreadTimes = {}
     for tid in tids:
         try:

@@ -51,7 +51,14 @@ def test_one_sample_reads_one_small_file_per_thread(busy_pid: int, monkeypatch: 
 def test_threads_read_per_sample_are_capped_but_all_are_counted(busy_pid: int) -> None:
     count, times = read_thread_times(busy_pid, limit=50)
     assert count == THREADS + 1 and len(times) == 50
-    assert min(times) == busy_pid  # the lowest TIDs are kept: the main thread (TID = PID) among them
+    assert busy_pid in times  # the main thread (TID = PID) is always kept, wherever the TIDs wrapped
+
+
+def test_threads_kept_follow_allocation_order_across_a_tid_wrap() -> None:
+    # pid 32000 created threads 32001..32767, then the TIDs wrapped to 300..
+    created = [32000, *range(32001, 32768), *range(300, 400)]
+    order = sorted(reversed(created), key=lambda tid: sampler._allocation_order(32000, tid))
+    assert order == created
 
 
 def test_the_process_tree_is_listed_again_only_every_refresh_period(busy_pid: int, monkeypatch: pytest.MonkeyPatch) -> None:
