@@ -19,6 +19,18 @@ The method is symptom-first. A cycle
 A cause that holds while nothing suffers is headroom information, not an alarm,
 except the ones that are waste or danger on their own (``Rule.warns_alone``).
 
+Why a missed sample does not blank the verdict: an engine busy enough to be
+the problem is also the one whose ``/metrics`` answers late (a vLLM front end
+sharing starved cores, a gateway timing out). The store drops a source's
+points the moment an attempt times out, so a snapshot taken then holds no
+engine data and would read "unknown", and the hysteresis would start over
+("healthy" for a cycle with nine requests waiting). While an input that was
+fresh has been missing for at most ``source_gap_seconds``, the engine therefore
+does not judge that snapshot: it re-issues the last verdict, stamped now, with
+a notice naming the source and its error, and adds nothing to the window (the
+counters of the next good sample span the gap). A longer outage is judged as
+it is: the source is down and its layers are unknown.
+
 The verdict is immutable and swapped atomically; the HTTP routes and the
 metrics read the latest one and never run rules.
 """
@@ -28,7 +40,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from exporter.diagnosis import causality
 from exporter.diagnosis import signals as sig
@@ -47,6 +59,8 @@ __all__ = ["STATUSES", "Cause", "DiagnosisEngine", "LayerVerdict", "Verdict", "e
 _PLAIN = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _WITH_LABELS = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{(.*)\}")
 _SCOPE_LABEL = {"gpu": "gpu", "group": "group"}
+#: sources that read the store themselves: their freshness says nothing about the inputs
+_DERIVED_SOURCES = frozenset({"diagnosis", "parallel", "capacity"})
 #: symptoms ordered for the chain: what users feel first, then the queue behind it
 _CHAIN_ORDER = ("ttft_high", "itl_high", "failures", "queueing", "throughput_saturated")
 
@@ -101,6 +115,9 @@ class DiagnosisEngine:
         self._symptom_held: dict[str, tuple[ObservedSymptom, int]] = {}
         self._lock = threading.Lock()
         self._latest = unknown_verdict()
+        #: inputs fresh in the last snapshot judged, and when the current gap in them began
+        self._fresh_inputs: frozenset[str] = frozenset()
+        self._gap_since: float | None = None
 
     @property
     def latest(self) -> Verdict:
@@ -108,14 +125,44 @@ class DiagnosisEngine:
             return self._latest
 
     def observe(self, snap: Snapshot) -> Verdict:
-        """Add one snapshot to the window and judge it."""
-        self.window.add(snap)
-        groups = sig.resolve_groups(self.configured_groups, snap)
-        signals = sig.compute(self.window, groups, self.thresholds.recent_seconds)
-        verdict = self.judge(signals, snap.timestamp, snap)
+        """Add one snapshot to the window and judge it (or bridge a short gap in an input)."""
+        verdict = self._bridge(snap)
+        if verdict is None:
+            self.window.add(snap)
+            groups = sig.resolve_groups(self.configured_groups, snap)
+            signals = sig.compute(self.window, groups, self.thresholds.recent_seconds)
+            verdict = self.judge(signals, snap.timestamp, snap)
+            self._fresh_inputs = fresh_inputs(snap)
         with self._lock:
             self._latest = verdict
         return verdict
+
+    def _bridge(self, snap: Snapshot) -> Verdict | None:
+        """The last verdict again, while an input fresh at the last judgement has been missing
+        for at most ``source_gap_seconds`` (see the module docstring); None: judge ``snap``."""
+        sources = snap.sources or {}
+        lost = sorted(n for n in self._fresh_inputs if n in sources and n not in fresh_inputs(snap))
+        if not lost:
+            self._gap_since = None
+            return None
+        if self._gap_since is None:
+            self._gap_since = snap.monotonic
+        gap = snap.monotonic - self._gap_since
+        last = self.latest
+        if self.thresholds.source_gap_seconds <= 0 or gap > self.thresholds.source_gap_seconds or last.state == "unknown":
+            return None
+        missing = []
+        for name in lost:
+            st = sources[name]
+            why = st.last_error.reason if not st.up and st.last_error is not None else "late"
+            missing.append(f"{name} ({why})")
+        notice = (
+            f"source {', '.join(missing)} missed its latest sample: verdict held from {gap:.0f} s ago"
+            f" (for up to {self.thresholds.source_gap_seconds:g} s)"
+        )
+        return replace(
+            last, timestamp=snap.timestamp, notices=[notice, *(n for n in last.notices if "missed its latest" not in n)]
+        )
 
     # ------------------------------------------------------------------ one cycle
 
@@ -322,6 +369,13 @@ class DiagnosisEngine:
         if score >= t.warning_score:
             return "warning"
         return "ok"
+
+
+def fresh_inputs(snap: Snapshot) -> frozenset[str]:
+    """The sources whose points ``snap`` serves (derived sources left out)."""
+    return frozenset(
+        name for name, st in (snap.sources or {}).items() if name not in _DERIVED_SOURCES and st.fresh(snap.monotonic)
+    )
 
 
 def _headroom(outcomes: list[_Judged]) -> tuple[float | None, str]:

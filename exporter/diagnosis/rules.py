@@ -142,10 +142,14 @@ def _requests_really_wait(v: View, t: Thresholds) -> bool:
     if queue_sustained(v):
         return True
     if s.QUEUE_P95 in v:
-        return (
-            v.get(s.WAITING_MAX, v[s.WAITING]) >= 1 and recent_p95(v, s.QUEUE_P95_RECENT, s.QUEUE_P95) >= t.kv_queue_p95_seconds
-        )
+        return waited_while_queued(v) >= 1 and recent_p95(v, s.QUEUE_P95_RECENT, s.QUEUE_P95) >= t.kv_queue_p95_seconds
     return v[s.WAITING] >= 1
+
+
+def waited_while_queued(v: View) -> float:
+    """The most requests seen waiting over the recent seconds or, longer, over the span the
+    recently admitted requests spent queued (``signals.WAITING_MAX_QUEUE``)."""
+    return max(v.get(s.WAITING_MAX, v.get(s.WAITING, 0.0)), v.get(s.WAITING_MAX_QUEUE, 0.0))
 
 
 def kv_usage(v: View) -> float | None:
@@ -162,7 +166,7 @@ def held_for_capacity(v: View) -> bool:
     all slots busy); elsewhere any sustained wait counts.
     """
     if s.WAITING_CAPACITY in v:
-        return v.get(s.WAITING_CAPACITY_MAX, v[s.WAITING_CAPACITY]) >= 1
+        return max(v.get(s.WAITING_CAPACITY_MAX, v[s.WAITING_CAPACITY]), v.get(s.WAITING_CAPACITY_MAX_QUEUE, 0.0)) >= 1
     if s.SLOTS in v and s.SLOTS_BUSY in v:
         return v.get(s.SLOTS_BUSY_MAX, v[s.SLOTS_BUSY]) >= v[s.SLOTS] and v.get(s.WAITING_MAX, v.get(s.WAITING, 0.0)) >= 1
     return True
@@ -214,7 +218,7 @@ def _kv_fragmentation(v: View, t: Thresholds) -> bool:
         and _requests_really_wait(v, t)
         and usage <= t.kv_usage_low
         and held_for_capacity(v)
-        and v.get(s.RUNNING_MAX_RECENT, v.get(s.RUNNING, 1.0)) >= 1
+        and max(v.get(s.RUNNING_MAX_RECENT, v.get(s.RUNNING, 1.0)), v.get(s.RUNNING_MAX_QUEUE, 0.0)) >= 1
         and v.get(s.UTIL_MAX, 1.0) >= t.busy_utilization
         and not (s.SM_MAX in v and _serial_host(v, t))
         and not _gpu_compute_saturated(v, t)
@@ -553,7 +557,7 @@ RULES: tuple[Rule, ...] = (
         condition=_kv_fragmentation,
         severity=lambda v, t: (
             (
-                ramp(v.get(s.WAITING_MAX, v[s.WAITING]), 0.0, t.queue_backlog_requests)
+                ramp(waited_while_queued(v), 0.0, t.queue_backlog_requests)
                 + ramp(t.kv_usage_low - (kv_usage(v) or 0.0), 0.0, t.kv_usage_low)
             )
             / 2
@@ -561,7 +565,9 @@ RULES: tuple[Rule, ...] = (
         evidence=(
             s.WAITING,
             s.WAITING_MAX,
+            s.WAITING_MAX_QUEUE,
             s.WAITING_CAPACITY,
+            s.WAITING_CAPACITY_MAX_QUEUE,
             s.QUEUE_P95_RECENT,
             s.QUEUE_P95,
             s.KV_USAGE_MAX,

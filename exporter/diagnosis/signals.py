@@ -20,7 +20,7 @@ are the schema's too, so the alerts and the ramp cannot judge differently.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from exporter.diagnosis.probe import probe_signals
@@ -122,6 +122,14 @@ MIN_QUANTILE_OBSERVATIONS = 20
 #: did while they waited
 UTIL_MAX_TTFT = f"max_over_ttft_span({UTIL_MAX})"
 WAITING_MAX_TTFT = f"max_over_ttft_span({WAITING})"
+#: the same over the look-back of the recent queue-time p95 *and* that p95 before it: the requests
+#: whose queue time was observed there waited through that span, so this is what the queue, its
+#: reasons and the batch looked like while they waited. A server whose gauges flicker (a starved
+#: front end, a scrape between two engine steps) still shows the wait its histogram proves; a
+#: short p95 keeps the span near the recent seconds.
+WAITING_MAX_QUEUE = f"max_over_queue_span({WAITING})"
+WAITING_CAPACITY_MAX_QUEUE = f"max_over_queue_span({WAITING_CAPACITY})"
+RUNNING_MAX_QUEUE = f"max_over_queue_span({RUNNING})"
 SPEC_DRAFT = "increase(llm_spec_decode_draft_tokens_total)"
 SPEC_ACCEPTANCE = "increase(llm_spec_decode_accepted_tokens_total) / increase(llm_spec_decode_draft_tokens_total)"
 #: finish reasons that mean the request did not complete: the schema's one set (the recording rule reads it too)
@@ -339,11 +347,17 @@ def service_signals(window: Window, gpus: Mapping[str, Mapping[str, float]], rec
     _pace(window, v)
     _put(v, ITL_P95, window.quantile("llm_request_inter_token_seconds", 0.95))
     _put(v, QUEUE_P95, window.quantile("llm_scheduler_queue_seconds", 0.95))
-    _put(
-        v,
-        QUEUE_P95_RECENT,
-        _first(window.recent_quantile("llm_scheduler_queue_seconds", 0.95, MIN_QUANTILE_OBSERVATIONS, recent_seconds)),
-    )
+    queue = window.recent_quantile("llm_scheduler_queue_seconds", 0.95, MIN_QUANTILE_OBSERVATIONS, recent_seconds)
+    if queue is not None:
+        v[QUEUE_P95_RECENT] = queue[0]
+        span = min(window.seconds, max(recent_seconds, queue[1]) + queue[0])
+        reads: tuple[tuple[str, Callable[[Snapshot], float | None]], ...] = (
+            (WAITING_MAX_QUEUE, lambda s: figure(s, WAITING_METRIC)),
+            (WAITING_CAPACITY_MAX_QUEUE, lambda s: figure(s, BY_REASON_METRIC, reason="capacity")),
+            (RUNNING_MAX_QUEUE, lambda s: figure(s, RUNNING_METRIC)),
+        )
+        for name, reduce in reads:
+            _put(v, name, max(window.gauge_history(reduce, span), default=None))
     ttft = window.recent_quantile("llm_request_ttft_seconds", 0.95, MIN_QUANTILE_OBSERVATIONS, recent_seconds)
     if ttft is not None:
         v[TTFT_P95_RECENT] = ttft[0]

@@ -83,9 +83,8 @@ def queueing(v: View, t: Thresholds) -> bool:
     taken): then the queue-time histogram does not move, yet the queue stays.
     """
     queue_p95 = latest_p95(v, s.QUEUE_P95_RECENT, s.QUEUE_P95)
-    waited_long = (
-        queue_p95 is not None and queue_p95 >= t.queueing_p95_seconds and v.get(s.WAITING_MAX, v.get(s.WAITING, 0.0)) >= 1
-    )
+    waiting = max(v.get(s.WAITING_MAX, v.get(s.WAITING, 0.0)), v.get(s.WAITING_MAX_QUEUE, 0.0))
+    waited_long = queue_p95 is not None and queue_p95 >= t.queueing_p95_seconds and waiting >= 1
     return waited_long or queue_sustained(v)
 
 
@@ -121,7 +120,7 @@ def _describe_itl(v: View, t: Thresholds) -> str:
 
 
 def _describe_queueing(v: View, t: Thresholds) -> str:
-    waiting = v.get(s.WAITING_MAX, v.get(s.WAITING, 0.0))
+    waiting = max(v.get(s.WAITING_MAX, v.get(s.WAITING, 0.0)), v.get(s.WAITING_MAX_QUEUE, 0.0))
     parts = [f"{waiting:.0f} requests waiting"]
     queue_p95 = latest_p95(v, s.QUEUE_P95_RECENT, s.QUEUE_P95)
     if queue_p95 is not None:
@@ -158,7 +157,16 @@ SYMPTOMS: tuple[Symptom, ...] = (
         "queueing",
         (s.WAITING, s.QUEUE_P95),
         queueing,
-        (s.WAITING, s.WAITING_MAX, s.WAITING_MIN, s.QUEUE_P95_RECENT, s.QUEUE_P95, s.WAITING_CAPACITY, s.WAITING_DEFERRED),
+        (
+            s.WAITING,
+            s.WAITING_MAX,
+            s.WAITING_MAX_QUEUE,
+            s.WAITING_MIN,
+            s.QUEUE_P95_RECENT,
+            s.QUEUE_P95,
+            s.WAITING_CAPACITY,
+            s.WAITING_DEFERRED,
+        ),
         _describe_queueing,
     ),
     Symptom(

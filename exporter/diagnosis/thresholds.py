@@ -23,6 +23,9 @@ class Thresholds:
     # --- the window and the verdict -----------------------------------------------
     #: seconds of snapshots kept for rates, histogram quantiles and persistence
     window_seconds: float = 20.0
+    #: an input that was fresh and misses its samples for at most this long does not blank the
+    #: verdict: the last one is held, with a notice (exporter/diagnosis/engine.py); 0 turns it off
+    source_gap_seconds: float = 10.0
     #: the shorter look-back of "sustained" gauge checks (GPU idled, requests waited):
     #: long enough to span a bursty load's lulls, short enough not to delay a verdict
     recent_seconds: float = 5.0
@@ -206,7 +209,7 @@ class Thresholds:
         for name in positive:
             if not getattr(self, name) > 0:
                 raise ValueError(f"diagnosis.{name}: expected a positive number, got {getattr(self, name)}")
-        for name in ("preemption_rate_per_second", "spec_min_draft_tokens", "failure_min_requests"):
+        for name in ("preemption_rate_per_second", "spec_min_draft_tokens", "failure_min_requests", "source_gap_seconds"):
             if getattr(self, name) < 0:
                 raise ValueError(f"diagnosis.{name}: expected a number >= 0, got {getattr(self, name)}")
         for name in (

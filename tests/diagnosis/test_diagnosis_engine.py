@@ -10,8 +10,9 @@ import pytest
 from exporter.diagnosis.engine import DiagnosisEngine, evidence_key
 from exporter.diagnosis.rules import RULES
 from exporter.diagnosis.thresholds import Thresholds
+from exporter.samples import Point
 from exporter.schema import LAYERS, SPECS
-from exporter.store import Snapshot
+from exporter.store import Snapshot, SnapshotStore
 from tests.diagnosis.diag_points import (
     GIB,
     engine,
@@ -178,3 +179,79 @@ def test_window_bounds_how_long_a_rate_remembers(window):
     still = ["kv_cache_pressure" in {c.cause for c in v.bottlenecks} for v in verdicts]
     assert still[2]
     assert still[-1] is (window > 6)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _overloaded_engine(cycle: int) -> list[Point]:
+    return engine(waiting=9, running=1, kv=1.0, preemptions=3.0 * cycle)
+
+
+def test_a_late_engine_sample_holds_the_verdict_for_the_gap_then_reads_down():
+    """A timed-out scrape of an overloaded engine neither blanks the verdict nor restarts its
+    hysteresis: the last verdict is held with a notice for ``source_gap_seconds``, then the
+    source reads down; when it answers again the verdict is judged from its data again."""
+    clock = _Clock()
+    store = SnapshotStore(clock=clock, monotonic=clock)
+    store.register("engine:x", interval=1.0, timeout=0.8)
+    eng = DiagnosisEngine(Thresholds(source_gap_seconds=5.0))
+
+    def scrape(points: list[Point] | None) -> None:
+        store.begin_attempt("engine:x")
+        if points is not None:
+            store.record_success("engine:x", points, 0.01)
+
+    for i in range(6):
+        scrape(_overloaded_engine(i))
+        judged = eng.observe(store.snapshot())
+        clock.now += 1.0
+    assert judged.state == "degraded" and judged.primary is not None
+    scrape(None)  # the next scrape hangs past its timeout
+    held = []
+    for _ in range(5):
+        clock.now += 1.0
+        held.append(eng.observe(store.snapshot()))
+    assert [v.state for v in held] == ["degraded"] * 5
+    assert all(v.primary == judged.primary for v in held)
+    assert "source engine:x (timeout) missed its latest sample" in held[-1].notices[0]
+    assert held[-1].timestamp == clock.now
+    clock.now += 2.0  # past the gap: judged as it is
+    down = eng.observe(store.snapshot())
+    assert down.state == "unknown"
+    assert any("source engine:x is down (timeout)" in n for n in down.notices)
+    for i in range(6, 10):  # back: judged from its data again, no hold left over
+        scrape(_overloaded_engine(i))
+        back = eng.observe(store.snapshot())
+        clock.now += 1.0
+    assert back.state == "degraded" and not any("missed its latest" in n for n in back.notices)
+
+
+def test_the_gap_hold_is_off_at_zero_and_never_holds_an_unknown_verdict():
+    clock = _Clock()
+    store = SnapshotStore(clock=clock, monotonic=clock)
+    store.register("engine:x", interval=1.0, timeout=0.8)
+    off = DiagnosisEngine(Thresholds(source_gap_seconds=0.0))
+    for i in range(6):
+        store.begin_attempt("engine:x")
+        store.record_success("engine:x", _overloaded_engine(i), 0.01)
+        assert off.observe(store.snapshot()).state in ("degraded", "healthy")
+        clock.now += 1.0
+    store.begin_attempt("engine:x")
+    clock.now += 1.0
+    assert off.observe(store.snapshot()).state == "unknown"
+    # a verdict that was unknown (first sample, no window yet) is never held over a gap
+    fresh = DiagnosisEngine()
+    store2 = SnapshotStore(clock=clock, monotonic=clock)
+    store2.register("engine:y", interval=1.0, timeout=0.8)
+    store2.begin_attempt("engine:y")
+    store2.record_success("engine:y", [], 0.01)
+    assert fresh.observe(store2.snapshot()).state == "unknown"
+    store2.begin_attempt("engine:y")
+    clock.now += 1.0
+    assert not any("missed its latest" in n for n in fresh.observe(store2.snapshot()).notices)

@@ -3,10 +3,13 @@ and stays quiet on the near miss that distinguishes it from a neighbour."""
 
 from __future__ import annotations
 
+from exporter.diagnosis import signals as s
 from exporter.diagnosis.rules import CAUSES, RULES
 from exporter.diagnosis.thresholds import Thresholds
+from exporter.samples import Sample
 from exporter.schema import LAYERS
 from tests.diagnosis.diag_points import (
+    ENG,
     GIB,
     causes,
     engine,
@@ -184,6 +187,37 @@ def test_kv_fragmentation_needs_sustained_queueing_where_queue_time_is_known():
 
     assert "kv_fragmentation_or_capacity_misjudged" in causes(last(cycles(queue_wait=0.4)))
     assert "kv_fragmentation_or_capacity_misjudged" not in causes(last(cycles(queue_wait=0.01)))
+
+
+def test_waits_the_queue_time_histogram_proves_are_judged_over_the_span_they_waited():
+    """The gauges read 0 running, 0 waiting in every look of the recent seconds (scrapes that
+    land between bursts, or only succeed when the server is momentarily idle) while the
+    queue-time histogram shows the admitted requests waited ~4 s: the queue, its capacity
+    reason and the one running request are read over that span instead."""
+    busy = gpu(util=0.85, sm=0.68, tensor=0.3, dram=0.55)
+
+    def cycles(queue_wait: float) -> list:
+        out = []
+        for i in range(12):
+            queued = i < 5  # 9 waiting for the one slot, then the gauges read 0 / 0
+            points = busy + engine(waiting=9 if queued else 0, running=1 if queued else 0, kv=0.13)
+            points.append(_capacity(9 if queued else 0))
+            points.append(histogram("llm_scheduler_queue_seconds", [queue_wait] * (6 * i)))
+            out.append(points)
+        return out
+
+    long_waits = run(cycles(queue_wait=4.0))[-1]
+    assert long_waits.signals[s.WAITING_MAX] == 0 and long_waits.signals[s.WAITING_MAX_QUEUE] == 9
+    assert long_waits.signals[s.WAITING_CAPACITY_MAX_QUEUE] == 9 and long_waits.signals[s.RUNNING_MAX_QUEUE] == 1
+    assert "kv_fragmentation_or_capacity_misjudged" in causes(long_waits)
+    # waits of 10 ms keep the span at the recent seconds: nothing waits there, nothing is claimed
+    short_waits = run(cycles(queue_wait=0.01))[-1]
+    assert short_waits.signals[s.WAITING_MAX_QUEUE] == 0
+    assert "kv_fragmentation_or_capacity_misjudged" not in causes(short_waits)
+
+
+def _capacity(waiting: float) -> Sample:
+    return Sample("llm_scheduler_requests_waiting_by_reason", {**ENG, "reason": "capacity"}, float(waiting))
 
 
 # ---------------------------------------------------------------- scheduler
