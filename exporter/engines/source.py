@@ -37,7 +37,7 @@ from exporter.engines.budget import input_limit, published_series
 from exporter.engines.fetch import Request, get
 from exporter.engines.textparse import ParseError, SeriesLimitError
 from exporter.engines.urls import host_port, safe_url, split_userinfo
-from exporter.memtrim import LARGE_BYTES, release_free_memory
+from exporter.memtrim import LARGE_BYTES, TRIMS
 from exporter.samples import Point, Sample, SampleResult, SourceError
 from exporter.schema import SERIES_DROP_REASONS
 from exporter.secretfile import read_secret_file
@@ -56,8 +56,6 @@ MAX_MESSAGE = 300
 DROPPED = "llm_exporter_series_dropped_total"
 #: failures that mean a large body was read or parsed before it was refused
 _LARGE_REASONS = frozenset({"too_large", "too_many_series"})
-#: scrapes after a large one that trim the heap as well (the store frees the large result on the next)
-TRIMS_AFTER_LARGE = 2
 
 
 class EngineSource:
@@ -82,7 +80,6 @@ class EngineSource:
         self._secrets: list[str] = [s for s in (self._url_auth or ()) if len(s) >= 3]
         self._tls: tuple[tuple[str | None, int], ssl.SSLContext] | None = None
         self._body_bytes = 0
-        self._trims_after_large = 0
         if not cfg.tls_verify and not cfg.ca_bundle:
             log.warning("%s: TLS certificate verification is off (tls_verify: false)", self.name)
 
@@ -93,11 +90,8 @@ class EngineSource:
         self._body_bytes = 0
         outcome = self._attempt()
         large = self._body_bytes >= LARGE_BYTES or (not isinstance(outcome, SampleResult) and outcome[0] in _LARGE_REASONS)
-        if large or self._trims_after_large:
-            # the large parse's pages go back to the OS (exporter/memtrim.py); and on the next scrapes
-            # too: a large result is freed only once a later one replaces it in the store
-            release_free_memory()
-        self._trims_after_large = TRIMS_AFTER_LARGE if large else max(0, self._trims_after_large - 1)
+        # the large parse's pages go back to the OS, and what it left is trimmed as it is freed (exporter/memtrim.py)
+        TRIMS.after_scrape(large)
         if isinstance(outcome, SampleResult):
             return outcome
         reason, message = outcome
