@@ -44,7 +44,7 @@ from dataclasses import dataclass, replace
 
 from exporter.diagnosis import causality
 from exporter.diagnosis import signals as sig
-from exporter.diagnosis.notices import notices_for
+from exporter.diagnosis.notices import DERIVED_SOURCES, notices_for
 from exporter.diagnosis.ranking import Holding, confidence, pick_primary
 from exporter.diagnosis.rules import RULES, Rule
 from exporter.diagnosis.symptoms import ObservedSymptom, observe
@@ -59,8 +59,6 @@ __all__ = ["STATUSES", "Cause", "DiagnosisEngine", "LayerVerdict", "Verdict", "e
 _PLAIN = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _WITH_LABELS = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{(.*)\}")
 _SCOPE_LABEL = {"gpu": "gpu", "group": "group"}
-#: sources that read the store themselves: their freshness says nothing about the inputs
-_DERIVED_SOURCES = frozenset({"diagnosis", "parallel", "capacity"})
 #: symptoms ordered for the chain: what users feel first, then the queue behind it
 _CHAIN_ORDER = ("ttft_high", "itl_high", "failures", "queueing", "throughput_saturated")
 
@@ -115,7 +113,8 @@ class DiagnosisEngine:
         self._symptom_held: dict[str, tuple[ObservedSymptom, int]] = {}
         self._lock = threading.Lock()
         self._latest = unknown_verdict()
-        #: inputs fresh in the last snapshot judged, and when the current gap in them began
+        #: the last verdict judged (not held), the inputs fresh in its snapshot, and when the current gap began
+        self._judged = self._latest
         self._fresh_inputs: frozenset[str] = frozenset()
         self._gap_since: float | None = None
 
@@ -126,29 +125,30 @@ class DiagnosisEngine:
 
     def observe(self, snap: Snapshot) -> Verdict:
         """Add one snapshot to the window and judge it (or bridge a short gap in an input)."""
-        verdict = self._bridge(snap)
+        fresh = fresh_inputs(snap)
+        verdict = self._bridge(snap, fresh)
         if verdict is None:
             self.window.add(snap)
             groups = sig.resolve_groups(self.configured_groups, snap)
             signals = sig.compute(self.window, groups, self.thresholds.recent_seconds)
-            verdict = self.judge(signals, snap.timestamp, snap)
-            self._fresh_inputs = fresh_inputs(snap)
+            verdict = self._judged = self.judge(signals, snap.timestamp, snap)
+            self._fresh_inputs = fresh
         with self._lock:
             self._latest = verdict
         return verdict
 
-    def _bridge(self, snap: Snapshot) -> Verdict | None:
-        """The last verdict again, while an input fresh at the last judgement has been missing
+    def _bridge(self, snap: Snapshot, fresh: frozenset[str]) -> Verdict | None:
+        """The last verdict judged again, while an input fresh at that judgement has been missing
         for at most ``source_gap_seconds`` (see the module docstring); None: judge ``snap``."""
         sources = snap.sources or {}
-        lost = sorted(n for n in self._fresh_inputs if n in sources and n not in fresh_inputs(snap))
+        lost = sorted(n for n in self._fresh_inputs - fresh if n in sources)
         if not lost:
             self._gap_since = None
             return None
         if self._gap_since is None:
             self._gap_since = snap.monotonic
         gap = snap.monotonic - self._gap_since
-        last = self.latest
+        last = self._judged
         if self.thresholds.source_gap_seconds <= 0 or gap > self.thresholds.source_gap_seconds or last.state == "unknown":
             return None
         missing = []
@@ -160,9 +160,7 @@ class DiagnosisEngine:
             f"source {', '.join(missing)} missed its latest sample: verdict held from {gap:.0f} s ago"
             f" (for up to {self.thresholds.source_gap_seconds:g} s)"
         )
-        return replace(
-            last, timestamp=snap.timestamp, notices=[notice, *(n for n in last.notices if "missed its latest" not in n)]
-        )
+        return replace(last, timestamp=snap.timestamp, notices=[notice, *last.notices])
 
     # ------------------------------------------------------------------ one cycle
 
@@ -374,7 +372,7 @@ class DiagnosisEngine:
 def fresh_inputs(snap: Snapshot) -> frozenset[str]:
     """The sources whose points ``snap`` serves (derived sources left out)."""
     return frozenset(
-        name for name, st in (snap.sources or {}).items() if name not in _DERIVED_SOURCES and st.fresh(snap.monotonic)
+        name for name, st in (snap.sources or {}).items() if name not in DERIVED_SOURCES and st.fresh(snap.monotonic)
     )
 
 

@@ -13,7 +13,7 @@ from exporter.diagnosis import signals as sig
 from exporter.store import Snapshot
 
 #: sources that read the store themselves: their health says nothing about the inputs
-_DERIVED = frozenset({"diagnosis", "parallel", "capacity"})
+DERIVED_SOURCES = frozenset({"diagnosis", "parallel", "capacity"})
 
 
 def notices_for(signals: sig.Signals, snap: Snapshot | None, statuses: Mapping[str, str], app_judged: bool) -> list[str]:
@@ -22,7 +22,7 @@ def notices_for(signals: sig.Signals, snap: Snapshot | None, statuses: Mapping[s
     v = signals.service
     sources = dict(snap.sources) if snap is not None and getattr(snap, "sources", None) else {}
     for name, st in sorted(sources.items()):
-        if name in _DERIVED or st.up:
+        if name in DERIVED_SOURCES or st.up:
             continue
         err = getattr(st, "last_error", None)
         reason = getattr(err, "reason", None) or "no successful sample yet"

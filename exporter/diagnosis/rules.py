@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from exporter.diagnosis import causality
 from exporter.diagnosis import probe as pr
 from exporter.diagnosis import signals as s
-from exporter.diagnosis.symptoms import itl_high, latest_p95, queue_sustained, queueing, ttft_high
+from exporter.diagnosis.symptoms import itl_high, latest_p95, queue_sustained, queueing, ttft_high, waited_while_queued
 from exporter.diagnosis.thresholds import Thresholds
 from exporter.schema import HARMFUL_THROTTLE_REASONS, LAYERS
 
@@ -144,12 +144,6 @@ def _requests_really_wait(v: View, t: Thresholds) -> bool:
     if s.QUEUE_P95 in v:
         return waited_while_queued(v) >= 1 and recent_p95(v, s.QUEUE_P95_RECENT, s.QUEUE_P95) >= t.kv_queue_p95_seconds
     return v[s.WAITING] >= 1
-
-
-def waited_while_queued(v: View) -> float:
-    """The most requests seen waiting over the recent seconds or, longer, over the span the
-    recently admitted requests spent queued (``signals.WAITING_MAX_QUEUE``)."""
-    return max(v.get(s.WAITING_MAX, v.get(s.WAITING, 0.0)), v.get(s.WAITING_MAX_QUEUE, 0.0))
 
 
 def kv_usage(v: View) -> float | None:

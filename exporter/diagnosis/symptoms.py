@@ -76,6 +76,12 @@ def queue_sustained(v: View) -> bool:
     return v.get(s.WAITING_MIN, 0.0) >= 1  # absent until there are two looks
 
 
+def waited_while_queued(v: View) -> float:
+    """The most requests seen waiting over the recent seconds or, longer, over the span the
+    recently admitted requests spent queued (``signals.WAITING_MAX_QUEUE``)."""
+    return max(v.get(s.WAITING_MAX, v.get(s.WAITING, 0.0)), v.get(s.WAITING_MAX_QUEUE, 0.0))
+
+
 def queueing(v: View, t: Thresholds) -> bool:
     """Requests wait: long queue times for those admitted, or a queue that never empties.
 
@@ -83,8 +89,7 @@ def queueing(v: View, t: Thresholds) -> bool:
     taken): then the queue-time histogram does not move, yet the queue stays.
     """
     queue_p95 = latest_p95(v, s.QUEUE_P95_RECENT, s.QUEUE_P95)
-    waiting = max(v.get(s.WAITING_MAX, v.get(s.WAITING, 0.0)), v.get(s.WAITING_MAX_QUEUE, 0.0))
-    waited_long = queue_p95 is not None and queue_p95 >= t.queueing_p95_seconds and waiting >= 1
+    waited_long = queue_p95 is not None and queue_p95 >= t.queueing_p95_seconds and waited_while_queued(v) >= 1
     return waited_long or queue_sustained(v)
 
 
@@ -120,8 +125,7 @@ def _describe_itl(v: View, t: Thresholds) -> str:
 
 
 def _describe_queueing(v: View, t: Thresholds) -> str:
-    waiting = max(v.get(s.WAITING_MAX, v.get(s.WAITING, 0.0)), v.get(s.WAITING_MAX_QUEUE, 0.0))
-    parts = [f"{waiting:.0f} requests waiting"]
+    parts = [f"{waited_while_queued(v):.0f} requests waiting"]
     queue_p95 = latest_p95(v, s.QUEUE_P95_RECENT, s.QUEUE_P95)
     if queue_p95 is not None:
         parts.append(f"queue p95 {fmt_seconds(queue_p95)}")
