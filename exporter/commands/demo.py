@@ -2,7 +2,7 @@
 
 A tool command (the ``tools`` extra: rich for the live view, httpx for the load);
 the README's first command (scripts/run.sh installs the extra first). The demo
-itself - the children it starts, the view, the tour - is exporter/demo.py,
+itself - the children it starts, the view, the tour - is the package exporter/demo/,
 imported when the command is chosen.
 """
 
@@ -12,7 +12,8 @@ import argparse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from exporter import demo
+    from exporter.demo.plan import TOUR_GPUS, TOUR_SECONDS, TOUR_TIME_SCALE
+    from exporter.demo.stack import DEFAULT_LISTEN
     from exporter.simulator.scenarios import NAMES
     from exporter.simulator.settings import DIALECTS
 
@@ -26,9 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--tour-seconds",
         type=float,
-        default=demo.TOUR_SECONDS,
+        default=TOUR_SECONDS,
         metavar="S",
-        help=f"the tour: how long each scenario runs (default {demo.TOUR_SECONDS:g})",
+        help=f"the tour: how long each scenario runs (default {TOUR_SECONDS:g})",
     )
     add(
         "--tour",
@@ -37,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the tour: the scenarios to visit after healthy, comma-separated (default: every scenario with a cause)",
     )
     add("--dialect", default="vllm", choices=DIALECTS, help="engine whose /metrics the simulator speaks (default vllm)")
-    add("--listen-address", default=demo.DEFAULT_LISTEN, help=f"where the exporter serves (default {demo.DEFAULT_LISTEN})")
+    add("--listen-address", default=DEFAULT_LISTEN, help=f"where the exporter serves (default {DEFAULT_LISTEN})")
     add(
         "--duration",
         type=float,
@@ -52,11 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         metavar="X",
-        help=f"simulator speed-up (default 1; the tour {demo.TOUR_TIME_SCALE:g})",
+        help=f"simulator speed-up (default 1; the tour {TOUR_TIME_SCALE:g})",
     )
-    add(
-        "--gpus", type=int, default=None, metavar="N", help=f"simulated GPUs (default: the scenario's; the tour {demo.TOUR_GPUS})"
-    )
+    add("--gpus", type=int, default=None, metavar="N", help=f"simulated GPUs (default: the scenario's; the tour {TOUR_GPUS})")
     parser.epilog = (
         "exit status: 0 the demo ran (time up, tour done, Ctrl-C or SIGTERM), 1 the simulator or the "
         "exporter failed, 2 a bad flag, 4 cannot listen on --listen-address"
@@ -64,6 +63,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from exporter import demo
+    from exporter.demo.main import run as run_demo
 
-    return demo.run(args)
+    return run_demo(args)

@@ -90,7 +90,8 @@ def split_address(value: str) -> tuple[str, int]:
 
 def run(args: argparse.Namespace) -> int:
     from exporter.simulator import scenarios
-    from exporter.simulator.server import Simulator, SimulatorServer
+    from exporter.simulator.instance import Simulator
+    from exporter.simulator.server import SimulatorServer
 
     if args.list_scenarios:
         for s in scenarios.SCENARIOS.values():

@@ -14,7 +14,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -23,10 +23,8 @@ from starlette.requests import ClientDisconnect
 
 from exporter.simulator import dialects, scenarios, tokenizer
 from exporter.simulator.engine import EngineStopped, QueueFull
+from exporter.simulator.instance import Simulator
 from exporter.simulator.requests import TokenEvent
-
-if TYPE_CHECKING:
-    from exporter.simulator.server import Simulator
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
 #: Non-streaming requests check for a vanished client this often (wall seconds).

@@ -1,4 +1,4 @@
-"""Running a simulator: the engine + dialect bundle, and uvicorn on a thread.
+"""Running a simulator (exporter/simulator/instance.py): uvicorn on a thread.
 
 Why a thread with port 0: tests, the demo and the CLI all need a real HTTP
 server they can start, find (the bound port) and stop cleanly; uvicorn on a
@@ -10,46 +10,20 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
 
 import uvicorn
 
-from exporter.simulator import dialects, scenarios
-from exporter.simulator.engine import Engine
+from exporter.simulator.api import create_app
+from exporter.simulator.instance import Simulator
 
 #: Open HTTP connections the simulator accepts at once.
 MAX_CONNECTIONS = 4096
-
-
-class Simulator:
-    """One simulated server's engine, dialect and the explicit settings that survive scenario switches."""
-
-    def __init__(self, scenario: str = "healthy", dialect: str = "vllm", overrides: dict[str, Any] | None = None) -> None:
-        dialects.get(dialect)
-        self.dialect = dialect
-        self.overrides = dict(overrides or {})
-        config = scenarios.get(scenario).config(overrides=self.overrides)
-        self.engine = Engine(config, scenario, buckets=dialects.buckets(dialect, config))
-
-    def switch(self, scenario: str) -> None:
-        """Apply another scenario's settings live (explicit overrides still win; GPU count stays)."""
-        config = scenarios.get(scenario).config(overrides=self.overrides)
-        self.engine.reconfigure(config, scenario)
-
-    def start(self) -> Simulator:
-        self.engine.start()
-        return self
-
-    def stop(self) -> None:
-        self.engine.stop()
 
 
 class SimulatorServer:
     """A :class:`Simulator` served by uvicorn on a background thread (``port=0`` picks a free port)."""
 
     def __init__(self, simulator: Simulator, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning") -> None:
-        from exporter.simulator.api import create_app
-
         self.simulator = simulator
         self.host = host
         # limit_concurrency bounds open connections (503 beyond), the queue limit bounds admitted requests

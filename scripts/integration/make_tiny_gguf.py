@@ -7,7 +7,8 @@ directly with the `gguf` package: an SPM ("llama") vocabulary of <unk>/<s>/</s>,
 
     python make_tiny_gguf.py OUT.gguf
 
-Shape: n_embd 128, n_ff 256, 2 layers, 4 heads, 2 KV heads (head size 32), context 2048.
+Shape (tiny_model_spec.py, shared with make_tiny_model.py): n_embd 128, n_ff 256, 2 layers,
+4 heads, 2 KV heads (head size 32); context 2048.
 """
 
 from __future__ import annotations
@@ -16,44 +17,9 @@ import sys
 
 import numpy as np
 from gguf import GGUFWriter, TokenType
+from tiny_model_spec import HEAD_DIM, HEADS, HIDDEN, INTERMEDIATE, KV_HEADS, LAYERS, WORDS
 
-N_EMBD = 128
-N_FF = 256
-N_LAYER = 2
-N_HEAD = 4
-N_HEAD_KV = 2
-HEAD_DIM = N_EMBD // N_HEAD
 N_CTX_TRAIN = 2048
-WORDS = [
-    "the",
-    "cache",
-    "block",
-    "token",
-    "prefix",
-    "model",
-    "server",
-    "request",
-    "queue",
-    "layer",
-    "kernel",
-    "memory",
-    "decode",
-    "prefill",
-    "batch",
-    "metric",
-    "alpha",
-    "beta",
-    "gamma",
-    "delta",
-    "one",
-    "two",
-    "three",
-    "four",
-    "five",
-    "six",
-    "seven",
-    "eight",
-]
 
 
 def vocabulary() -> tuple[list[str], list[float], list[int]]:
@@ -93,11 +59,11 @@ def main(argv: list[str]) -> int:
     w.add_name("tiny-random-llama")
     w.add_file_type(0)  # ALL_F32
     w.add_context_length(N_CTX_TRAIN)
-    w.add_embedding_length(N_EMBD)
-    w.add_block_count(N_LAYER)
-    w.add_feed_forward_length(N_FF)
-    w.add_head_count(N_HEAD)
-    w.add_head_count_kv(N_HEAD_KV)
+    w.add_embedding_length(HIDDEN)
+    w.add_block_count(LAYERS)
+    w.add_feed_forward_length(INTERMEDIATE)
+    w.add_head_count(HEADS)
+    w.add_head_count_kv(KV_HEADS)
     w.add_rope_dimension_count(HEAD_DIM)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_vocab_size(n_vocab)
@@ -111,20 +77,20 @@ def main(argv: list[str]) -> int:
     w.add_add_bos_token(True)
 
     # numpy shape is (rows, cols) = (out, in); GGUF stores it as ne = [in, out].
-    w.add_tensor("token_embd.weight", rand(n_vocab, N_EMBD))
-    w.add_tensor("output_norm.weight", np.ones(N_EMBD, dtype=np.float32))
-    w.add_tensor("output.weight", rand(n_vocab, N_EMBD))
-    for i in range(N_LAYER):
+    w.add_tensor("token_embd.weight", rand(n_vocab, HIDDEN))
+    w.add_tensor("output_norm.weight", np.ones(HIDDEN, dtype=np.float32))
+    w.add_tensor("output.weight", rand(n_vocab, HIDDEN))
+    for i in range(LAYERS):
         p = f"blk.{i}."
-        w.add_tensor(p + "attn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
-        w.add_tensor(p + "attn_q.weight", rand(N_HEAD * HEAD_DIM, N_EMBD))
-        w.add_tensor(p + "attn_k.weight", rand(N_HEAD_KV * HEAD_DIM, N_EMBD))
-        w.add_tensor(p + "attn_v.weight", rand(N_HEAD_KV * HEAD_DIM, N_EMBD))
-        w.add_tensor(p + "attn_output.weight", rand(N_EMBD, N_HEAD * HEAD_DIM))
-        w.add_tensor(p + "ffn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
-        w.add_tensor(p + "ffn_gate.weight", rand(N_FF, N_EMBD))
-        w.add_tensor(p + "ffn_up.weight", rand(N_FF, N_EMBD))
-        w.add_tensor(p + "ffn_down.weight", rand(N_EMBD, N_FF))
+        w.add_tensor(p + "attn_norm.weight", np.ones(HIDDEN, dtype=np.float32))
+        w.add_tensor(p + "attn_q.weight", rand(HEADS * HEAD_DIM, HIDDEN))
+        w.add_tensor(p + "attn_k.weight", rand(KV_HEADS * HEAD_DIM, HIDDEN))
+        w.add_tensor(p + "attn_v.weight", rand(KV_HEADS * HEAD_DIM, HIDDEN))
+        w.add_tensor(p + "attn_output.weight", rand(HIDDEN, HEADS * HEAD_DIM))
+        w.add_tensor(p + "ffn_norm.weight", np.ones(HIDDEN, dtype=np.float32))
+        w.add_tensor(p + "ffn_gate.weight", rand(INTERMEDIATE, HIDDEN))
+        w.add_tensor(p + "ffn_up.weight", rand(INTERMEDIATE, HIDDEN))
+        w.add_tensor(p + "ffn_down.weight", rand(HIDDEN, INTERMEDIATE))
 
     w.write_header_to_file()
     w.write_kv_data_to_file()

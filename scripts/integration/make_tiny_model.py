@@ -5,8 +5,9 @@ byte-level BPE trained here on a generated corpus, so any text tokenizes.
 
     python make_tiny_model.py OUT_DIR
 
-Shape: hidden 128, intermediate 256, 2 layers, 4 attention heads, 2 KV heads, so the
-head size is 32 -- the smallest the vLLM CPU attention backend accepts.
+Shape (tiny_model_spec.py, shared with make_tiny_gguf.py): hidden 128, intermediate 256,
+2 layers, 4 attention heads, 2 KV heads, so the head size is 32 -- the smallest the vLLM CPU
+attention backend accepts.
 Run it with the vLLM venv's python (it needs torch, transformers, tokenizers).
 """
 
@@ -16,6 +17,8 @@ import json
 import random
 import sys
 from pathlib import Path
+
+from tiny_model_spec import CORPUS_WORDS, HEAD_DIM, HEADS, HIDDEN, INTERMEDIATE, KV_HEADS, LAYERS
 
 VOCAB_SIZE = 512
 MAX_POSITIONS = 512
@@ -30,37 +33,10 @@ CHAT_TEMPLATE = (
 
 def _corpus(n_lines: int = 2000) -> list[str]:
     rng = random.Random(1234)
-    words = [
-        "the",
-        "cache",
-        "block",
-        "token",
-        "prefix",
-        "model",
-        "server",
-        "request",
-        "queue",
-        "layer",
-        "kernel",
-        "memory",
-        "decode",
-        "prefill",
-        "batch",
-        "metric",
-        "alpha",
-        "beta",
-        "gamma",
-        "delta",
-        "one",
-        "two",
-        "three",
-        "four",
-        "five",
-    ]
     letters = "abcdefghijklmnopqrstuvwxyz0123456789 .,:;!?-_()[]{}'\"\n"
     lines = []
     for _ in range(n_lines):
-        lines.append(" ".join(rng.choice(words) for _ in range(rng.randint(3, 12))))
+        lines.append(" ".join(rng.choice(CORPUS_WORDS) for _ in range(rng.randint(3, 12))))
         lines.append("".join(rng.choice(letters) for _ in range(rng.randint(5, 40))))
     return lines
 
@@ -108,12 +84,12 @@ def make_model(out: Path, tokenizer) -> None:
     torch.manual_seed(0)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
+        hidden_size=HIDDEN,
+        intermediate_size=INTERMEDIATE,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        head_dim=HEAD_DIM,
         max_position_embeddings=MAX_POSITIONS,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,

@@ -74,7 +74,7 @@ else
     log "llama-server built in $(( $(date +%s) - t0 )) s, $(du -sh "$OUT/llama-server" | cut -f1)"
 fi
 
-MODEL_STAMP="$(sha256sum "$HERE/make_tiny_gguf.py" | cut -c1-16);b$BUILD"
+MODEL_STAMP="$(cat "$HERE/make_tiny_gguf.py" "$HERE/tiny_model_spec.py" | sha256sum | cut -c1-16);b$BUILD"
 if stamp_ok "$MODEL.ready" "$MODEL_STAMP"; then
     log "model up to date: $MODEL"
 else

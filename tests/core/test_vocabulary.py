@@ -15,7 +15,10 @@ import pytest
 
 from alerts import recording
 from alerts.settings import load
-from exporter import demo, schema
+from exporter import schema
+from exporter.demo.readings import reading_of
+from exporter.demo.rows import SIGNAL_OF
+from exporter.demo.transcript import PLAIN_FIELDS, plain_line
 from exporter.diagnosis import rules
 from exporter.diagnosis import signals as sig
 from exporter.diagnosis.window import Window
@@ -83,7 +86,7 @@ def test_no_consumer_declares_its_own_list_of_throttle_or_failure_reasons() -> N
         "exporter/ramp",
         "exporter/report",
         "exporter/gpu",
-        "exporter/demo.py",
+        "exporter/demo",
         "alerts",
         "dashboards",
     ]
@@ -106,7 +109,7 @@ def test_every_metric_consumers_reduce_declares_its_reduction() -> None:
         elif s.layer in schema.LAYERS and not s.name.endswith("_info"):
             # the demo shows every bottleneck-layer gauge reduced to one figure
             assert s.reduce in ("sum", "max", "min", "mean"), s.name
-    read = set(GAUGES.values()) | set(COUNTERS.values()) | {m for _, m, _, _ in demo.PLAIN_FIELDS} | set(demo.SIGNAL_OF)
+    read = set(GAUGES.values()) | set(COUNTERS.values()) | {m for _, m, _, _ in PLAIN_FIELDS} | set(SIGNAL_OF)
     assert [m for m in read if SPECS[m].reduce is None] == []
 
 
@@ -173,7 +176,7 @@ def _points(scrape: dict[str, list[tuple[dict[str, str], float]]]) -> list[Sampl
 def test_the_diagnosis_the_ramp_and_the_demo_reduce_one_scrape_alike() -> None:
     scrape = read_metrics(EXPOSITION).scalars()
     ramp = exporter_figures([scrape], [scrape]).gauges
-    view = demo.reading_of(EXPOSITION)
+    view = reading_of(EXPOSITION)
     window = Window(60.0)
     window.add(Snapshot(0.0, _points(scrape), {}))
     v = sig.compute(window).service
@@ -188,7 +191,7 @@ def test_the_diagnosis_the_ramp_and_the_demo_reduce_one_scrape_alike() -> None:
         short = next(s for s, m in GAUGES.items() if m == metric)
         assert ramp[short].max == view.figure(metric) == v[key], metric
     assert ramp["gpu_power_watts"].max == view.figure("llm_gpu_power_watts") == 800  # power adds up
-    line = demo.plain_line(0.0, "x", view, None, "v", "l")
+    line = plain_line(0.0, "x", view, None, "v", "l")
     assert "waiting=8 " in line and "kv=88%" in line and "sm=75%" in line and "power=800 W" in line
 
 
@@ -212,8 +215,9 @@ def test_no_other_module_parses_the_exporters_own_metrics() -> None:
         if "text_string_to_metric_families" in p.read_text(encoding="utf-8")
     )
     assert users == ["exporter/exposition.py"]
-    assert not hasattr(demo, "parse_metrics")
+    from exporter.demo import readings
     from exporter.ramp import probe
     from exporter.report import collect
 
+    assert not hasattr(readings, "parse_metrics")
     assert not hasattr(probe, "parse_metrics") and not hasattr(collect, "parse_exposition")

@@ -18,7 +18,8 @@ import httpx
 
 from exporter.loadgen import LoadResult, LoadSpec, run_load
 from exporter.simulator import scenarios
-from exporter.simulator.server import Simulator, SimulatorServer
+from exporter.simulator.instance import Simulator
+from exporter.simulator.server import SimulatorServer
 
 ROOT = Path(__file__).resolve().parents[2]
 KERNELS_CSV = ROOT / "exporter" / "data" / "traces" / "kernels.csv"

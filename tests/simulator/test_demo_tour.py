@@ -19,7 +19,7 @@ import threading
 import psutil
 import pytest
 
-from exporter.demo import EXPECTED_PRIMARY, TOUR
+from exporter.demo.plan import EXPECTED_PRIMARY, TOUR
 from tests.simulator.sim_helpers import ROOT
 from tests.support.ports import free_port
 

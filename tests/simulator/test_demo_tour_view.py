@@ -6,8 +6,15 @@ import argparse
 
 import pytest
 
-from exporter import demo
 from exporter.commands import demo as demo_command
+from exporter.demo.live import render
+from exporter.demo.plan import EXPECTED_PRIMARY, TOUR, TOUR_SECONDS, tour_names
+from exporter.demo.readings import Reading, reading_of
+from exporter.demo.rows import layer_rows
+from exporter.demo.summary import conclude, summary_lines
+from exporter.demo.transcript import injected_text, plain_line
+from exporter.demo.units import evidence_text, fmt_signal
+from exporter.demo.verdicts import conclusion_line
 from exporter.errors import UsageError
 from exporter.simulator.scenarios import NAMES
 from tests.diagnosis.test_diagnosis_scenarios import EXPECTED
@@ -52,16 +59,16 @@ SIGNALS = {
 }
 
 
-def _readings() -> tuple[demo.Reading, demo.Reading]:
-    before = demo.reading_of(METRICS)
-    now = demo.reading_of(METRICS)  # nothing finished between the two reads
+def _readings() -> tuple[Reading, Reading]:
+    before = reading_of(METRICS)
+    now = reading_of(METRICS)  # nothing finished between the two reads
     now.at = before.at + 1.0
     return now, before
 
 
 def test_rows_show_what_the_diagnosis_judged_in_its_units() -> None:
     now, before = _readings()
-    rows = demo.layer_rows(now, before, SIGNALS)
+    rows = layer_rows(now, before, SIGNALS)
     app = dict(rows["application"])
     assert app["request_ttft_seconds"] == "7.6 s p95"  # the recent p95 the diagnosis judged, not "-"
     assert app["generation_tokens_total"] == "321.5/s"
@@ -78,7 +85,7 @@ def test_rows_show_what_the_diagnosis_judged_in_its_units() -> None:
 
 def test_rows_without_signals_never_read_dash_when_a_value_exists() -> None:
     now, before = _readings()
-    rows = demo.layer_rows(now, before, None)
+    rows = layer_rows(now, before, None)
     assert dict(rows["application"])["request_ttft_seconds"] == "500 ms avg since start"
     assert dict(rows["application"])["generation_tokens_total"] == "0/s"
     assert all(value != "-" for layer in rows.values() for _, value in layer)
@@ -94,31 +101,31 @@ def test_identical_per_gpu_values_collapse() -> None:
         )
         + "\n"
     )
-    rows = dict(demo.layer_rows(demo.reading_of(text), None)["hardware"])
+    rows = dict(layer_rows(reading_of(text), None)["hardware"])
     assert rows["gpu_power_watts"] == "551 W (all 4)"
     assert rows["gpu_sm_active_ratio"] == "20% 30% 40% 50%"
 
 
 def test_plain_line_reads_the_diagnosis_signals() -> None:
     now, before = _readings()
-    line = demo.plain_line(3.0, "kv_pressure", now, before, "degraded: x", "1 req/s", SIGNALS)
+    line = plain_line(3.0, "kv_pressure", now, before, "degraded: x", "1 req/s", SIGNALS)
     assert "waiting=14 " in line and "kv=97%" in line and "tok/s=321.5" in line
     assert "ttft_p95=7.6 s" in line and "queue_p95=9.7 s" in line and "cpu_thread=25%" in line
-    first = demo.plain_line(0.0, "healthy", now, None, "healthy: no symptom", "0 req/s", SIGNALS)
+    first = plain_line(0.0, "healthy", now, None, "healthy: no symptom", "0 req/s", SIGNALS)
     assert "tok/s=321.5" in first  # the diagnosis' rate: no "-" on the first line
 
 
 def test_signal_and_evidence_values_carry_their_units() -> None:
-    assert demo.fmt_signal("llm_parallel_sm_active_skew_ratio", 1.69) == "×1.69"
-    assert demo.fmt_signal("p95_over_recent(llm_scheduler_queue_seconds)", 9.67) == "9.7 s"
-    assert demo.fmt_signal("p95(llm_request_inter_token_seconds)", 0.25) == "250 ms"
-    assert demo.fmt_signal("rate(llm_kv_cache_preemptions_total)", 4.1) == "4.1/s"
-    assert demo.fmt_signal("max(llm_kv_cache_usage_ratio)", 0.97) == "97%"
-    assert demo.fmt_signal("llm_gpu_power_watts / llm_gpu_power_limit_watts", 0.99) == "99%"
-    assert demo.fmt_signal("max(llm_process_busiest_thread_cpu_demand_ratio)", 1.4) == "1.40 cores"
-    assert demo.fmt_signal("sum(llm_scheduler_requests_waiting)", 12.0) == "12"
+    assert fmt_signal("llm_parallel_sm_active_skew_ratio", 1.69) == "×1.69"
+    assert fmt_signal("p95_over_recent(llm_scheduler_queue_seconds)", 9.67) == "9.7 s"
+    assert fmt_signal("p95(llm_request_inter_token_seconds)", 0.25) == "250 ms"
+    assert fmt_signal("rate(llm_kv_cache_preemptions_total)", 4.1) == "4.1/s"
+    assert fmt_signal("max(llm_kv_cache_usage_ratio)", 0.97) == "97%"
+    assert fmt_signal("llm_gpu_power_watts / llm_gpu_power_limit_watts", 0.99) == "99%"
+    assert fmt_signal("max(llm_process_busiest_thread_cpu_demand_ratio)", 1.4) == "1.40 cores"
+    assert fmt_signal("sum(llm_scheduler_requests_waiting)", 12.0) == "12"
     assert (
-        demo._evidence({"llm_parallel_sm_active_skew_ratio": 1.69, "p95(llm_scheduler_queue_seconds)": 9.67})
+        evidence_text({"llm_parallel_sm_active_skew_ratio": 1.69, "p95(llm_scheduler_queue_seconds)": 9.67})
         == "llm_parallel_sm_active_skew_ratio=×1.69, p95(llm_scheduler_queue_seconds)=9.7 s"
     )
 
@@ -156,11 +163,11 @@ def test_a_narrow_terminal_wraps_and_cuts_nothing() -> None:
             },
         ],
     }
-    results = [demo.conclude("healthy", [{"state": "healthy", "primary": None, "timestamp": 1}])]
+    results = [conclude("healthy", [{"state": "healthy", "primary": None, "timestamp": 1}])]
     console = Console(record=True, width=80)
     args = argparse.Namespace(scenario=None, dialect="vllm")
     console.print(
-        demo._render(
+        render(
             args,
             5.0,
             now,
@@ -180,15 +187,15 @@ def test_a_narrow_terminal_wraps_and_cuts_nothing() -> None:
     assert "×1.69" in flat and "×1.00" in flat and "7.6 s p95" in flat
     assert "tour so far: healthy -> healthy (as expected)" in flat
     wide = Console(record=True, width=200)
-    wide.print(demo._render(args, 5.0, now, before, diagnosis, "1 req/s, 0 failed", "", scenario="kv_pressure"))
+    wide.print(render(args, 5.0, now, before, diagnosis, "1 req/s, 0 failed", "", scenario="kv_pressure"))
     wide_text = wide.export_text()
     assert "bottleneck 0.80 · 0% headroom" in wide_text and "ok 0.00 · 100% headroom" in wide_text
 
 
 def test_expected_primaries_are_the_scenario_contract() -> None:
-    assert {s: f"{layer}/{cause}" for s, layer, cause in EXPECTED} == {s: p for s, p in demo.EXPECTED_PRIMARY.items() if p}
-    assert set(demo.EXPECTED_PRIMARY) == set(NAMES)
-    assert demo.TOUR[0] == "healthy" and set(demo.TOUR[1:]) == {s for s, _, _ in EXPECTED}
+    assert {s: f"{layer}/{cause}" for s, layer, cause in EXPECTED} == {s: p for s, p in EXPECTED_PRIMARY.items() if p}
+    assert set(EXPECTED_PRIMARY) == set(NAMES)
+    assert TOUR[0] == "healthy" and set(TOUR[1:]) == {s for s, _, _ in EXPECTED}
 
 
 def _verdict(ts: float, primary: str | None, confidence: float = 0.9) -> dict:
@@ -213,15 +220,15 @@ def test_the_conclusion_is_the_primary_named_most_over_the_second_half() -> None
         _verdict(6, "scheduler/queue_backlog"),
         _verdict(7, kv, 0.95),
     ]
-    c = demo.conclude("kv_pressure", verdicts)
+    c = conclude("kv_pressure", verdicts)
     assert c.named == kv and c.matched and c.share == (3, 4) and c.verdict["timestamp"] == 7
-    assert demo.conclusion_line(c.verdict) == "verdict: degraded primary memory/kv_cache_pressure (confidence 0.95): a ← b"
-    healthy = demo.conclude("healthy", [_verdict(1, None), _verdict(2, None)])
-    assert healthy.matched and demo.conclusion_line(healthy.verdict) == "verdict: healthy primary none: no symptom"
-    wrong = demo.conclude("tp_imbalance", [_verdict(1, None), _verdict(2, None)])
+    assert conclusion_line(c.verdict) == "verdict: degraded primary memory/kv_cache_pressure (confidence 0.95): a ← b"
+    healthy = conclude("healthy", [_verdict(1, None), _verdict(2, None)])
+    assert healthy.matched and conclusion_line(healthy.verdict) == "verdict: healthy primary none: no symptom"
+    wrong = conclude("tp_imbalance", [_verdict(1, None), _verdict(2, None)])
     assert not wrong.matched and wrong.named is None
-    assert not demo.conclude("kv_pressure", []).matched
-    lines = demo.summary_lines([c, healthy, wrong])
+    assert not conclude("kv_pressure", []).matched
+    lines = summary_lines([c, healthy, wrong])
     assert lines[0] == "tour summary: 2 of 3 scenarios read as expected"
     assert lines[2].split() == ["kv_pressure", kv, kv, "yes"]
     assert lines[4].split() == ["tp_imbalance", "parallel/gpu_imbalance", "none", "(healthy)", "NO"]
@@ -229,22 +236,22 @@ def test_the_conclusion_is_the_primary_named_most_over_the_second_half() -> None
 
 def test_tour_names_start_healthy_and_refuse_unknown_scenarios() -> None:
     ns = argparse.Namespace
-    assert demo._tour_names(ns(tour=None)) == list(demo.TOUR)
-    assert demo._tour_names(ns(tour="kv_pressure, healthy,tp_imbalance,kv_pressure")) == [
+    assert tour_names(ns(tour=None)) == list(TOUR)
+    assert tour_names(ns(tour="kv_pressure, healthy,tp_imbalance,kv_pressure")) == [
         "healthy",
         "kv_pressure",
         "tp_imbalance",
     ]
     with pytest.raises(UsageError, match="--tour: unknown scenario nope"):
-        demo._tour_names(ns(tour="kv_pressure,nope"))
+        tour_names(ns(tour="kv_pressure,nope"))
 
 
 def test_injected_text_names_the_knobs_and_the_load() -> None:
     from exporter.simulator import scenarios
 
-    text = demo.injected_text(scenarios.get("kv_pressure"))
+    text = injected_text(scenarios.get("kv_pressure"))
     assert text.startswith("injected: num_gpu_blocks=768 max_num_seqs=64; load: 48 clients back to back")
-    assert "nothing (defaults)" in demo.injected_text(scenarios.get("healthy"))
+    assert "nothing (defaults)" in injected_text(scenarios.get("healthy"))
 
 
 def test_tour_flags_are_checked_before_anything_starts() -> None:
@@ -255,4 +262,4 @@ def test_tour_flags_are_checked_before_anything_starts() -> None:
     with pytest.raises(UsageError, match="--tour-seconds"):
         demo_command.run(parser.parse_args(["--tour-seconds", "0"]))
     args = parser.parse_args([])
-    assert args.scenario is None and args.tour_seconds == demo.TOUR_SECONDS and args.time_scale is None
+    assert args.scenario is None and args.tour_seconds == TOUR_SECONDS and args.time_scale is None

@@ -123,7 +123,10 @@ def test_demo_runs_bounded_without_a_gpu_and_leaves_no_children() -> None:
 def test_demo_view_groups_exporter_metrics_by_layer() -> None:
     from rich.console import Console
 
-    from exporter import demo
+    from exporter.demo.live import render
+    from exporter.demo.readings import reading_of
+    from exporter.demo.rows import layer_rows
+    from exporter.demo.verdicts import verdict_text
 
     text = (
         "\n".join(
@@ -144,16 +147,16 @@ def test_demo_view_groups_exporter_metrics_by_layer() -> None:
         )
         + "\n"
     )
-    before = demo.reading_of(text.replace("} 10", "} 4"))
-    now = demo.reading_of(text)
+    before = reading_of(text.replace("} 10", "} 4"))
+    now = reading_of(text)
     now.at = before.at + 2.0
-    rows = demo.layer_rows(now, before)
+    rows = layer_rows(now, before)
     assert ("gpu_sm_active_ratio", "50% 25%") in rows["hardware"]
     assert ("gpu_throttle_reason_active", "sw_power_cap") in rows["hardware"]
     assert ("kv_cache_preemptions_total", "3/s") in rows["memory"]
     # no request finished between the two reads: the mean since start, not "-"
     assert ("request_ttft_seconds", "500 ms avg since start") in rows["application"]
-    assert ("request_ttft_seconds", "500 ms avg") in demo.layer_rows(now, None)["application"]
+    assert ("request_ttft_seconds", "500 ms avg") in layer_rows(now, None)["application"]
     advice = "Lower max_num_seqs or give the KV cache more memory. " * 6  # long: must wrap, never be cut
     primary = {
         "layer": "memory",
@@ -171,14 +174,14 @@ def test_demo_view_groups_exporter_metrics_by_layer() -> None:
         "layers": {"memory": {"score": 0.8, "status": "bottleneck", "headroom": 0.0}},
         "bottlenecks": [primary],
     }
-    line = demo.verdict_text(verdict)
+    line = verdict_text(verdict)
     assert line == "degraded: memory/kv_cache_pressure (confidence 0.91): TTFT p95 3.3 s > SLO 2 s ← KV cache 100 % full"
-    assert demo.verdict_text(None).startswith("n/a")
-    assert demo.verdict_text({"state": "healthy", "primary": None, "bottlenecks": []}) == "healthy: no symptom"
-    assert demo.verdict_text({"state": "unknown", "primary": None, "notices": ["no GPU source"]}) == "unknown: no GPU source"
+    assert verdict_text(None).startswith("n/a")
+    assert verdict_text({"state": "healthy", "primary": None, "bottlenecks": []}) == "healthy: no symptom"
+    assert verdict_text({"state": "unknown", "primary": None, "notices": ["no GPU source"]}) == "unknown: no GPU source"
     console = Console(record=True, width=160)
     args = argparse.Namespace(scenario="kv_pressure", dialect="vllm")
-    console.print(demo._render(args, 12.0, now, before, verdict, "3 req/s", ""))
+    console.print(render(args, 12.0, now, before, verdict, "3 req/s", ""))
     out = console.export_text()
     assert "kv_pressure" in out and "memory/kv_cache_pressure (confidence 0.91)" in out and "bottleneck 0.80" in out
     assert "…" not in out and out.count("Lower max_num_seqs") == 6

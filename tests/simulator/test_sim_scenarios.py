@@ -17,8 +17,9 @@ import psutil
 import pytest
 
 from exporter.loadgen import LoadResult
+from exporter.simulator.instance import Simulator
 from exporter.simulator.process import SimulatorProcess
-from exporter.simulator.server import Simulator, SimulatorServer
+from exporter.simulator.server import SimulatorServer
 from tests.simulator.sim_helpers import (
     BackgroundLoad,
     get_json,

@@ -9,6 +9,7 @@
 * loadloop.py: the closed-loop load, the /metrics poller, the verdict reader (real engines)
 * asgi.py, browser.py: an ASGI app on a thread; headless Chromium
 * markers.py: how ``external`` is found for tests whose files do not say it
+* imports.py: the package's import graph from its source (function-level imports too), and its circles
 
 Why one kit: each of these had grown two to six copies with different contracts
 (a wait that returned False beside one that raised, a runner that piped stderr

@@ -1,0 +1,36 @@
+"""One simulated server: its engine, its dialect and the settings that survive scenario switches.
+
+Why a module of its own: the HTTP surface (exporter/simulator/api.py) serves it and the
+runner (exporter/simulator/server.py) starts it; both import it from here, so neither
+imports the other back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from exporter.simulator import dialects, scenarios
+from exporter.simulator.engine import Engine
+
+
+class Simulator:
+    """One simulated server's engine, dialect and the explicit settings that survive scenario switches."""
+
+    def __init__(self, scenario: str = "healthy", dialect: str = "vllm", overrides: dict[str, Any] | None = None) -> None:
+        dialects.get(dialect)
+        self.dialect = dialect
+        self.overrides = dict(overrides or {})
+        config = scenarios.get(scenario).config(overrides=self.overrides)
+        self.engine = Engine(config, scenario, buckets=dialects.buckets(dialect, config))
+
+    def switch(self, scenario: str) -> None:
+        """Apply another scenario's settings live (explicit overrides still win; GPU count stays)."""
+        config = scenarios.get(scenario).config(overrides=self.overrides)
+        self.engine.reconfigure(config, scenario)
+
+    def start(self) -> Simulator:
+        self.engine.start()
+        return self
+
+    def stop(self) -> None:
+        self.engine.stop()
