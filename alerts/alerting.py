@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from alerts.causes import CAUSES, LAYER_DASHBOARD, Cause
-from alerts.recording import SERVER_MODEL, slo_error_ratio_record, slo_metrics
+from alerts.recording import ENGINE, INSTANCE_CAUSE, SERVER_MODEL, slo_error_ratio_record, slo_metrics, with_engine
 from alerts.settings import Settings, duration_seconds
 
 #: Labels every fixture series carries, as a scrape of the exporter would add them.
@@ -51,6 +51,9 @@ class Alert:
 PAGE = "LLMServiceDegraded"
 #: A second exporter for fixtures that need two.
 OTHER_INSTANCE = "10.0.0.8:9750"
+#: Two engines on one exporter (issue 20: one verdict per engine). The verdict families carry
+#: the engine's name as ``engine``, the same string as the ``server`` label of its own series.
+ENGINE_A, ENGINE_B = "s1", "s2"
 
 
 def _labels(job: str, instance: str = INSTANCE, **extra: str) -> str:
@@ -84,35 +87,45 @@ def _service_degraded_alert(s: Settings) -> Alert:
     kv = next(c for c in CAUSES if c.cause == "kv_cache_pressure")
     queue = next(c for c in CAUSES if c.cause == "queue_backlog")
 
-    def primary(c: Any, values: str, instance: str = INSTANCE) -> tuple[str, str]:
-        return ("llm_bottleneck_primary" + _labels(job, instance, layer=c.layer, cause=c.cause), values)
+    throttle = next(c for c in CAUSES if c.cause == "power_or_thermal_throttling")
 
-    def active(c: Any, values: str, instance: str = INSTANCE) -> tuple[str, str]:
-        return ("llm_bottleneck_active" + _labels(job, instance, layer=c.layer, cause=c.cause), values)
+    def primary(c: Any, values: str, instance: str = INSTANCE, engine: str = ENGINE_A) -> tuple[str, str]:
+        return ("llm_bottleneck_primary" + _labels(job, instance, **{ENGINE: engine}, layer=c.layer, cause=c.cause), values)
 
-    # the exporter publishes every cause id, 0 for all but the primary
+    def active(c: Any, values: str, instance: str = INSTANCE, engine: str = ENGINE_A) -> tuple[str, str]:
+        return ("llm_bottleneck_active" + _labels(job, instance, **{ENGINE: engine}, layer=c.layer, cause=c.cause), values)
+
+    # the exporter publishes every cause id per engine, 0 for all but that engine's primary
     every_cause_but_kv = tuple(primary(c, f"0x{n}") for c in CAUSES if c is not kv)
+    # engine B on the same exporter is healthy: no primary, although a warning cause holds there
+    healthy_b = tuple(primary(c, f"0x{n}", engine=ENGINE_B) for c in CAUSES) + (active(throttle, f"1x{n}", engine=ENGINE_B),)
     blip = " ".join(["0", "0", "1"] + ["0"] * (n - 3))
     flip = " ".join("1" if i % 2 else "0" for i in range(n))
     flop = " ".join("0" if i % 2 else "1" for i in range(n))
     return Alert(
         name=PAGE,
-        expr="max by (job, instance, layer, cause) (llm_bottleneck_primary) == 1",
+        expr=f"max by ({INSTANCE_CAUSE}) (llm_bottleneck_primary) == 1",
         for_=for_,
         labels={"severity": s.severity_page, "kind": "incident"},
-        summary="LLM service degraded: {{ $labels.layer }}/{{ $labels.cause }} is the primary cause ({{ $labels.instance }})",
+        summary=(
+            "LLM service degraded: {{ $labels.layer }}/{{ $labels.cause }} is the primary cause "
+            "({{ $labels.engine }} on {{ $labels.instance }})"
+        ),
         description=(
-            "Users of the LLM service behind exporter {{ $labels.instance }} are affected (TTFT or ITL over the SLO, "
-            "queueing, saturated throughput or failures) and the diagnosis names {{ $labels.layer }}/{{ $labels.cause }} "
+            "Users of engine {{ $labels.engine }} behind exporter {{ $labels.instance }} are affected (TTFT or ITL over the "
+            "SLO, queueing, saturated throughput or failures) and the diagnosis names {{ $labels.layer }}/{{ $labels.cause }} "
             "as the cause that best explains it. This is the one page for the incident: the per-cause alerts and the "
-            "latency burn alerts of this exporter are muted while it fires. Open the runbook section of the cause "
-            "(runbook_url), the chain from symptom to cause at http://{{ $labels.instance }}/diagnosis, and 'LLM / Overview'."
+            "latency burn alerts of this engine are muted while it fires (another engine on the same exporter pages on its "
+            "own). Open the runbook section of the cause (runbook_url), the chain from symptom to cause at "
+            "http://{{ $labels.instance }}/diagnosis?engine={{ $labels.engine }}, and 'LLM / Overview'."
         ),
         fire=Case(
             (primary(kv, f"1x{n}"),)
             + every_cause_but_kv
             # active for the primary and for a contributing cause, which must not page
             + (active(kv, f"1x{n}"), active(queue, f"1x{n}"))
+            # the second engine of the same exporter: healthy, so no page for it
+            + healthy_b
             # another exporter, another primary: one page each, each with its own runbook section
             + (
                 primary(queue, f"1x{n}", OTHER_INSTANCE),
@@ -120,8 +133,8 @@ def _service_degraded_alert(s: Settings) -> Alert:
                 active(queue, f"1x{n}", OTHER_INSTANCE),
             ),
             (
-                {"job": job, "instance": INSTANCE, "layer": kv.layer, "cause": kv.cause},
-                {"job": job, "instance": OTHER_INSTANCE, "layer": queue.layer, "cause": queue.cause},
+                {"job": job, "instance": INSTANCE, ENGINE: ENGINE_A, "layer": kv.layer, "cause": kv.cause},
+                {"job": job, "instance": OTHER_INSTANCE, ENGINE: ENGINE_A, "layer": queue.layer, "cause": queue.cause},
             ),
         ),
         quiet=Case(
@@ -148,33 +161,47 @@ def _cause_alerts(s: Settings) -> list[Alert]:
             out.append(_outage_alert(s, c))
             continue
         n = _samples(s.for_["bottleneck_cause"])
-        other = next(o for o in CAUSES if o.cause != c.cause)
-        me = "llm_bottleneck_active" + _labels(s.exporter_job, layer=c.layer, cause=c.cause)
-        neighbour = "llm_bottleneck_active" + _labels(s.exporter_job, layer=other.layer, cause=other.cause)
+        me, neighbour, me_on_b = _active_series(s, c)
         blip = " ".join(["0", "0", "1"] + ["0"] * (n - 3))
         out.append(
             Alert(
                 name=c.alert,
-                expr=f'max by (job, instance, layer, cause) (llm_bottleneck_active{{layer="{c.layer}", cause="{c.cause}"}}) == 1',
+                expr=_active_expr(c),
                 for_=s.for_["bottleneck_cause"],
                 # a ticket: the page for the incident is LLMServiceDegraded, on the primary cause
                 labels={"severity": s.severity_ticket, "layer": c.layer, "kind": "diagnosis"},
-                summary=f"{c.summary} ({{{{ $labels.instance }}}})",
+                summary=f"{c.summary} ({{{{ $labels.engine }}}} on {{{{ $labels.instance }}}})",
                 description=(
-                    f"{c.what} The diagnosis on exporter {{{{ $labels.instance }}}} reports {c.layer}/{c.cause} as active. "
-                    f"Confirm on '{c.dashboard}' and the 'LLM / Overview' cause timeline. A ticket: while this exporter's "
-                    f"{PAGE} page fires, Alertmanager mutes it."
+                    f"{c.what} The diagnosis of engine {{{{ $labels.engine }}}} on exporter {{{{ $labels.instance }}}} reports "
+                    f"{c.layer}/{c.cause} as active. Confirm on '{c.dashboard}' and the 'LLM / Overview' cause timeline. A "
+                    f"ticket: while this engine's {PAGE} page fires, Alertmanager mutes it."
                 ),
+                # the cause holds for engine A only: one ticket, for A
                 fire=Case(
-                    ((me, f"1x{n}"), (neighbour, f"0x{n}")),
-                    ({"job": s.exporter_job, "instance": INSTANCE, "layer": c.layer, "cause": c.cause},),
+                    ((me, f"1x{n}"), (neighbour, f"0x{n}"), (me_on_b, f"0x{n}")),
+                    ({"job": s.exporter_job, "instance": INSTANCE, ENGINE: ENGINE_A, "layer": c.layer, "cause": c.cause},),
                 ),
                 # healthy: 0 throughout; a one-sample blip shorter than for:; another cause active
-                quiet=Case(((me, blip), (neighbour, f"1x{n}"))),
+                quiet=Case(((me, blip), (neighbour, f"1x{n}"), (me_on_b, f"0x{n}"))),
                 eval_time=_minutes_after(s.for_["bottleneck_cause"], 4),
             )
         )
     return out
+
+
+def _active_expr(c: Cause) -> str:
+    """A cause's ticket (or outage page): per engine, as the diagnosis judges each engine on its own."""
+    return f'max by ({INSTANCE_CAUSE}) (llm_bottleneck_active{{layer="{c.layer}", cause="{c.cause}"}}) == 1'
+
+
+def _active_series(s: Settings, c: Cause) -> tuple[str, str, str]:
+    """``llm_bottleneck_active`` of ``c`` and of another cause on engine A, and of ``c`` on engine B (same exporter)."""
+    other = next(o for o in CAUSES if o.cause != c.cause)
+
+    def sel(cause: Cause, engine: str) -> str:
+        return "llm_bottleneck_active" + _labels(s.exporter_job, **{ENGINE: engine}, layer=cause.layer, cause=cause.cause)
+
+    return sel(c, ENGINE_A), sel(other, ENGINE_A), sel(c, ENGINE_B)
 
 
 #: what an outage cause's alert carries in ``kind``: a page of its own, not muted by the per-exporter page
@@ -191,28 +218,27 @@ def _outage_alert(s: Settings, c: Cause) -> Alert:
     """
     for_ = s.for_["engine_unresponsive"]
     n = _samples(for_)
-    other = next(o for o in CAUSES if o.cause != c.cause)
-    me = "llm_bottleneck_active" + _labels(s.exporter_job, layer=c.layer, cause=c.cause)
-    neighbour = "llm_bottleneck_active" + _labels(s.exporter_job, layer=other.layer, cause=other.cause)
+    me, neighbour, me_on_b = _active_series(s, c)
     blip = " ".join(["0", "0", "1"] + ["0"] * (n - 3))
     return Alert(
         name=c.alert,
-        expr=f'max by (job, instance, layer, cause) (llm_bottleneck_active{{layer="{c.layer}", cause="{c.cause}"}}) == 1',
+        expr=_active_expr(c),
         for_=for_,
         labels={"severity": s.severity_page, "layer": c.layer, "kind": OUTAGE_KIND},
-        summary=f"{c.summary} ({{{{ $labels.instance }}}})",
+        summary=f"{c.summary} ({{{{ $labels.engine }}}} on {{{{ $labels.instance }}}})",
         description=(
-            f"{c.what} The diagnosis on exporter {{{{ $labels.instance }}}} reports {c.layer}/{c.cause}. "
+            f"{c.what} The diagnosis of engine {{{{ $labels.engine }}}} on exporter {{{{ $labels.instance }}}} reports "
+            f"{c.layer}/{c.cause}. "
             f"A page of its own: {PAGE} does not mute it (it mutes {PAGE} when that names this cause). Collect a "
             "py-spy dump of the engine core, nvidia-smi and the engine's last log lines before restarting it; "
             f"confirm on '{c.dashboard}' (canary probe panels) and 'LLM / Overview'."
         ),
         fire=Case(
-            ((me, f"1x{n}"), (neighbour, f"0x{n}")),
-            ({"job": s.exporter_job, "instance": INSTANCE, "layer": c.layer, "cause": c.cause},),
+            ((me, f"1x{n}"), (neighbour, f"0x{n}"), (me_on_b, f"0x{n}")),
+            ({"job": s.exporter_job, "instance": INSTANCE, ENGINE: ENGINE_A, "layer": c.layer, "cause": c.cause},),
         ),
         # healthy: 0 throughout; a one-sample blip shorter than for:; another cause active
-        quiet=Case(((me, blip), (neighbour, f"1x{n}"))),
+        quiet=Case(((me, blip), (neighbour, f"1x{n}"), (me_on_b, f"0x{n}"))),
         eval_time=_minutes_after(for_, 4),
     )
 
@@ -244,7 +270,7 @@ def _burn_alerts(s: Settings) -> list[Alert]:
             out.append(
                 Alert(
                     name=f"LLM{short_name}BudgetBurn{b.name.capitalize()}",
-                    expr=f"{long_rec} > {limit}\nand on ({SERVER_MODEL})\n{short_rec} > {limit}",
+                    expr=with_engine(f"{long_rec} > {limit}\nand on ({SERVER_MODEL})\n{short_rec} > {limit}"),
                     for_=b.for_,
                     labels={"severity": b.severity, "layer": "application", "kind": "symptom"},
                     summary=f"{short_name} error budget burning {b.factor:g}x too fast ({{{{ $labels.server }}}} {{{{ $labels.model }}}})",
@@ -256,7 +282,7 @@ def _burn_alerts(s: Settings) -> list[Alert]:
                     ),
                     fire=Case(
                         series("burning", f"0+50x{n}"),
-                        ({"job": s.exporter_job, "instance": INSTANCE, "server": "burning", "model": "m"},),
+                        ({"job": s.exporter_job, "instance": INSTANCE, "server": "burning", "model": "m", ENGINE: "burning"},),
                     ),
                     quiet=Case(
                         series("healthy", f"0+99.9x{n}")
@@ -281,7 +307,7 @@ def _symptom_alerts(s: Settings) -> list[Alert]:
     out.append(
         Alert(
             name="LLMKVCacheNearFull",
-            expr=(
+            expr=with_engine(
                 f"server_model:llm_kv_cache_usage:max > {s.kv_near_full_ratio:g}\nand on ({SERVER_MODEL})\n"
                 f"server_model:llm_kv_cache_preemptions:rate{w} > {s.kv_preemptions_per_second:g}"
             ),
@@ -295,7 +321,7 @@ def _symptom_alerts(s: Settings) -> list[Alert]:
             ),
             fire=Case(
                 ((usage + _labels(job, **eng), f"{full}x{n}"), (preempt + _labels(job, **eng), f"0+30x{n}")),
-                ({"job": job, "instance": INSTANCE, "server": "s1", "model": "m"},),
+                ({"job": job, "instance": INSTANCE, "server": "s1", "model": "m", ENGINE: "s1"},),
             ),
             quiet=Case(
                 (

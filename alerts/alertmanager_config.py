@@ -5,17 +5,21 @@ in the same one place as the thresholds, and the inhibitions are derived from
 the cause table, so a new cause cannot be left out of them.
 
 Routing (first match wins):
-  1. LLMServiceDegraded -> the pager, grouped per exporter (not per layer), so a
-     primary that moves to another layer updates the incident's page instead of
-     opening a second one;
+  1. LLMServiceDegraded -> the pager, grouped per engine of an exporter (not per layer),
+     so a primary that moves to another layer updates the incident's page instead of
+     opening a second one, and a second engine on the same node pages on its own;
   2. layer="exporter" -> the observability team, whatever the severity
      (a blind exporter is their problem, not the serving team's);
   3. severity=<severity.page> -> the pager;
   4. otherwise (tickets) the team owning the layer (alertmanager.layer_receivers).
 
-Inhibitions (target muted while a source fires on the same exporter: equal job, instance):
+Inhibitions (target muted while a source fires for the same engine of the same exporter:
+equal job, instance, engine; the verdict is one per engine, issue 20, and the symptom alerts
+carry the engine's name as ``engine`` for this, alerts/recording.py with_engine):
   * LLMServiceDegraded naming an outage cause (engine_unresponsive), muted by that
-    cause's own page (LLMEngineUnresponsive, which nothing mutes): one page per incident;
+    cause's own page (LLMEngineUnresponsive, which nothing mutes): one page per incident.
+    Equal on job, instance only: the target names the same cause, so another engine's page
+    it could mute is a hung engine too, whose own LLMEngineUnresponsive pages;
   * every per-cause ticket (kind="diagnosis"), muted by LLMServiceDegraded: one
     incident, one notification; the page names the primary, /diagnosis the rest;
   * TTFT/ITL burn-rate symptoms, muted by LLMServiceDegraded (the page names the
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 from alerts.alerting import PAGE
 from alerts.causes import CAUSES
+from alerts.recording import ENGINE
 from alerts.settings import Settings
 
 PAGER = "oncall-pager"
@@ -41,6 +46,7 @@ def _webhook(name: str, url: str) -> dict[str, object]:
 
 def document(s: Settings) -> dict[str, object]:
     kv_pressure = next(c for c in CAUSES if c.cause == "kv_cache_pressure")
+    per_engine = ["job", "instance", ENGINE]
     teams = sorted(set(s.layer_receivers.values()) | {PAGER})
     layer_routes: list[dict[str, object]] = []
     by_receiver: dict[str, list[str]] = {}
@@ -53,7 +59,7 @@ def document(s: Settings) -> dict[str, object]:
         {
             "receiver": PAGER,
             "matchers": [f'alertname="{PAGE}"'],
-            "group_by": ["alertname", "job", "instance"],
+            "group_by": ["alertname", "job", "instance", ENGINE],
             "repeat_interval": "1h",
         }
     ]
@@ -75,17 +81,17 @@ def document(s: Settings) -> dict[str, object]:
             {
                 "source_matchers": [f'alertname="{PAGE}"'],
                 "target_matchers": ['kind="diagnosis"'],
-                "equal": ["job", "instance"],
+                "equal": list(per_engine),
             },
             {
                 "source_matchers": [f'alertname="{PAGE}"'],
                 "target_matchers": ['alertname=~"LLM(TTFT|ITL)BudgetBurn.*"'],
-                "equal": ["job", "instance"],
+                "equal": list(per_engine),
             },
             {
                 "source_matchers": [f'alertname="{kv_pressure.alert}"'],
                 "target_matchers": ['alertname="LLMKVCacheNearFull"'],
-                "equal": ["job", "instance"],
+                "equal": list(per_engine),
             },
             {
                 "source_matchers": ['alertname="LLMExporterSourceDown"'],

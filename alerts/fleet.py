@@ -17,8 +17,11 @@ Identity (see docs/fleet.md):
   optional labels would split a replica whenever one is missing;
 * a **fleet** is every replica serving the same ``model``;
 * the verdict (``llm_service_state``, ``llm_bottleneck_primary``, ``llm_layer_headroom_ratio``)
-  is per exporter; a replica gets its exporter's verdict through ``llm_engine_info``
-  (``* on (job, instance) group_left``): two engines on one node share one verdict;
+  is per engine (issue 20): its series carry ``engine``, the engine's name, which is the
+  ``server`` label of that engine's own series. A replica is therefore (job, instance, engine)
+  and gets its own engine's verdict: ``llm_engine_info`` with ``server`` copied into ``engine``,
+  ``* on (job, instance, engine) group_left``. Two engines on one node are two replicas with
+  two verdicts; the per-replica records carry ``engine`` beside ``server`` (equal values);
 * a **multi-node parallel group** is every exporter started with the same
   ``--parallel-group NAME``: they publish ``llm_parallel_node_group_info{group="NAME"}``
   (one series per exporter, a join key, not a label on every series: cardinality stays flat
@@ -49,7 +52,7 @@ from typing import Any
 from alerts import unittests
 from alerts.alerting import Alert, Case, runbook_url
 from alerts.causes import CAUSES
-from alerts.recording import SERVER_MODEL, Rule
+from alerts.recording import ENGINE, INSTANCE_ENGINE, SERVER_MODEL, Rule
 from alerts.settings import ConfigError, Settings, _duration, _number, duration_seconds
 
 #: what the fleet alerts carry in ``kind``: not muted by the per-exporter page (alertmanager.yml)
@@ -58,7 +61,7 @@ IMBALANCE, CAPACITY_SHORT, GROUP_SKEW = "LLMFleetReplicaImbalance", "LLMFleetCap
 #: fleet concept -> alert; the concept is the alert's ``cause`` label and its runbook anchor
 CONCEPTS: dict[str, str] = {"replica_imbalance": IMBALANCE, "fleet_capacity_short": CAPACITY_SHORT, "group_skew": GROUP_SKEW}
 #: what the fleet rules read from alerts/recording_rules.yml: a replica's TTFT p95 ({w}: the rate
-#: window) and its exporter's primary cause
+#: window) and its engine's primary cause
 REPLICA_TTFT_P95 = "server_model:llm_request_ttft_seconds:p95_rate{w}"
 PRIMARY = "instance_cause:llm_bottleneck_confidence:primary"
 
@@ -132,11 +135,13 @@ def fleet_settings(s: Settings, for_override: str | None = None) -> FleetSetting
 # --------------------------------------------------------------------------- recording rules
 
 _ENGINE = f"max by ({SERVER_MODEL}) (llm_engine_info)"
+#: each replica with its engine's name as ``engine`` (the join key of the per-engine verdict)
+_ENGINE_NAMED = f'label_replace({_ENGINE}, "{ENGINE}", "$1", "server", "(.*)")'
 
 
 def _per_replica(expr: str, carry: str = "") -> str:
-    """The exporter's (job, instance) verdict ``expr`` onto each replica it scrapes."""
-    return f"{_ENGINE}\n* on (job, instance) group_left ({carry})\n{expr}"
+    """The engine's (job, instance, engine) verdict ``expr`` onto the replica that engine is."""
+    return f"{_ENGINE_NAMED}\n* on ({INSTANCE_ENGINE}) group_left ({carry})\n{expr}"
 
 
 def _group_gpus(w: str) -> str:
@@ -152,19 +157,19 @@ def recording_rules(s: Settings) -> list[Rule]:
     w = s.rate_window
     ttft_p95 = REPLICA_TTFT_P95.format(w=w)
     state_code = (
-        '2 * max by (job, instance) (llm_service_state{state="degraded"})\n'
-        '+ max by (job, instance) (llm_service_state{state="unknown"})'
+        f'2 * max by ({INSTANCE_ENGINE}) (llm_service_state{{state="degraded"}})\n'
+        f'+ max by ({INSTANCE_ENGINE}) (llm_service_state{{state="unknown"}})'
     )
     replica = [
         Rule("server_model:llm_scheduler_requests_waiting:sum", f"sum by ({SERVER_MODEL}) (llm_scheduler_requests_waiting)"),
-        # the exporter's tightest layer; NaN (unknown) layers are ignored by min, all-unknown stays NaN
-        Rule("server_model:llm_layer_headroom:min", _per_replica("min by (job, instance) (llm_layer_headroom_ratio)")),
+        # the engine's tightest layer; NaN (unknown) layers are ignored by min, all-unknown stays NaN
+        Rule("server_model:llm_layer_headroom:min", _per_replica(f"min by ({INSTANCE_ENGINE}) (llm_layer_headroom_ratio)")),
         # 0 healthy, 1 unknown, 2 degraded (the Overview's "Service state" encoding)
         Rule("server_model:llm_service_state:code", _per_replica(f"(\n{state_code}\n)")),
-        # topk: one verdict per exporter even if two primaries overlap for a cycle (group_left needs one)
+        # topk: one verdict per engine even if two primaries overlap for a cycle (group_left needs one)
         Rule(
             "server_model_cause:llm_bottleneck_confidence:primary",
-            _per_replica(f"topk by (job, instance) (1, {PRIMARY})", carry="layer, cause"),
+            _per_replica(f"topk by ({INSTANCE_ENGINE}) (1, {PRIMARY})", carry="layer, cause"),
         ),
     ]
 
@@ -243,7 +248,7 @@ def _inst(i: str) -> str:
 
 
 class _Fleet:
-    """Builds promtool input series for replicas (one engine ``s`` per exporter) of named models."""
+    """Builds promtool input series for replicas (engine ``s`` on each exporter unless named) of named models."""
 
     def __init__(self, job: str, n: int) -> None:
         self.job, self.n = job, n
@@ -259,29 +264,38 @@ class _Fleet:
         """Unknown throughout (promtool's series notation has no NaN expansion)."""
         return " ".join(["NaN"] * (self.n + 1))
 
-    def replica(self, inst: str, model: str) -> dict[str, str]:
-        """An engine on exporter ``inst``; returns the engine labels for its series."""
-        eng = {"instance": inst, "server": "s", "engine": "vllm", "model": model, "rank": "0"}
-        self.add("llm_engine_info", self.const(1), instance=inst, server="s", engine="vllm", model=model, generation="v1")
+    def replica(self, inst: str, model: str, server: str = "s") -> dict[str, str]:
+        """Engine ``server`` on exporter ``inst``; returns the labels of its own series (``engine`` is the family)."""
+        eng = {"instance": inst, "server": server, "engine": "vllm", "model": model, "rank": "0"}
+        self.add("llm_engine_info", self.const(1), instance=inst, server=server, engine="vllm", model=model, generation="v1")
         return eng
 
     def gauge(self, name: str, eng: dict[str, str], values: str | float) -> None:
         self.add(name, values if isinstance(values, str) else self.const(values), **eng)
 
-    def headroom(self, inst: str, tightest: float) -> None:
-        """The exporter's layers: one at ``tightest``, one idle, one unknown (NaN)."""
+    def headroom(self, inst: str, tightest: float, engine: str = "s") -> None:
+        """The engine's layers: one at ``tightest``, one idle, one unknown (NaN)."""
         for layer, v in (("hardware", self.const(tightest)), ("memory", self.const(1)), ("parallel", self.nan())):
-            self.add("llm_layer_headroom_ratio", v, instance=inst, layer=layer)
+            self.add("llm_layer_headroom_ratio", v, instance=inst, layer=layer, **{ENGINE: engine})
 
-    def verdict(self, inst: str, cause: tuple[str, str] | None, confidence: float = 0.8, values: str | None = None) -> None:
-        """The exporter's state and primary cause (``cause`` None: healthy, no primary)."""
+    def verdict(
+        self,
+        inst: str,
+        cause: tuple[str, str] | None,
+        confidence: float = 0.8,
+        values: str | None = None,
+        engine: str = "s",
+    ) -> None:
+        """The engine's state and primary cause (``cause`` None: healthy, no primary); ``engine`` is its name."""
         degraded = values or (self.const(1) if cause else self.const(0))
-        self.add("llm_service_state", degraded, instance=inst, state="degraded")
-        self.add("llm_service_state", self.const(0), instance=inst, state="unknown")
+        self.add("llm_service_state", degraded, instance=inst, state="degraded", **{ENGINE: engine})
+        self.add("llm_service_state", self.const(0), instance=inst, state="unknown", **{ENGINE: engine})
         if cause:
             layer, name = cause
-            self.add("llm_bottleneck_primary", degraded, instance=inst, layer=layer, cause=name)
-            self.add("llm_bottleneck_confidence", self.const(confidence), instance=inst, layer=layer, cause=name)
+            self.add("llm_bottleneck_primary", degraded, instance=inst, layer=layer, cause=name, **{ENGINE: engine})
+            self.add(
+                "llm_bottleneck_confidence", self.const(confidence), instance=inst, layer=layer, cause=name, **{ENGINE: engine}
+            )
 
     def histogram(self, name: str, eng: dict[str, str], per_minute: dict[str, float]) -> None:
         """Cumulative buckets growing by ``per_minute[le]`` a minute (le "+Inf" included)."""
@@ -328,7 +342,7 @@ def _imbalance_alerts(s: Settings, f: FleetSettings) -> list[Alert]:
         f"while the rest of the fleet has room to spare (at least {f.min_replicas} replicas, the median one with over "
         f"{f.min_headroom:.0%} headroom in its tightest layer): requests are not spread evenly "
         "(load-balancer skew, sticky sessions or a bad node). Confirm on 'LLM / Fleet' (the Replicas table and the "
-        "per-replica panels against the fleet median), then the replica's own verdict at http://{{ $labels.instance }}/."
+        "per-replica panels against the fleet median), then the replica's own verdict at http://{{ $labels.instance }}/diagnosis?engine={{ $labels.server }}."
     )
 
     def expect(inst: str, model: str) -> dict[str, str]:
@@ -353,9 +367,9 @@ def _imbalance_alerts(s: Settings, f: FleetSettings) -> list[Alert]:
         "blip": ((0, 0.8), (0, 0.8), (blip, 0.8)),  # shorter than for:
     }
     for m, (model, reps) in enumerate(fleets.items(), 3):
-        for i, (waiting, room) in enumerate(reps, 1):
+        for i, (queued, room) in enumerate(reps, 1):
             eng = quiet.replica(_inst(f"{m}.{i}"), model)
-            quiet.gauge("llm_scheduler_requests_waiting", eng, waiting)
+            quiet.gauge("llm_scheduler_requests_waiting", eng, queued)
             quiet.headroom(_inst(f"{m}.{i}"), room)
     queue = Alert(
         name=IMBALANCE,
@@ -389,9 +403,9 @@ def _imbalance_alerts(s: Settings, f: FleetSettings) -> list[Alert]:
         "idle": (None, None, "2.5"),  # two replicas without requests: no p95, no median of three
     }
     for m, (model, uppers) in enumerate(fleets_ttft.items(), 3):
-        for i, upper in enumerate(uppers, 1):
+        for i, bucket in enumerate(uppers, 1):
             eng = quiet.replica(_inst(f"{m}.{i}"), model)
-            quiet.histogram("llm_request_ttft_seconds", eng, _ttft_in(upper or "+Inf", 60 if upper else 0))
+            quiet.histogram("llm_request_ttft_seconds", eng, _ttft_in(bucket or "+Inf", 60 if bucket else 0))
             quiet.headroom(_inst(f"{m}.{i}"), 0.8)
     ttft = Alert(
         name=IMBALANCE,
@@ -434,6 +448,12 @@ def _capacity_alerts(s: Settings, f: FleetSettings) -> list[Alert]:
             fire.verdict(_inst(f"{m}.{i}"), _cause(cause) if cause else None)
         layer, cause = _cause(next(c for c in causes if c))
         expected.append({"model": model, "layer": layer, "cause": cause, "replica_cause": cause})
+    # three engines of one exporter (issue 20: a replica is an engine, with its own verdict): two of
+    # the three short of KV memory is most of the fleet
+    for server, cause in (("e1", "kv_cache_pressure"), ("e2", "kv_cache_pressure"), ("e3", None)):
+        fire.replica(_inst("9.1"), "node", server=server)
+        fire.verdict(_inst("9.1"), _cause(cause) if cause else None, engine=server)
+    expected.append({"model": "node", "layer": "memory", "cause": "kv_cache_pressure", "replica_cause": "kv_cache_pressure"})
     quiet = _Fleet(job, n)
     brief = " ".join(["0", "1", "1"] + ["0"] * (n - 3))
     quiet_fleets: dict[str, tuple[tuple[str | None, str | None], ...]] = {
@@ -447,6 +467,11 @@ def _capacity_alerts(s: Settings, f: FleetSettings) -> list[Alert]:
         for i, (cause, values) in enumerate(reps, 1):
             quiet.replica(_inst(f"{m}.{i}"), model)
             quiet.verdict(_inst(f"{m}.{i}"), _cause(cause) if cause else None, values=values)
+    # two engines of one exporter, one short of KV memory, one healthy: half, not most (one exporter's
+    # verdict copied onto both would read "both")
+    for server, cause in (("e1", "kv_cache_pressure"), ("e2", None)):
+        quiet.replica(_inst("9.2"), "shared", server=server)
+        quiet.verdict(_inst("9.2"), _cause(cause) if cause else None, engine=server)
     out = []
     for kind, (what, causes) in CAPACITY.items():
         out.append(
@@ -558,8 +583,10 @@ def _value_tests(s: Settings) -> list[dict[str, object]]:
     """Every recording rule with known inputs and exact outputs, absent series included."""
     w, job = s.rate_window, s.exporter_job
     fx = _Fleet(job, VALUE_SAMPLES)
-    # fleet m: three replicas; fleet solo: one replica with no requests and no known headroom
-    waiting, running, usage, capacity, gen = (0, 2, 30), (8, 8, 8), (0.2, 0.4, 0.9), (1000, 1000, 2000), (60, 120, 180)
+    # fleet m: three replicas; fleet solo: one replica with no requests and no known headroom;
+    # fleet duo: two engines on one exporter (issue 20), a degraded with kv_cache_pressure, b healthy
+    waiting: tuple[float, ...] = (0, 2, 30)
+    running, usage, capacity, gen = (8, 8, 8), (0.2, 0.4, 0.9), (1000, 1000, 2000), (60, 120, 180)
     ttft = ("0.5", "0.5", "2.5")
     rooms = (0.8, 0.6, 0.05)
     verdicts: tuple[tuple[str, str] | None, ...] = (None, None, _cause("kv_cache_pressure"))
@@ -593,19 +620,25 @@ def _value_tests(s: Settings) -> list[dict[str, object]]:
     fx.gauge("llm_kv_cache_usage_ratio", eng, 0.5)  # no capacity published: the mean usage
     fx.histogram("llm_request_ttft_seconds", eng, _ttft_in("+Inf", 0))
     for layer in ("hardware", "memory"):
-        fx.add("llm_layer_headroom_ratio", fx.nan(), instance=solo, layer=layer)
-    fx.add("llm_service_state", fx.const(0), instance=solo, state="degraded")
-    fx.add("llm_service_state", fx.const(1), instance=solo, state="unknown")
+        fx.add("llm_layer_headroom_ratio", fx.nan(), instance=solo, layer=layer, **{ENGINE: "s"})
+    fx.add("llm_service_state", fx.const(0), instance=solo, state="degraded", **{ENGINE: "s"})
+    fx.add("llm_service_state", fx.const(1), instance=solo, state="unknown", **{ENGINE: "s"})
+    duo = _inst("1.5")
+    for server, queued, room, verdict in (("a", 6.0, 0.1, _cause("kv_cache_pressure")), ("b", 0.0, 0.7, None)):
+        eng = fx.replica(duo, "duo", server=server)
+        fx.gauge("llm_scheduler_requests_waiting", eng, queued)
+        fx.headroom(duo, room, engine=server)
+        fx.verdict(duo, verdict, confidence=0.9, engine=server)
 
-    def rep(inst: str, **extra: str) -> str:
-        return (
-            "{"
-            + ", ".join(
-                f'{k}="{v}"'
-                for k, v in {"job": job, "instance": inst, "server": "s", "model": extra.pop("model", "m"), **extra}.items()
-            )
-            + "}"
-        )
+    def rep(inst: str, server: str = "s", verdict: bool = False, **extra: str) -> str:
+        """A replica's labels; ``verdict``: a record from its engine's verdict, which also carries ``engine``."""
+        labels = {"job": job, "instance": inst, "server": server, "model": extra.pop("model", "m")}
+        if verdict:
+            labels[ENGINE] = server
+        return "{" + ", ".join(f'{k}="{v}"' for k, v in {**labels, **extra}.items()) + "}"
+
+    def duo_rep(server: str, verdict: bool = False, **extra: str) -> str:
+        return rep(duo, server, verdict, model="duo", **extra)
 
     def model(m: str, **extra: str) -> str:
         return "{" + ", ".join(f'{k}="{v}"' for k, v in {"model": m, **extra}.items()) + "}"
@@ -614,29 +647,42 @@ def _value_tests(s: Settings) -> list[dict[str, object]]:
     exprs: list[tuple[str, list[tuple[str, float]]]] = [
         (
             "server_model:llm_scheduler_requests_waiting:sum",
-            [(rep(r), v) for r, v in zip(reps, waiting)] + [(rep(solo, model="solo"), 5)],
+            [(rep(r), v) for r, v in zip(reps, waiting)] + [(rep(solo, model="solo"), 5), (duo_rep("a"), 6), (duo_rep("b"), 0)],
         ),
-        # NaN layers ignored; the solo exporter knows no layer (NaN, dropped by ">= 0")
-        ("server_model:llm_layer_headroom:min >= 0", [(rep(r), v) for r, v in zip(reps, rooms)]),
+        # NaN layers ignored; the solo exporter knows no layer (NaN, dropped by ">= 0"); each duo engine its own
+        (
+            "server_model:llm_layer_headroom:min >= 0",
+            [(rep(r, verdict=True), v) for r, v in zip(reps, rooms)] + [(duo_rep("a", True), 0.1), (duo_rep("b", True), 0.7)],
+        ),
         (
             "server_model:llm_service_state:code",
-            [(rep(reps[0]), 0), (rep(reps[1]), 0), (rep(reps[2]), 2), (rep(solo, model="solo"), 1)],
+            [
+                (rep(reps[0], verdict=True), 0),
+                (rep(reps[1], verdict=True), 0),
+                (rep(reps[2], verdict=True), 2),
+                (rep(solo, verdict=True, model="solo"), 1),
+                (duo_rep("a", True), 2),
+                (duo_rep("b", True), 0),
+            ],
         ),
         (
             "server_model_cause:llm_bottleneck_confidence:primary",
             [
-                (rep(reps[0], layer="none", cause="none"), 0),
-                (rep(reps[1], layer="none", cause="none"), 0),
-                (rep(reps[2], layer="memory", cause="kv_cache_pressure"), 0.75),
-                (rep(solo, model="solo", layer="none", cause="none"), 0),
+                (rep(reps[0], verdict=True, layer="none", cause="none"), 0),
+                (rep(reps[1], verdict=True, layer="none", cause="none"), 0),
+                (rep(reps[2], verdict=True, layer="memory", cause="kv_cache_pressure"), 0.75),
+                (rep(solo, verdict=True, model="solo", layer="none", cause="none"), 0),
+                # two engines on one exporter: two replicas, each with its own engine's verdict
+                (duo_rep("a", True, layer="memory", cause="kv_cache_pressure"), 0.9),
+                (duo_rep("b", True, layer="none", cause="none"), 0),
             ],
         ),
-        ("model:llm_serving_replicas:count", [(model("m"), 3), (model("solo"), 1)]),
+        ("model:llm_serving_replicas:count", [(model("m"), 3), (model("solo"), 1), (model("duo"), 2)]),
         (f"model:llm_generation_tokens:rate{w}", [(model("m"), 6)]),
         (f"model:llm_prompt_tokens:rate{w}", [(model("m"), 6)]),
         (f"model:llm_requests_finished:rate{w}", [(model("m"), 4)]),
         ("model:llm_scheduler_requests_running:sum", [(model("m"), 24)]),
-        ("model:llm_scheduler_requests_waiting:sum", [(model("m"), 32), (model("solo"), 5)]),
+        ("model:llm_scheduler_requests_waiting:sum", [(model("m"), 32), (model("solo"), 5), (model("duo"), 6)]),
         # summed buckets: 2.275 s; the mean of the replicas' p95s (0.4875, 0.4875, 2.425) would be 1.13 s
         (f'model:llm_request_ttft_seconds:p95_rate{w}{{model="m"}}', [(model("m"), p95)]),
         (
@@ -652,13 +698,15 @@ def _value_tests(s: Settings) -> list[dict[str, object]]:
                 (model("m", layer="none", cause="none"), 2),
                 (model("m", layer="memory", cause="kv_cache_pressure"), 1),
                 (model("solo", layer="none", cause="none"), 1),
+                (model("duo", layer="memory", cause="kv_cache_pressure"), 1),
+                (model("duo", layer="none", cause="none"), 1),
             ],
         ),
-        ("model:llm_service_degraded:replicas", [(model("m"), 1), (model("solo"), 0)]),
-        ("model:llm_scheduler_requests_waiting:median", [(model("m"), 2), (model("solo"), 5)]),
+        ("model:llm_service_degraded:replicas", [(model("m"), 1), (model("solo"), 0), (model("duo"), 1)]),
+        ("model:llm_scheduler_requests_waiting:median", [(model("m"), 2), (model("solo"), 5), (model("duo"), 3)]),
         # the median replica's p95 (0.4875 s); solo has none (no requests): no series, not NaN
         (f"model:llm_request_ttft_seconds:median_p95_rate{w}", [(model("m"), _bucket_quantile(0.95, _rates(_ttft_in("0.5"))))]),
-        ("model:llm_layer_headroom:median", [(model("m"), 0.6)]),
+        ("model:llm_layer_headroom:median", [(model("m"), 0.6), (model("duo"), 0.4)]),
     ]
 
     gx = _Fleet(job, VALUE_SAMPLES)

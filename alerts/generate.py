@@ -30,7 +30,8 @@ from alerts import (  # noqa: E402
     unittests,
 )
 from alerts.causes import CAUSES  # noqa: E402
-from alerts.promql import problems  # noqa: E402
+from alerts.promql import engine_problems, metric_names, problems  # noqa: E402
+from alerts.recording import ENGINE, VERDICT_FAMILIES  # noqa: E402
 from alerts.settings import HERE, Settings, load  # noqa: E402
 from exporter import schema  # noqa: E402
 
@@ -83,6 +84,37 @@ def known_series(s: Settings) -> set[str]:
     return schema.all_series_names() | recording.record_names(s) | fleet.record_names(s) | PROMETHEUS_SERIES
 
 
+#: Record levels (alerts/recording.py, alerts/fleet.py) whose series keep the exporter's ``instance``.
+PER_INSTANCE_LEVELS = frozenset({"server_model", "server_model_cause", "instance_cause", "instance_gpu", "group_instance"})
+
+
+def verdict_series(s: Settings) -> set[str]:
+    """The per-engine verdict: the diagnosis families and every per-instance record derived from them.
+
+    Records are in evaluation order, so one pass sees a record's inputs before the record;
+    model-level records (a fleet's count of replicas per cause) have no engine left to keep.
+    """
+    out = set(VERDICT_FAMILIES)
+    for group in recording.groups(s) + fleet.groups(s):
+        for rule in group["rules"]:
+            record = rule.get("record")
+            if record and str(record).split(":")[0] in PER_INSTANCE_LEVELS and metric_names(str(rule["expr"])) & out:
+                out.add(str(record))
+    return out
+
+
+def schema_engine_problems() -> list[str]:
+    """The rules assume each diagnosis family carries ``engine``: exporter/schema.py must say so."""
+    out = []
+    for name in VERDICT_FAMILIES:
+        labels = schema.SPECS[name].labels if name in schema.SPECS else None
+        if labels is None:
+            out.append(f"verdict family {name} is not in exporter/schema.py")
+        elif ENGINE not in labels:
+            out.append(f"verdict family {name} lacks label {ENGINE!r} in exporter/schema.py (labels {list(labels)})")
+    return out
+
+
 def runbook_anchors(text: str) -> dict[str, str]:
     """Lowercased H3 heading -> its section text (GitHub anchors of one-word headings)."""
     sections: dict[str, str] = {}
@@ -99,12 +131,14 @@ def cause_anchor(cause: str) -> str:
 
 def lint(s: Settings) -> list[str]:
     """Everything wrong with the rules that a load in Prometheus would not catch."""
-    errors: list[str] = []
+    errors: list[str] = schema_engine_problems()
     known = known_series(s)
+    verdict = verdict_series(s)
     for group in recording.groups(s) + alerting.groups(s) + fleet.groups(s):
         for rule in group["rules"]:
             name = rule.get("record") or rule.get("alert")
             errors += [f"{name}: {p}" for p in problems(str(rule["expr"]), known)]
+            errors += [f"{name}: {p}" for p in engine_problems(str(rule["expr"]), verdict, ENGINE)]
     sections = runbook_anchors(RUNBOOKS.read_text()) if RUNBOOKS.exists() else {}
     for a in alerting.alerts(s):
         section = sections.get(a.name.lower())

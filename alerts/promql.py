@@ -83,6 +83,59 @@ def problems(expr: str, known: set[str]) -> list[str]:
     return out
 
 
+_CLAUSE = re.compile(r"\b(by|on)\s*\(([^()]*)\)")
+
+
+def _argument(expr: str, start: int) -> str:
+    """The balanced parenthesised text opening at or after ``start`` (an aggregation's argument)."""
+    i = start
+    while i < len(expr) and expr[i].isspace():
+        i += 1
+    if i >= len(expr) or expr[i] != "(":
+        return ""
+    depth = 0
+    for j in range(i, len(expr)):
+        if expr[j] == "(":
+            depth += 1
+        elif expr[j] == ")":
+            depth -= 1
+            if depth == 0:
+                return expr[i + 1 : j]
+    return expr[i + 1 :]
+
+
+def grouping(expr: str) -> list[tuple[str, tuple[str, ...], str]]:
+    """Every ``by (...)`` and ``on (...)`` clause: (keyword, labels, what it groups).
+
+    What it groups: for ``by``, the aggregation's argument (we always write ``agg by (...) (arg)``);
+    for ``on``, the whole expression (a join's operands are not worth a parser here).
+    """
+    stripped = _STRING.sub('""', expr)
+    out = []
+    for m in _CLAUSE.finditer(stripped):
+        labels = tuple(x.strip() for x in m.group(2).split(",") if x.strip())
+        operand = _argument(stripped, m.end()) if m.group(1) == "by" else stripped
+        out.append((m.group(1), labels, operand))
+    return out
+
+
+def engine_problems(expr: str, verdict: set[str], engine: str, always: bool = False) -> list[str]:
+    """Groupings of the per-engine verdict that would merge two engines of one exporter.
+
+    Why: the diagnosis judges each engine on its own (issue 20); a rule that keeps ``instance``
+    but drops ``engine`` folds engine B's verdict into engine A's (one page for both, or a
+    many-to-many join error). ``always``: every grouping of the verdict must keep ``engine``
+    (dashboards, which draw one line per engine), not only those keeping ``instance``.
+    """
+    out = []
+    for keyword, labels, operand in grouping(expr):
+        if engine in labels or not metric_names(operand) & verdict:
+            continue
+        if always or "instance" in labels:
+            out.append(f"{keyword} ({', '.join(labels)}) of the per-engine verdict drops label {engine!r}")
+    return out
+
+
 def le_matcher(seconds: float) -> str:
     """A regex for the ``le`` label of one bucket boundary, whatever float spelling the engine used.
 

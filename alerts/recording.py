@@ -3,9 +3,13 @@
 Why recording rules: a dashboard panel and the alert that pages on the same
 quantity must compute it the same way. Names follow ``level:metric:operation``:
 ``server_model`` keeps (job, instance, server, model); ``instance_gpu`` keeps
-(job, instance, gpu, uuid); ``instance_cause`` keeps (job, instance, layer, cause).
-The diagnosis rule has one series per exporter, so a panel never goes blank: the
-primary cause, or ``cause="none"`` while there is none. Ratios divide rates of counters (never lifetime
+(job, instance, gpu, uuid); ``instance_cause`` keeps (job, instance, engine, layer, cause).
+The verdict is one per engine (issue 20): its families carry ``engine``, the engine's name
+(the ``server`` label of that engine's series), and every rule that keeps the instance keeps
+the engine too, so two engines on one node never merge into one verdict. The diagnosis rule
+has one series per engine, so a panel never goes blank: the primary cause, or
+``cause="none"`` while there is none. (The level keeps its name ``instance_cause``: the
+record name is what dashboards and users' queries read.) Ratios divide rates of counters (never lifetime
 counters), denominators are filtered with ``> 0`` so idle features draw no NaN,
 and every histogram_quantile sums by ``le``.
 """
@@ -22,7 +26,23 @@ from exporter.schema import HARMFUL_THROTTLE_REASONS as HARMFUL_THROTTLE_REASONS
 
 SERVER_MODEL = "job, instance, server, model"
 INSTANCE_GPU = "job, instance, gpu, uuid"
-INSTANCE_CAUSE = "job, instance, layer, cause"
+#: The label the diagnosis families carry (exporter/schema.py): the engine's name, equal to
+#: the ``server`` label of that engine's own series (whose ``engine`` label is the family, vllm).
+ENGINE = "engine"
+#: One engine's verdict: the exporter (job, instance) and the engine it judged.
+INSTANCE_ENGINE = f"job, instance, {ENGINE}"
+INSTANCE_CAUSE = f"{INSTANCE_ENGINE}, layer, cause"
+#: The diagnosis families, one verdict per engine; every rule that aggregates them and keeps
+#: ``instance`` must keep ``engine`` (alerts/generate.py lint, dashboards/lint.py).
+VERDICT_FAMILIES: tuple[str, ...] = (
+    "llm_service_state",
+    "llm_bottleneck_primary",
+    "llm_bottleneck_confidence",
+    "llm_symptom_active",
+    "llm_layer_headroom_ratio",
+    "llm_bottleneck_score",
+    "llm_bottleneck_active",
+)
 
 # Throttle reasons that mean "slower than it could be": the schema's table (HARMFUL_THROTTLE_REASONS above).
 
@@ -53,6 +73,17 @@ def _rate(metric: str, window: str, by: str = SERVER_MODEL, selector: str = "") 
 
 def _ratio(num: str, den: str) -> str:
     return f"{num}\n/\n({den} > 0)"
+
+
+def with_engine(expr: str) -> str:
+    """``expr`` (of ``server_model`` level) with the engine's name copied from ``server`` into ``engine``.
+
+    Why: the page (LLMServiceDegraded) is per engine and carries ``engine``; Alertmanager mutes
+    an alert under it only when the ``equal`` labels match (job, instance, engine), so a symptom
+    alert of one engine must say which engine it is, or the page of engine A would mute the
+    burn alert of a healthy-looking engine B on the same exporter, or none at all.
+    """
+    return f'label_replace(\n{expr},\n"{ENGINE}", "$1", "server", "(.*)"\n)'
 
 
 def slo_metrics(s: Settings) -> dict[str, tuple[str, float]]:
@@ -137,14 +168,17 @@ def groups(s: Settings) -> list[dict[str, Any]]:
         ),
     ]
 
-    none = 'label_replace(label_replace(0 * max by (job, instance) (llm_service_state), "layer", "none", "", ""), "cause", "none", "", "")'
+    none = (
+        f'label_replace(label_replace(0 * max by ({INSTANCE_ENGINE}) (llm_service_state), "layer", "none", "", ""), '
+        '"cause", "none", "", "")'
+    )
     diagnosis = [
-        # the Overview's "Primary cause": per exporter that runs the diagnosis, its primary cause
+        # the Overview's "Primary cause": per engine the diagnosis judges, its primary cause
         # valued by its confidence, or layer="none", cause="none" at 0 while it has none
         Rule(
             "instance_cause:llm_bottleneck_confidence:primary",
             f"(\nmax by ({INSTANCE_CAUSE}) (llm_bottleneck_confidence)\nand on ({INSTANCE_CAUSE})\n"
-            f"(max by ({INSTANCE_CAUSE}) (llm_bottleneck_primary) == 1)\n)\nor on (job, instance)\n{none}",
+            f"(max by ({INSTANCE_CAUSE}) (llm_bottleneck_primary) == 1)\n)\nor on ({INSTANCE_ENGINE})\n{none}",
         ),
     ]
 

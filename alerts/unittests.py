@@ -9,7 +9,8 @@ value tests here too, proving the ratios are rates of counters.
 
 from __future__ import annotations
 
-from alerts.alerting import INSTANCE, OTHER_INSTANCE, Alert, alerts, render, runbook_url
+from alerts.alerting import ENGINE_A, ENGINE_B, INSTANCE, OTHER_INSTANCE, Alert, alerts, render, runbook_url
+from alerts.recording import ENGINE
 from alerts.settings import Settings
 
 
@@ -148,40 +149,63 @@ def _probe_recording_test(s: Settings) -> dict[str, object]:
 
 
 def _primary_confidence_test(s: Settings) -> dict[str, object]:
-    """The Overview's "Primary cause": the primary's confidence, nothing for other causes or healthy exporters."""
+    """The Overview's "Primary cause": per engine, the primary's confidence; "none" at 0 for an engine without one.
+
+    Two engines on one exporter (issue 20): engine A degraded with kv_cache_pressure, engine B
+    healthy while a warning cause holds there; each gets its own row, B's is "none".
+    """
     job = s.exporter_job
     record = "instance_cause:llm_bottleneck_confidence:primary"
 
-    def lab(instance: str, layer: str, cause: str) -> str:
-        return f'job="{job}", instance="{instance}", layer="{layer}", cause="{cause}"'
+    def lab(instance: str, engine: str, layer: str, cause: str) -> str:
+        return f'job="{job}", instance="{instance}", {ENGINE}="{engine}", layer="{layer}", cause="{cause}"'
 
-    kv, queue = lab(INSTANCE, "memory", "kv_cache_pressure"), lab(INSTANCE, "scheduler", "queue_backlog")
-    other = lab(OTHER_INSTANCE, "memory", "kv_cache_pressure")
+    kv, queue = lab(INSTANCE, ENGINE_A, "memory", "kv_cache_pressure"), lab(INSTANCE, ENGINE_A, "scheduler", "queue_backlog")
+    b_kv, b_hot = (
+        lab(INSTANCE, ENGINE_B, "memory", "kv_cache_pressure"),
+        lab(INSTANCE, ENGINE_B, "hardware", "power_or_thermal_throttling"),
+    )
+    other = lab(OTHER_INSTANCE, ENGINE_A, "memory", "kv_cache_pressure")
     series = [
         (f"llm_bottleneck_primary{{{kv}}}", "1x10"),
         (f"llm_bottleneck_confidence{{{kv}}}", "0.8x10"),
         # contributing: holds with a confidence, but is not the primary
         (f"llm_bottleneck_primary{{{queue}}}", "0x10"),
         (f"llm_bottleneck_confidence{{{queue}}}", "0.5x10"),
+        # engine B of the same exporter: no primary; a warning holds with a confidence; A's primary is not B's
+        (f"llm_bottleneck_primary{{{b_kv}}}", "0x10"),
+        (f"llm_bottleneck_confidence{{{b_kv}}}", "0x10"),
+        (f"llm_bottleneck_primary{{{b_hot}}}", "0x10"),
+        (f"llm_bottleneck_confidence{{{b_hot}}}", "0.7x10"),
         # another exporter with no primary (a warning cause holds on its own): "none" at 0
         (f"llm_bottleneck_primary{{{other}}}", "0x10"),
         (f"llm_bottleneck_confidence{{{other}}}", "0.6x10"),
     ]
-    for instance, state in ((INSTANCE, "degraded"), (OTHER_INSTANCE, "healthy")):
+    for instance, engine, state in (
+        (INSTANCE, ENGINE_A, "degraded"),
+        (INSTANCE, ENGINE_B, "healthy"),
+        (OTHER_INSTANCE, ENGINE_A, "healthy"),
+    ):
         series += [
-            (f'llm_service_state{{job="{job}", instance="{instance}", state="{st}"}}', f"{int(st == state)}x10")
+            (
+                f'llm_service_state{{job="{job}", instance="{instance}", {ENGINE}="{engine}", state="{st}"}}',
+                f"{int(st == state)}x10",
+            )
             for st in ("degraded", "healthy", "unknown")
         ]
-    none = lab(OTHER_INSTANCE, "none", "none")
     return {
-        "name": "the primary cause and its confidence, or none",
+        "name": "the primary cause and its confidence, or none, per engine",
         "interval": "1m",
         "input_series": _series(tuple(series)),
         "promql_expr_test": [
             {
                 "eval_time": "5m",
                 "expr": record,
-                "exp_samples": [{"labels": f"{record}{{{kv}}}", "value": 0.8}, {"labels": f"{record}{{{none}}}", "value": 0}],
+                "exp_samples": [
+                    {"labels": f"{record}{{{kv}}}", "value": 0.8},
+                    {"labels": f"{record}{{{lab(INSTANCE, ENGINE_B, 'none', 'none')}}}", "value": 0},
+                    {"labels": f"{record}{{{lab(OTHER_INSTANCE, ENGINE_A, 'none', 'none')}}}", "value": 0},
+                ],
             }
         ],
     }

@@ -55,10 +55,13 @@ import yaml
 
 from alerts import fleet
 from alerts.promql import metric_names
+from alerts.recording import VERDICT_FAMILIES
 from alerts.recording import groups as recording_groups
 from alerts.settings import load
-from bench.harness import ROOT, busy_node, engine_flags, exporter, free_port
+from bench.harness import busy_node, engine_flags, exporter
 from exporter import schema
+from tests.support.ports import free_port
+from tests.support.processes import ROOT
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 GPUS = 8
@@ -172,7 +175,13 @@ def replica_template(text: str, inputs: set[str]) -> list[_Series]:
     """One replica's series of the input families: node (a)'s first engine, its GPUs, its verdict."""
     samples = [(n, lab, v) for n, lab, v in parse(text) if n in inputs]
     servers = sorted({lab["server"] for _, lab, _ in samples if "server" in lab})
-    keep = [(n, lab, v) for n, lab, v in samples if lab.get("server", servers[0]) == servers[0]]
+    # the verdict is one per engine (issue 20): its ``engine`` label is the engine's name (its ``server``)
+    keep = [
+        (n, lab, v)
+        for n, lab, v in samples
+        if lab.get("server", servers[0]) == servers[0]
+        and (n not in VERDICT_FAMILIES or lab.get("engine", servers[0]) == servers[0])
+    ]
     counts = {
         tuple(sorted((k, v) for k, v in lab.items() if k != "le")) + (n[: -len("_bucket")],): v
         for n, lab, v in keep
@@ -213,6 +222,10 @@ class FleetExposition:
             cause = rng.choices(CAUSES_SPREAD, weights)[0]
             self.replicas.append((inst, model, group, rng.uniform(0.5, 2.0), (cause[0], cause[1])))
         self.template = template
+        # the replica's engine name: its verdict series carry it as ``engine`` (the fleet rules join on it)
+        info = next(s.prefix for s in template if s.prefix.startswith("llm_engine_info{"))
+        found = re.search(r'server="([^"]*)"', info)
+        self.engine = found.group(1) if found else ""
         self.series_per_replica = len(template) + 1 + 3 + 2  # + group info, three states, primary and confidence
 
     def render(self) -> bytes:
@@ -220,6 +233,7 @@ class FleetExposition:
         parts: list[str] = []
         for inst, model, group, speed, (layer, cause) in self.replicas:
             tail = f'job="{JOB}",instance="{inst}"}} '
+            verdict_tail = f'engine="{self.engine}",{tail}'
             for s in self.template:
                 prefix = s.prefix.replace("{model}", model) if "{model}" in s.prefix else s.prefix
                 if s.kind == "gauge":
@@ -232,10 +246,10 @@ class FleetExposition:
             parts.append(f'llm_parallel_node_group_info{{group="{group}",{tail}1\n')
             degraded = 0 if cause == "none" else 1
             for state, v in (("degraded", degraded), ("healthy", 1 - degraded), ("unknown", 0)):
-                parts.append(f'llm_service_state{{state="{state}",{tail}{v}\n')
+                parts.append(f'llm_service_state{{state="{state}",{verdict_tail}{v}\n')
             if cause != "none":
-                parts.append(f'llm_bottleneck_primary{{layer="{layer}",cause="{cause}",{tail}1\n')
-                parts.append(f'llm_bottleneck_confidence{{layer="{layer}",cause="{cause}",{tail}0.8\n')
+                parts.append(f'llm_bottleneck_primary{{layer="{layer}",cause="{cause}",{verdict_tail}1\n')
+                parts.append(f'llm_bottleneck_confidence{{layer="{layer}",cause="{cause}",{verdict_tail}0.8\n')
         return "".join(parts).encode()
 
 
@@ -275,7 +289,7 @@ class _Server:
 
 def _text(url: str) -> str:
     with urllib.request.urlopen(url, timeout=30) as r:
-        return r.read().decode()
+        return str(r.read().decode())
 
 
 def _get(url: str) -> Any:
@@ -284,7 +298,8 @@ def _get(url: str) -> Any:
 
 def _query(url: str, expr: str) -> list[dict[str, Any]]:
     with urllib.request.urlopen(url + "/api/v1/query?" + urllib.parse.urlencode({"query": expr}), timeout=30) as r:
-        return json.loads(r.read())["data"]["result"]
+        result: list[dict[str, Any]] = json.loads(r.read())["data"]["result"]
+        return result
 
 
 @dataclass

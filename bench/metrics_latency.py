@@ -59,7 +59,7 @@ def run(scrapes: int = 500, cold_scrapes: int = 500, spacing: float = 0.35) -> d
             time.sleep(1.5)
             exporter_text = requests.get(base + "/metrics", timeout=5).text
             registry = CollectorRegistry()
-            registry.register(_FamiliesCollector(exporter_text))  # type: ignore[arg-type]
+            registry.register(_FamiliesCollector(exporter_text))
             port = free_port()
             server, thread = start_http_server(port, addr="127.0.0.1", registry=registry)
             ours_url, ref_url = base + "/metrics", f"http://127.0.0.1:{port}/metrics"
@@ -70,7 +70,8 @@ def run(scrapes: int = 500, cold_scrapes: int = 500, spacing: float = 0.35) -> d
                 for _ in range(scrapes):
                     ours.append(_timed_get(ours_s, ours_url)[0])
                     reference.append(_timed_get(ref_s, ref_url)[0])
-                ours_cold, ref_cold = [], []
+                ours_cold: list[float] = []
+                ref_cold: list[float] = []
                 previous, attempts = _timed_get(ours_s, ours_url)[1], 0
                 give_up = time.monotonic() + cold_scrapes * 4 * max(spacing, 0.25)
                 while len(ours_cold) < cold_scrapes and time.monotonic() < give_up:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -43,10 +44,10 @@ def _measure(text: str, repeat: int) -> dict[str, float]:
     }
 
 
-def run(repeat: int = 7) -> dict[str, object]:
+def run(repeat: int = 7) -> dict[str, Any]:
     """The 20-engine text as a single-process vLLM serves it (with ``_created``
     series), and as multiprocess mode serves it (no ``_created``: nothing cheap
     to skip, the harder case for a selective parser)."""
-    figures: dict[str, object] = dict(_measure(vllm_exposition(20), repeat))
+    figures: dict[str, Any] = dict(_measure(vllm_exposition(20), repeat))
     figures["no_created"] = _measure(vllm_exposition(20, created=False), repeat)
     return figures

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 import psutil
 
 from exporter.process.sampler import ProcessSource, read_schedstat
+from exporter.samples import Sample
 
 #: a child with N threads parked on an Event; exits when its stdin closes
 _CHILD = """
@@ -77,7 +78,7 @@ def run(threads: int = 300, repeat: int = 50) -> dict[str, float]:
         source = ProcessSource("bench", pid=pid, interval=1.0)
         ours = cpu_per_call(source.sample, repeat)
         before = cpu_per_call(lambda: _psutil_way(pid), repeat)
-        counted = next(p.value for p in source.sample().points if p.name == "llm_process_threads")
+        counted = next(p.value for p in source.sample().points if isinstance(p, Sample) and p.name == "llm_process_threads")
     return {
         "threads": counted,
         "sample_cpu_ms": ours * 1e3,

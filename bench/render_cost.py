@@ -18,6 +18,7 @@ import time
 from prometheus_client.exposition import generate_latest
 
 from exporter.collector import _FamiliesCollector, families_from_points, render_text
+from exporter.samples import Point
 
 
 def run(renders: int = 200) -> dict[str, float]:
@@ -37,12 +38,12 @@ def run(renders: int = 200) -> dict[str, float]:
             for r in runners:
                 r.sample_once()
 
-        def points():  # type: ignore[no-untyped-def]
+        def points() -> list[Point]:
             snap = store.snapshot()
             return meta_points(snap.sources.values()) + snap.points
 
         def via_client() -> bytes:
-            return generate_latest(_FamiliesCollector(families_from_points(points())))  # type: ignore[arg-type]
+            return generate_latest(_FamiliesCollector(families_from_points(points())))
 
         def direct() -> bytes:
             return render_text(points())

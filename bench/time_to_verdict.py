@@ -26,9 +26,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -40,20 +42,19 @@ from tests.support.stack import ScenarioStack  # noqa: E402
 MIN_STEADY_SHARE = 0.95
 
 
-def _primary(v: dict) -> str | None:
+def _primary(v: dict[str, Any]) -> str | None:
     p = v.get("primary")
     return f"{p['layer']}/{p['cause']}" if p else None
 
 
-def _burners(n: int) -> list:
-    import subprocess
+def _burners(n: int) -> list[subprocess.Popen[bytes]]:
 
     code = "import time\nend = time.monotonic() + 3600\nwhile time.monotonic() < end: pass"
     return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(n)]
 
 
-def measure(args: argparse.Namespace) -> dict:
-    results: dict = {
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    results: dict[str, Any] = {
         "time_scale": args.time_scale,
         "interval_s": 1.0,
         "burners": args.burn,
@@ -100,7 +101,7 @@ def measure(args: argparse.Namespace) -> dict:
     return results
 
 
-def table(results: dict) -> str:
+def table(results: dict[str, Any]) -> str:
     head = ("scenario", "expected primary", "cycles to it", "seconds", "steady share", "other primaries seen")
     rows = [head]
     for r in results["scenarios"]:

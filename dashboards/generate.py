@@ -22,7 +22,7 @@ if str(ROOT) not in sys.path:  # run as a script: make `dashboards`, `alerts`, `
     sys.path.insert(0, str(ROOT))
 
 from alerts.causes import LAYER_DASHBOARD  # noqa: E402
-from alerts.generate import RUNBOOKS, known_series  # noqa: E402
+from alerts.generate import RUNBOOKS, known_series, verdict_series  # noqa: E402
 from alerts.settings import Settings, load  # noqa: E402
 from dashboards.boards import (  # noqa: E402
     application,
@@ -52,10 +52,10 @@ def render(s: Settings) -> dict[str, str]:
 
 def problems(s: Settings) -> list[str]:
     dashboards = build_all(s)
-    known = known_series(s)
+    known, verdict = known_series(s), verdict_series(s)
     out: list[str] = []
     for d in dashboards:
-        out += dashboard_problems(d, known)
+        out += dashboard_problems(d, known, verdict)
     uids = [d["uid"] for d in dashboards]
     titles = {d["title"] for d in dashboards}
     if len(set(uids)) != len(uids):

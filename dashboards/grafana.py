@@ -21,6 +21,9 @@ ENGINE = 'instance=~"$instance", server=~"$server", model=~"$model"'
 GPU = 'instance=~"$instance", gpu=~"$gpu"'
 SERVER = 'instance=~"$instance", server=~"$server"'
 INSTANCE = 'instance=~"$instance"'
+#: The verdict is one per engine (issue 20): its series carry ``engine``, the engine's name (the
+#: ``server`` of its own series, whose ``engine`` label is the family, so never filter those by it).
+VERDICT = 'instance=~"$instance", engine=~"$engine"'
 
 
 @dataclass
@@ -50,7 +53,7 @@ class Panel:
     #: legend names (regex) whose series go on the right axis with this unit
     right_axis: tuple[str, str] | None = None
     value_mappings: list[dict[str, Any]] = field(default_factory=list)
-    links: list[dict[str, str]] = field(default_factory=list)
+    links: list[dict[str, Any]] = field(default_factory=list)
     stack: bool = False
     #: colour below the first threshold step (red for "low is bad", e.g. headroom)
     base_color: str = "green"
@@ -202,9 +205,13 @@ def _query_variable(name: str, label: str, query: str, refresh: int = 2) -> dict
     }
 
 
-def variables() -> list[dict[str, Any]]:
-    """datasource -> instance (exporter) -> server -> model, and instance -> gpu."""
-    return [
+def variables(engine: bool = False) -> list[dict[str, Any]]:
+    """datasource -> instance (exporter) -> server -> model, and instance -> gpu; ``engine``: instance -> engine.
+
+    Why ``engine`` only where asked: it filters the per-engine verdict (``VERDICT``), and a board
+    that draws no verdict would show a selector that changes nothing.
+    """
+    out = [
         {
             "name": "datasource",
             "label": "Data source",
@@ -223,14 +230,21 @@ def variables() -> list[dict[str, Any]]:
         _query_variable("model", "Model", 'label_values(llm_engine_info{instance=~"$instance", server=~"$server"}, model)'),
         _query_variable("gpu", "GPU", 'label_values(llm_gpu_info{instance=~"$instance"}, gpu)'),
     ]
+    if engine:
+        # the engines the diagnosis judges, by name (llm_engine_info's server values, judged)
+        out.insert(
+            2, _query_variable("engine", "Engine (verdict)", 'label_values(llm_service_state{instance=~"$instance"}, engine)')
+        )
+    return out
 
 
-def dashboard_link(uid: str, title: str) -> dict[str, Any]:
-    """A link that keeps the time range and every variable."""
+def dashboard_link(uid: str, title: str, engine: bool = False) -> dict[str, Any]:
+    """A link that keeps the time range and every variable (``engine``: between two boards that both have it)."""
+    carried = "&${engine:queryparam}" if engine else ""
     return {
         "title": title,
         "type": "link",
-        "url": f"/d/{uid}?${{__url_time_range}}&${{datasource:queryparam}}&${{instance:queryparam}}&${{server:queryparam}}&${{model:queryparam}}&${{gpu:queryparam}}",
+        "url": f"/d/{uid}?${{__url_time_range}}&${{datasource:queryparam}}&${{instance:queryparam}}{carried}&${{server:queryparam}}&${{model:queryparam}}&${{gpu:queryparam}}",
         "targetBlank": False,
         "icon": "dashboard",
         "tooltip": f"Open {title}",
@@ -251,6 +265,12 @@ class Dashboard:
 
     def panels(self) -> list[Panel]:
         return [p for p in self.items if isinstance(p, Panel)]
+
+    def uses_engine(self) -> bool:
+        """Whether a query or a text panel reads the ``engine`` variable (then the board gets it)."""
+        return any("$engine" in t.expr for p in self.panels() for t in p.targets) or any(
+            "${engine}" in p.content for p in self.panels()
+        )
 
     def to_json(self) -> dict[str, Any]:
         out: list[dict[str, Any]] = []
@@ -308,6 +328,6 @@ class Dashboard:
             "weekStart": "",
             "annotations": {"list": []},
             "links": self.links + [tag_links],
-            "templating": {"list": variables()},
+            "templating": {"list": variables(self.uses_engine())},
             "panels": out,
         }

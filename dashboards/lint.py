@@ -4,7 +4,9 @@ Why separate from the builders: the builders make the conventions easy, these
 checks make them impossible to skip — unknown metric names (a rename leaving a
 panel dark), lifetime counters without rate(), histogram_quantile without
 ``sum by (le, ...)``, fixed rate windows instead of ``$__rate_interval``,
-hard-coded datasource uids, panels without a description.
+hard-coded datasource uids, panels without a description; and, since the verdict is one per
+engine (issue 20), a verdict query that is not filtered by ``$engine``, folds engines together
+or draws a legend that does not name the engine.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from alerts.promql import problems
+from alerts.promql import engine_problems, metric_names, problems
+from alerts.recording import ENGINE
 from exporter import schema
 
 REQUIRED_VARIABLES = ("datasource", "instance", "server", "model", "gpu")
@@ -47,13 +50,40 @@ def expr_problems(expr: str, known: set[str]) -> list[str]:
     return out
 
 
+def verdict_problems(expr: str, verdict: set[str], legend: str | None) -> list[str]:
+    """Problems of a query reading the per-engine verdict (``verdict``: its series names).
+
+    Each verdict selector must carry ``engine=~"$engine"`` (the board's engine variable), every
+    aggregation of it must keep ``engine``, and a drawn series (``legend`` not None: not a table,
+    whose columns show the labels) must name its engine. Engine series are not verdict series:
+    their ``engine`` label is the family (vllm), so they must never be filtered by it.
+    """
+    read = metric_names(expr) & verdict
+    if not read:
+        return []
+    out = engine_problems(expr, verdict, ENGINE, always=True)
+    for name in sorted(read):
+        for m in re.finditer(rf"(?<![\w:]){re.escape(name)}(?![\w:])(\{{[^}}]*\}})?", expr):
+            if f'{ENGINE}=~"$engine"' not in (m.group(1) or ""):
+                out.append(f'{name} read without {ENGINE}=~"$engine": the verdict is one per engine')
+    if legend is not None and "{{" + ENGINE + "}}" not in legend:
+        out.append(f"legend {legend!r} of a per-engine verdict does not name {{{{{ENGINE}}}}}")
+    return out
+
+
 def targets(dashboard: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
     for panel in dashboard.get("panels", []):
         for target in panel.get("targets", []):
             yield panel, target
 
 
-def dashboard_problems(d: dict[str, Any], known: set[str]) -> list[str]:
+def dashboard_problems(d: dict[str, Any], known: set[str], verdict: set[str] | None = None) -> list[str]:
+    """Everything wrong with one dashboard; ``verdict``: the per-engine verdict's series (default: the shipped rules')."""
+    if verdict is None:
+        from alerts.generate import verdict_series
+        from alerts.settings import load
+
+        verdict = verdict_series(load())
     where = d.get("uid", "?")
     out: list[str] = []
     if not str(d.get("title", "")).startswith("LLM / "):
@@ -64,6 +94,8 @@ def dashboard_problems(d: dict[str, Any], known: set[str]) -> list[str]:
         out.append(f"{where}: graphTooltip must be 1 (shared crosshair)")
     names = [v.get("name") for v in d.get("templating", {}).get("list", [])]
     out += [f"{where}: missing variable {v}" for v in REQUIRED_VARIABLES if v not in names]
+    if "$engine" in str(d.get("panels")) and ENGINE not in names:
+        out.append(f"{where}: queries read $engine but the board has no {ENGINE} variable")
     for v in d.get("templating", {}).get("list", []):
         if v.get("type") == "query":
             m = _LABEL_VALUES.match(str(v.get("definition", "")))
@@ -85,6 +117,8 @@ def dashboard_problems(d: dict[str, Any], known: set[str]) -> list[str]:
             if target.get("datasource", {}).get("uid") != "${datasource}":
                 out.append(f"{title}: query datasource must be ${{datasource}}")
             out += [f"{title}: {p}" for p in expr_problems(str(target.get("expr", "")), known)]
+            legend = None if panel.get("type") == "table" else str(target.get("legendFormat", ""))
+            out += [f"{title}: {p}" for p in verdict_problems(str(target.get("expr", "")), verdict, legend)]
     return out
 
 

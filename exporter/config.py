@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,16 @@ DEFAULT_TIMEOUT_SHARE = 0.9
 DEFAULT_GPU_TIMEOUT_S = 2.0
 DEFAULT_ENGINE_TIMEOUT_S = 3.0
 MIN_BODY_BYTES, MAX_BODY_BYTES = 1024, 1024**3
+#: the most series one engine may be given (50x the default; the store keeps them all in memory)
+MAX_SERIES_LIMIT = 1_000_000
+#: Linux's PID_MAX_LIMIT: a larger `pid` cannot name a process
+MAX_PID = 4_194_304
+#: longest value an error line shows (a 5000-character file name is cut, not printed whole)
+SHOWN_CHARS = 80
+#: the largest config or web config file read (a real one is a few KiB)
+MAX_CONFIG_FILE_BYTES = 4 * 1024 * 1024
+#: highest GPU index a `groups:` entry may name (NVML numbers the GPUs of one node from 0)
+MAX_GPU_INDEX = 1023
 
 
 @dataclass
@@ -59,6 +70,9 @@ class EngineConfig:
     process: str | None = None
     #: canary probe (`probe:`; exporter/probe/config.py: ProbeConfig); None: not probed
     probe: Any = None
+    #: the GPUs it runs on (`gpus:`, `--engine-gpus`): index labels or UUIDs; empty: found
+    #: by Kubernetes or the process, else every GPU (exporter/diagnosis/scope.py)
+    gpus: tuple[str, ...] = ()
 
 
 @dataclass
@@ -109,62 +123,131 @@ class Config:
 # --------------------------------------------------------------------------- parsing helpers
 
 
+_USERINFO = re.compile(r"://[^/\s@'\"]*@")
+
+
+def shown(value: Any) -> str:
+    """A value as an error line may show it: repr()-ed (no raw newline or control character), cut short.
+
+    Why: a bad value is echoed so the operator sees it, but a 5000-character file name or an
+    integer of 400 digits must not become a screenful, and str() of a 5000-digit integer raises.
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {len(format(value, 'x')) * 4 * 3 // 10}+ digits"
+    try:
+        text = _USERINFO.sub("://***@", repr(value))  # a URL's password never reaches an error line
+    except ValueError:  # a huge integer inside a list or mapping
+        return f"a {type(value).__name__}"
+    return text if len(text) <= SHOWN_CHARS else f"{text[: SHOWN_CHARS - 20]}... ({len(text)} characters)"
+
+
+def plain(path: str) -> str:
+    """A file or setting name as an error line shows it: as it is when short and printable, else as shown() cuts it."""
+    return path if len(path) <= 4 * SHOWN_CHARS and path.isprintable() else shown(path)
+
+
+def one_line(message: str) -> str:
+    """An error message on exactly one line, of bounded length, whatever the value in it held."""
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
+    text = _USERINFO.sub("://***@", text)  # a URL's password never reaches an error line
+    return text if len(text) <= 400 else text[:380] + "... (cut)"
+
+
 def string(value: Any) -> str:
     """YAML may hand us a number, list or null where a string belongs; say so instead of str()-ing it."""
     if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"expected a non-empty string, got {value!r}")
+        raise ValueError(f"expected a non-empty string, got {shown(value)}")
     return value
+
+
+def ascii_digits(text: str) -> bool:
+    """ "123", not "１２３" or "²": str.isdigit() and int() accept every Unicode digit."""
+    return text.isascii() and text.isdigit()
+
+
+def _host(host: str) -> bool:
+    """A host a socket can bind: an IP literal or a DNS name (bounded, ASCII, no control character)."""
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host == "" or (len(host) <= 253 and host.isascii() and host.isprintable() and " " not in host)
 
 
 def split_listen_address(value: Any) -> tuple[str, int]:
     host, sep, port = string(value).rpartition(":")
-    if not sep or not port.isdigit() or not (1 <= int(port) <= 65535):
-        raise ValueError(f"expected HOST:PORT with a port 1-65535, got {value!r}")
+    if not sep or not ascii_digits(port) or len(port) > 5 or not (1 <= int(port) <= 65535):
+        raise ValueError(f"expected HOST:PORT with a port 1-65535, got {shown(value)}")
+    if not _host(host):
+        raise ValueError(
+            f"expected HOST:PORT with an IP address or a DNS name of at most 253 ASCII characters, got {shown(value)}"
+        )
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
 def positive_seconds(value: Any) -> float:
     try:
-        if isinstance(value, bool):
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
             raise TypeError
         f = float(value.strip().removesuffix("s")) if isinstance(value, str) else float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"expected a positive number of seconds, got {value!r}") from None
+    except (TypeError, ValueError, OverflowError):  # float(10**400): OverflowError
+        raise ValueError(f"expected a positive number of seconds, got {shown(value)}") from None
     if not f > 0 or not math.isfinite(f):
-        raise ValueError(f"expected a positive number of seconds, got {value!r}")
+        raise ValueError(f"expected a positive number of seconds, got {shown(value)}")
     return f
 
 
 def interval_seconds(value: Any) -> float:
     f = positive_seconds(value)
     if not MIN_INTERVAL_S <= f <= MAX_INTERVAL_S:
-        raise ValueError(f"expected {MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g} seconds, got {value!r}")
+        raise ValueError(f"expected {MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g} seconds, got {shown(value)}")
     return f
 
 
 def timeout_seconds(value: Any) -> float:
     f = positive_seconds(value)
     if not MIN_TIMEOUT_S <= f <= MAX_INTERVAL_S:
-        raise ValueError(f"expected {MIN_TIMEOUT_S:g} to {MAX_INTERVAL_S:g} seconds, got {value!r}")
+        raise ValueError(f"expected {MIN_TIMEOUT_S:g} to {MAX_INTERVAL_S:g} seconds, got {shown(value)}")
     return f
 
 
 def positive_int(value: Any) -> int:
-    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-        raise ValueError(f"expected a positive integer, got {value!r}")
-    try:
-        i = int(value.strip()) if isinstance(value, str) else int(value)
-    except (TypeError, ValueError, OverflowError):
-        raise ValueError(f"expected a positive integer, got {value!r}") from None
-    if i <= 0:
-        raise ValueError(f"expected a positive integer, got {value!r}")
+    """A positive integer: a YAML int, a whole float, or ASCII digits (at most 18 of them)."""
+    bad = ValueError(f"expected a positive integer, got {shown(value)}")
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise bad
+    if isinstance(value, float):
+        if not math.isfinite(value) or not value.is_integer() or abs(value) > 2**63:
+            raise bad
+        number = int(value)
+    elif isinstance(value, str):
+        text = value.strip().removeprefix("+")
+        if not ascii_digits(text) or len(text) > 18:  # int() takes "１２" and raises past 4300 digits
+            raise bad
+        number = int(text)
+    else:
+        number = int(value)
+    if number <= 0:
+        raise bad
+    return number
+
+
+def series_budget(value: Any) -> int:
+    i = positive_int(value)
+    if i > MAX_SERIES_LIMIT:
+        raise ValueError(f"expected 1 to {MAX_SERIES_LIMIT} series, got {shown(value)}")
+    return i
+
+
+def pid_number(value: Any) -> int:
+    i = positive_int(value)
+    if i > MAX_PID:
+        raise ValueError(f"expected a process id 1 to {MAX_PID}, got {shown(value)}")
     return i
 
 
 def body_bytes(value: Any) -> int:
     i = positive_int(value)
     if not MIN_BODY_BYTES <= i <= MAX_BODY_BYTES:
-        raise ValueError(f"expected {MIN_BODY_BYTES} to {MAX_BODY_BYTES} bytes, got {value!r}")
+        raise ValueError(f"expected {MIN_BODY_BYTES} to {MAX_BODY_BYTES} bytes, got {shown(value)}")
     return i
 
 
@@ -175,32 +258,69 @@ def readable_file(value: Any) -> str:
         with open(path, "rb"):
             pass
     except IsADirectoryError:
-        raise ValueError(f"{path} is a directory, not a file") from None
-    except OSError as err:
-        raise ValueError(f"cannot read {path}: {err.strerror or err}") from None
+        raise ValueError(f"{plain(path)} is a directory, not a file") from None
+    except OSError as err:  # ENOENT, EACCES, ENAMETOOLONG (a 5000-character name), ...
+        raise ValueError(f"cannot read {plain(path)}: {err.strerror or err}") from None
+    except ValueError:  # a NUL byte in the name
+        raise ValueError(f"cannot read {plain(path)}: not a valid file name") from None
     return path
 
 
 def boolean(value: Any) -> bool:
     if isinstance(value, bool):
         return value
-    text = str(value).strip().lower()
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    text = value.strip().lower() if isinstance(value, str) else None
     if text in ("1", "true", "yes", "on"):
         return True
     if text in ("0", "false", "no", "off"):
         return False
-    raise ValueError(f"expected true or false, got {value!r}")
+    raise ValueError(f"expected true or false, got {shown(value)}")
+
+
+def redacted_url(value: str) -> str:
+    """A URL as an error line may show it: user info (a password) replaced by ***."""
+    scheme, sep, rest = value.partition("://")
+    netloc, slash, tail = rest.partition("/")
+    if "@" in netloc:
+        netloc = "***@" + netloc.rpartition("@")[2]
+    return shown(f"{scheme}{sep}{netloc}{slash}{tail}" if sep else ("***" if "@" in value else value))
 
 
 def engine_url(value: Any) -> str:
     """Normalise an engine URL: a URL without a path gets /metrics."""
     if not isinstance(value, str):
-        raise ValueError(f"expected an http(s) URL string, got {value!r}")
-    parts = urlsplit(value.strip())
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"expected an http(s) URL, got {value!r}")
+        raise ValueError(f"expected an http(s) URL string, got {shown(value)}")
+    try:
+        parts = urlsplit(value.strip())
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:  # "http://[::1", a port outside 0-65535
+        parts, port_ok = urlsplit(""), False
+    if parts.scheme not in ("http", "https") or not parts.netloc or not parts.hostname or not port_ok:
+        raise ValueError(f"expected an http(s) URL with a host and a port 1-65535, got {redacted_url(value)}")
     path = parts.path if parts.path not in ("", "/") else "/metrics"
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+
+
+def gpu_list(value: Any) -> tuple[str, ...]:
+    """GPUs of one engine: a list (or comma-separated string) of GPU indexes or UUIDs ("GPU-...")."""
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not items:
+        raise ValueError("expected a non-empty list of GPU indexes or UUIDs")
+    out: list[str] = []
+    for item in items:
+        if type(item) is int and item >= 0:
+            out.append(str(item))
+            continue
+        text = item.strip() if isinstance(item, str) else ""
+        if text.isdigit():
+            out.append(str(int(text)))
+        elif text.startswith(("GPU-", "MIG-")) and len(text) <= 128 and text.isprintable() and " " not in text:
+            out.append(text)
+        else:
+            raise ValueError(f"expected GPU indexes (0, 1, ...) or UUIDs (GPU-...), got {str(item)[:64]!r}")
+    return tuple(dict.fromkeys(out))
 
 
 def group_name(value: Any) -> str:
@@ -211,14 +331,14 @@ def group_name(value: Any) -> str:
     """
     name = string(value).strip()
     if len(name) > 128 or not name.isprintable():
-        raise ValueError(f"expected a printable name of at most 128 characters, got {value!r}"[:200])
+        raise ValueError(f"expected a printable name of at most 128 characters, got {shown(value)}")
     return name
 
 
 def log_level(value: Any) -> str:
     v = string(value).lower()
     if v not in ("debug", "info", "warning", "error"):
-        raise ValueError(f"expected debug, info, warning or error, got {value!r}")
+        raise ValueError(f"expected debug, info, warning or error, got {shown(value)}")
     return v
 
 
@@ -250,7 +370,7 @@ SERVE_FLAGS: list[tuple[str, str, Callable[[Any], Any], str]] = [
     (
         "--engine-max-series",
         "engine_max_series",
-        positive_int,
+        series_budget,
         "default budget of published series per engine; over it the least useful families are dropped and counted (default 20000)",
     ),
     ("--process-interval", "process_interval", interval_seconds, "process sampler interval in seconds, 0.1-3600 (default 1)"),
@@ -291,6 +411,13 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         dest="engine_process",
         default=None,
         help="command-line substring of the serving process (applies to the first engine)",
+    )
+    parser.add_argument(
+        "--engine-gpus",
+        dest="engine_gpus",
+        default=None,
+        metavar="LIST",
+        help="GPU indexes or UUIDs the engine runs on, comma-separated (applies to the first engine; env LLM_EXPORTER_ENGINE_GPUS)",
     )
     # --- probe: --probe / --probe-url live in exporter/probe/config.py
     from exporter.probe.config import add_probe_arguments
@@ -352,9 +479,15 @@ def load_config(args: argparse.Namespace, environ: dict[str, str] | None = None)
         if not cfg.engines:
             raise UsageError("--engine-pid/--engine-process: needs an --engine to attach to")
         if pid:
-            cfg.engines[0].pid = _parse(positive_int, pid, "--engine-pid")
+            where_pid = "--engine-pid" if getattr(args, "engine_pid", None) else ENV_PREFIX + "ENGINE_PID"
+            cfg.engines[0].pid = _parse(pid_number, pid, where_pid)
         if proc:
             cfg.engines[0].process = str(proc)
+    gpus = getattr(args, "engine_gpus", None) or env.get(ENV_PREFIX + "ENGINE_GPUS")
+    if gpus:
+        if not cfg.engines:
+            raise UsageError("--engine-gpus: needs an --engine to attach to")
+        cfg.engines[0].gpus = _parse(gpu_list, gpus, "--engine-gpus")
     # --- probe: --probe / --probe-url / LLM_EXPORTER_PROBE[_URL] for the single engine
     from exporter.probe.config import apply_probe_flags
 
@@ -368,7 +501,8 @@ def load_config(args: argparse.Namespace, environ: dict[str, str] | None = None)
     if not isinstance(diag, dict):
         raise UsageError(f"{config_path}: diagnosis: expected a mapping")
     cfg.diagnosis = diag
-    _check_gpu_source(cfg.gpu_source)
+    _check_thresholds(diag, config_path)
+    _check_gpu_source(cfg.gpu_source, origin.get("gpu_source", "--gpu-source"))
     # --- kubernetes: flags, environment and the `kubernetes:` section (exporter/kubernetes/settings.py)
     from exporter.kubernetes.settings import load as load_kubernetes
 
@@ -396,24 +530,61 @@ def default_timeout(interval: float, default: float) -> float:
 
 
 def _parse(parse: Callable[[Any], Any], value: Any, where: str) -> Any:
+    """parse(value), its ValueError (OverflowError, TypeError: a parser's bug) as one UsageError line."""
     try:
         return parse(value)
+    except (ValueError, OverflowError, TypeError) as err:
+        raise UsageError(one_line(f"{where}: {err}")) from None
+
+
+def read_yaml_file(path: str) -> Any:
+    """A YAML file's document; ValueError (one line) when it cannot be read or is not YAML.
+
+    Why so many cases: yaml.safe_load raises ValueError for an integer of 5000 digits and
+    RecursionError for a deeply nested document, and a non-UTF-8 file is UnicodeDecodeError;
+    each would otherwise end start-up in a traceback.
+    """
+    try:
+        with open(path, "rb") as f:  # bounded: `--config /dev/zero` must not fill the memory
+            raw = f.read(MAX_CONFIG_FILE_BYTES + 1)
+        if len(raw) > MAX_CONFIG_FILE_BYTES:
+            raise ValueError(f"{plain(path)} is over {MAX_CONFIG_FILE_BYTES >> 20} MiB: not a config file")
+        text = raw.decode("utf-8")
+    except OSError as err:
+        raise ValueError(f"cannot read {plain(path)}: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{plain(path)} is not UTF-8 text (byte {err.start})") from None
     except ValueError as err:
-        raise UsageError(f"{where}: {err}") from None
+        if "embedded null" not in str(err):
+            raise
+        raise ValueError(f"cannot read {plain(path)}: not a valid file name") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ValueError(f"{plain(path)} is not valid YAML: {str(err).splitlines()[0]}") from None
+    except (ValueError, OverflowError) as err:
+        raise ValueError(f"{plain(path)} is not valid YAML: {err}") from None
+    except RecursionError:
+        raise ValueError(f"{plain(path)} is not valid YAML: nested too deeply") from None
+
+
+def setting_key(key: Any, where: str | None) -> str:
+    """A mapping key as a setting name; YAML may give an int (10**400 cannot even be str()-ed) or a list."""
+    if isinstance(key, str):
+        return key.replace("-", "_")
+    if isinstance(key, bool) or not isinstance(key, (int, float)) or (isinstance(key, int) and key.bit_length() > 64):
+        raise UsageError(one_line(f"{where}: unknown setting {shown(key)}"))
+    return str(key)
 
 
 def _read_yaml(path: str) -> dict[str, Any]:
     try:
-        text = Path(path).read_text()
-    except OSError as err:
-        raise UsageError(f"--config: cannot read {path}: {err.strerror}") from None
-    try:
-        data = yaml.safe_load(text) or {}
-    except yaml.YAMLError as err:
-        raise UsageError(f"--config: {path} is not valid YAML: {str(err).splitlines()[0]}") from None
+        data = read_yaml_file(path) or {}
+    except ValueError as err:
+        raise UsageError(one_line(f"--config: {err}")) from None
     if not isinstance(data, dict):
-        raise UsageError(f"--config: {path}: expected a mapping at the top level")
-    return {str(k).replace("-", "_"): v for k, v in data.items()}
+        raise UsageError(one_line(f"--config: {plain(path)}: expected a mapping at the top level"))
+    return {setting_key(k, path): v for k, v in data.items()}
 
 
 def _engines(items: Any, cfg: Config, where: str | None) -> list[EngineConfig]:
@@ -438,6 +609,7 @@ _ENGINE_KEYS = {
     "follow_redirects",
     "basic_auth",
     "probe",  # exporter/probe/config.py
+    "gpus",  # exporter/diagnosis/scope.py
 }
 
 
@@ -469,14 +641,14 @@ def _engine_from_mapping(item: Any, cfg: Config, where: str) -> EngineConfig:
         item = {"url": item}
     if not isinstance(item, dict) or "url" not in item:
         raise UsageError(f"{where}: expected a mapping with a url")
-    item = {str(k).replace("-", "_"): v for k, v in item.items()}
+    item = {setting_key(k, where): v for k, v in item.items()}
     unknown = sorted(set(item) - _ENGINE_KEYS)
     if unknown:
-        raise UsageError(f"{where}: unknown setting(s) {', '.join(unknown)}")
+        raise UsageError(one_line(f"{where}: unknown setting(s) {', '.join(map(plain, unknown))}"))
     url = _parse(engine_url, item["url"], f"{where}: url")
     etype = item.get("type", "auto")
-    if etype not in ENGINE_TYPES:
-        raise UsageError(f"{where}: type: expected one of {', '.join(ENGINE_TYPES)}, got {etype!r}")
+    if not isinstance(etype, str) or etype not in ENGINE_TYPES:
+        raise UsageError(f"{where}: type: expected one of {', '.join(ENGINE_TYPES)}, got {shown(etype)}")
     token_file = item.get("bearer_token_file")
     if token_file is not None:
         _parse(readable_file, token_file, f"{where}: bearer_token_file")
@@ -511,14 +683,15 @@ def _engine_from_mapping(item: Any, cfg: Config, where: str) -> EngineConfig:
         tls_verify=_parse(boolean, item.get("tls_verify", True), f"{where}: tls_verify"),
         timeout=timeout,
         interval=interval,
-        max_series=_parse(positive_int, item.get("max_series", cfg.engine_max_series), f"{where}: max_series"),
+        max_series=_parse(series_budget, item.get("max_series", cfg.engine_max_series), f"{where}: max_series"),
         max_body_bytes=_parse(body_bytes, item.get("max_body_bytes", DEFAULT_MAX_BODY_BYTES), f"{where}: max_body_bytes"),
         follow_redirects=_parse(boolean, item.get("follow_redirects", False), f"{where}: follow_redirects"),
         basic_auth_username=basic[0] if basic else None,
         basic_auth_password_file=basic[1] if basic else None,
-        pid=_parse(positive_int, item["pid"], f"{where}: pid") if item.get("pid") is not None else None,
+        pid=_parse(pid_number, item["pid"], f"{where}: pid") if item.get("pid") is not None else None,
         process=str(item["process"]) if item.get("process") else None,
         probe=_probe(item.get("probe"), f"{where}: probe"),
+        gpus=_parse(gpu_list, item["gpus"], f"{where}: gpus") if item.get("gpus") is not None else (),
     )
 
 
@@ -536,16 +709,43 @@ def _groups(raw: Any, where: str | None) -> dict[str, list[int]]:
         raise UsageError(f"{where}: groups: expected a mapping of name to GPU indexes")
     groups: dict[str, list[int]] = {}
     for name, gpus in raw.items():
-        if not isinstance(gpus, list) or not gpus or not all(type(g) is int and g >= 0 for g in gpus):
-            raise UsageError(f"{where}: groups.{name}: expected a non-empty list of GPU indexes")
+        if isinstance(name, bool) or not isinstance(name, (str, int)) or (isinstance(name, int) and name.bit_length() > 64):
+            raise UsageError(one_line(f"{where}: groups: expected a group name, got {shown(name)}"))
+        if not isinstance(gpus, list) or not gpus or not all(type(g) is int and 0 <= g <= MAX_GPU_INDEX for g in gpus):
+            raise UsageError(
+                one_line(f"{where}: groups.{plain(str(name))}: expected a non-empty list of GPU indexes 0-{MAX_GPU_INDEX}")
+            )
         groups[str(name)] = list(gpus)
     return groups
 
 
-def _check_gpu_source(value: str) -> None:
+def _check_thresholds(diag: dict[str, Any], where: str | None) -> None:
+    """The `diagnosis:` section checked now, so 10**400 is one line here, not a traceback at build."""
+    from exporter.diagnosis.thresholds import Thresholds
+
+    try:
+        Thresholds.from_mapping(diag)
+    except OverflowError:  # float(10**400) in exporter/diagnosis/thresholds.py: find the key to name
+        for key, value in diag.items():
+            try:
+                Thresholds.from_mapping({key: value})
+            except OverflowError:
+                raise UsageError(
+                    one_line(f"{where}: diagnosis.{plain(str(key))}: expected a number, got {shown(value)}")
+                ) from None
+            except (ValueError, TypeError):
+                continue
+        raise UsageError(f"{where}: diagnosis: a number is too large") from None
+    except (ValueError, TypeError) as err:
+        raise UsageError(
+            one_line(f"{where}: {err}" if str(err).startswith("diagnosis") else f"{where}: diagnosis: {err}")
+        ) from None
+
+
+def _check_gpu_source(value: str, where: str) -> None:
     from exporter.gpu import parse_spec
 
     try:
         parse_spec(value)
-    except ValueError as err:
-        raise UsageError(f"--gpu-source: {err}") from None
+    except (ValueError, OverflowError, TypeError) as err:
+        raise UsageError(one_line(f"{where}: {err}")) from None

@@ -41,6 +41,15 @@ KUBERNETES_ENGINE_LABELS: tuple[str, ...] = ("namespace", "pod")
 #: Labels naming the container a GPU is allocated to (llm_gpu_pod_info, and the GPU
 #: series with --kubernetes-gpu-labels).
 KUBERNETES_POD_LABELS: tuple[str, ...] = ("namespace", "pod", "container")
+#: Bounded values of ``llm_exporter_kubernetes_pods_skipped_total{reason}``
+#: (exporter/kubernetes/pods.py reads them, exporter/kubernetes/discovery.py counts them).
+KUBERNETES_POD_SKIP_REASONS: tuple[str, ...] = (
+    "malformed",
+    "bad_annotation",
+    "annotations_too_large",
+    "labels_too_large",
+    "too_many_pods",
+)
 # --- end kubernetes -----------------------------------------------------------------
 
 
@@ -123,11 +132,16 @@ SOURCE_ERROR_REASONS: tuple[str, ...] = (
     "process_gone",
     "stale_input",
     "redirect",
+    "bad_response",
     "internal",
 )
 
 #: Bounded set of values for the ``reason`` label of llm_exporter_series_dropped_total.
-SERIES_DROP_REASONS: tuple[str, ...] = ("budget", "label_too_long", "bad_histogram")
+SERIES_DROP_REASONS: tuple[str, ...] = ("budget", "label_too_long", "bad_histogram", "family_budget")
+#: Families an engine source names in the ``family`` label of llm_exporter_series_dropped_total
+#: (the first ones dropped, kept for the process's life so each counter only grows); the rest are "other".
+SERIES_DROP_FAMILIES = 10
+SERIES_DROP_OTHER_FAMILY = "other"
 
 
 @dataclass(frozen=True)
@@ -248,9 +262,9 @@ _SPECS: list[MetricSpec] = [
     _c(
         "llm_exporter_series_dropped_total",
         "",
-        "Series a source did not publish, by reason: budget (over the per-engine series budget), label_too_long (a label value cut to the length limit; the series is kept), bad_histogram (cumulative bucket counts decrease).",
+        "Series a source did not publish, by reason: budget (over the per-engine series budget), label_too_long (a label value cut to the length limit; the series is kept), bad_histogram (cumulative bucket counts decrease), family_budget (sample lines of one metric family over its share of the budget, dropped unread; family names it, the first 10 such families by name and the rest as other; empty for the other reasons).",
         "exporter",
-        ["source", "reason"],
+        ["source", "reason", "family"],
         "exporter",
     ),
     _g(
@@ -437,6 +451,15 @@ _SPECS: list[MetricSpec] = [
         ("gpu",) + KUBERNETES_POD_LABELS,
         "nvml/cgroup",
         reduce="sum",
+    ),
+    _c(
+        "llm_exporter_kubernetes_pods_skipped_total",
+        "",
+        "Pods of the node's pod list left out or read in part, once per list read, by reason: malformed (not a pod with a UID and a name; left out), bad_annotation (an llm-layer-exporter.io annotation that is not valid; not scraped), annotations_too_large and labels_too_large (over the per-pod size; ignored), too_many_pods (over the 512 kept; left out).",
+        "exporter",
+        ["reason"],
+        "kubelet",
+        values=(("reason", KUBERNETES_POD_SKIP_REASONS),),
     ),
     # --- end kubernetes ---------------------------------------------------------------
     # --- operator ------------------------------------------------------------------
@@ -757,7 +780,7 @@ _SPECS: list[MetricSpec] = [
         "",
         "How strongly the layer limits the service now (a 0-1 score: 0 = not at all, 1 = certain bottleneck).",
         "diagnosis",
-        ("layer",),
+        ("engine", "layer"),
         "derived",
     ),
     _g(
@@ -765,15 +788,15 @@ _SPECS: list[MetricSpec] = [
         "",
         "1 while the named cause holds in the layer, 0 otherwise.",
         "diagnosis",
-        ("layer", "cause"),
+        ("engine", "layer", "cause"),
         "derived",
     ),
     _g(
         "llm_service_state",
         "",
-        "1 for the service's current state (degraded: a symptom holds; healthy: none does and the data to judge is there; unknown), else 0.",
+        "1 for the engine's current state (degraded: a symptom holds; healthy: none does and the data to judge is there; unknown), else 0. Every diagnosis series carries engine: the engine judged, over its own GPUs and process (empty on a node without engines).",
         "diagnosis",
-        ("state",),
+        ("engine", "state"),
         "derived",
     ),
     _g(
@@ -781,7 +804,7 @@ _SPECS: list[MetricSpec] = [
         "",
         "1 while the named user-visible symptom holds (TTFT or ITL over the SLO, sustained queueing, saturated throughput, failures), else 0.",
         "diagnosis",
-        ("symptom",),
+        ("engine", "symptom"),
         "derived",
     ),
     _g(
@@ -789,7 +812,7 @@ _SPECS: list[MetricSpec] = [
         "",
         "1 for the one cause that best explains the symptoms now (the page-worthy verdict), 0 for every other cause.",
         "diagnosis",
-        ("layer", "cause"),
+        ("engine", "layer", "cause"),
         "derived",
     ),
     _g(
@@ -797,7 +820,7 @@ _SPECS: list[MetricSpec] = [
         "",
         "Confidence (0-1) in a holding cause: how complete and independent its evidence is, how long it held, how far past its line; 0 when it does not hold.",
         "diagnosis",
-        ("layer", "cause"),
+        ("engine", "layer", "cause"),
         "derived",
     ),
     _g(
@@ -805,7 +828,7 @@ _SPECS: list[MetricSpec] = [
         "ratio",
         "How far the layer is from its nearest limit (1 = idle, 0 = at the limit); NaN while unknown.",
         "diagnosis",
-        ("layer",),
+        ("engine", "layer"),
         "derived",
     ),
 ]

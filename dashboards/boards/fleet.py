@@ -18,6 +18,18 @@ from dashboards.grafana import ENGINE, INSTANCE, Dashboard, Panel, Row, Target, 
 
 UID = "llm-fleet"
 MODEL = 'model=~"$model"'
+#: a replica's records from its engine's verdict carry ``engine`` (= its ``server``): filter by both
+REPLICA_VERDICT = f'{ENGINE}, engine=~"$engine"'
+
+
+def _named(record: str) -> str:
+    """A replica record without ``engine`` (its own series), given one as the verdict records have it.
+
+    Why: the Replicas table merges its queries into one row per replica by their common labels;
+    the replica's server is its engine's name, so ``server=~"$engine"`` narrows it like the verdict.
+    """
+    return f'label_replace({record}{{{ENGINE}, server=~"$engine"}}, "engine", "$1", "server", "(.*)")'
+
 
 #: server_model:llm_service_state:code: 0 healthy, 1 unknown, 2 degraded (as on LLM / Overview)
 _STATE = {
@@ -50,11 +62,11 @@ def build(s: Settings) -> Dashboard:
     w = s.rate_window
     f = fleet_settings(s)
     replica_table = [
-        Target(f"server_model:llm_service_state:code{{{ENGINE}}}", instant=True),
-        Target(f"server_model_cause:llm_bottleneck_confidence:primary{{{ENGINE}}}", instant=True),
-        Target(f"server_model:llm_layer_headroom:min{{{ENGINE}}}", instant=True),
-        Target(f"server_model:llm_scheduler_requests_waiting:sum{{{ENGINE}}}", instant=True),
-        Target(f"server_model:llm_request_ttft_seconds:p95_rate{w}{{{ENGINE}}}", instant=True),
+        Target(f"server_model:llm_service_state:code{{{REPLICA_VERDICT}}}", instant=True),
+        Target(f"server_model_cause:llm_bottleneck_confidence:primary{{{REPLICA_VERDICT}}}", instant=True),
+        Target(f"server_model:llm_layer_headroom:min{{{REPLICA_VERDICT}}}", instant=True),
+        Target(_named("server_model:llm_scheduler_requests_waiting:sum"), instant=True),
+        Target(_named(f"server_model:llm_request_ttft_seconds:p95_rate{w}"), instant=True),
     ]
     items: list[Panel | Row] = [
         Row("Fleet per model"),
@@ -70,7 +82,7 @@ def build(s: Settings) -> Dashboard:
         ),
         Panel(
             "Degraded replicas per model",
-            "Replicas whose exporter reads degraded (users affected, a symptom holds). Most replicas degraded with one "
+            "Replicas whose engine's verdict reads degraded (users affected, a symptom holds). Most replicas degraded with one "
             "capacity cause is LLMFleetCapacityShort: scale out; one replica degraded alone is its own page "
             "(LLMServiceDegraded) or an imbalance.",
             [Target(f"model:llm_service_degraded:replicas{{{MODEL}}}", "{{model}}", instant=True)],
@@ -128,10 +140,11 @@ def build(s: Settings) -> Dashboard:
         Row("Replicas"),
         Panel(
             "Replicas: state, primary cause, headroom",
-            "One row per replica (model, exporter, engine): its exporter's state, primary cause with the diagnosis's "
-            "confidence ('none' while not degraded), the headroom of its tightest layer, waiting requests and TTFT p95. "
+            "One row per replica (model, exporter, engine): its engine's state (each engine is judged on its own GPUs "
+            "and process), primary cause with the diagnosis's confidence ('none' while not degraded), the headroom of "
+            "its tightest layer, waiting requests and TTFT p95. "
             "One replica degraded or queueing while the others keep headroom is LLMFleetReplicaImbalance; open that "
-            "exporter's page (http://INSTANCE/) for its chain.",
+            "engine's verdict (http://INSTANCE/diagnosis?engine=ENGINE) for its chain.",
             replica_table,
             kind="table",
             width=24,
@@ -141,11 +154,12 @@ def build(s: Settings) -> Dashboard:
                 {
                     "id": "organize",
                     "options": {
-                        "excludeByName": {"Time": True, "__name__": True, "job": True},
+                        # server: the same name as engine
+                        "excludeByName": {"Time": True, "__name__": True, "job": True, "server": True},
                         "indexByName": {
                             "model": 0,
                             "instance": 1,
-                            "server": 2,
+                            "engine": 2,
                             "Value #A": 3,
                             "layer": 4,
                             "cause": 5,
@@ -257,11 +271,11 @@ def build(s: Settings) -> Dashboard:
         ),
         Panel(
             "Tightest-layer headroom per replica",
-            f"Headroom of each replica's tightest layer (1 = idle, 0 = at a limit) with the median replica's dashed. The "
+            f"Headroom of each replica's tightest layer (its engine's verdict; 1 = idle, 0 = at a limit) with the median replica's dashed. The "
             f"imbalance alert needs the median above {f.min_headroom:.0%}: room elsewhere to move load to. All near 0: the "
             "fleet is short, not skewed.",
             [
-                Target(f"server_model:llm_layer_headroom:min{{{ENGINE}}}", "{{model}} {{instance}} {{server}}"),
+                Target(f"server_model:llm_layer_headroom:min{{{REPLICA_VERDICT}}}", "{{model}} {{instance}} {{engine}}"),
                 Target(f"model:llm_layer_headroom:median{{{MODEL}}}", "median {{model}}"),
             ],
             unit="percentunit",
@@ -309,5 +323,5 @@ def build(s: Settings) -> Dashboard:
         "Every replica of a model at once: their state, primary cause and headroom, the fleet's latency and throughput from "
         "summed histograms, the imbalance view, and the skew of multi-node parallel groups.",
         items,
-        links=[dashboard_link("llm-overview", "LLM / Overview")],
+        links=[dashboard_link("llm-overview", "LLM / Overview", engine=True)],
     )

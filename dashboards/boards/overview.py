@@ -13,6 +13,7 @@ from alerts.settings import Settings
 from dashboards.grafana import (
     ENGINE,
     INSTANCE,
+    VERDICT,
     Dashboard,
     Panel,
     Row,
@@ -23,10 +24,10 @@ from dashboards.layers import LAYER_LINKS
 
 UID = "llm-overview"
 
-#: llm_service_state as one number per exporter: 0 healthy, 1 unknown, 2 degraded
+#: llm_service_state as one number per engine of each exporter: 0 healthy, 1 unknown, 2 degraded
 _STATE = (
-    f'2 * max by (instance) (llm_service_state{{{INSTANCE}, state="degraded"}})\n'
-    f'+ max by (instance) (llm_service_state{{{INSTANCE}, state="unknown"}})'
+    f'2 * max by (instance, engine) (llm_service_state{{{VERDICT}, state="degraded"}})\n'
+    f'+ max by (instance, engine) (llm_service_state{{{VERDICT}, state="unknown"}})'
 )
 _STATE_MAPPINGS = [
     {
@@ -47,42 +48,51 @@ _YES_NO = [
 _NAN_UNKNOWN = [{"type": "special", "options": {"match": "nan", "result": {"text": "unknown", "color": "text", "index": 0}}}]
 #: the exporter's own pages; the instance label is the address Prometheus scrapes
 _EXPORTER_PAGE = "http://${__field.labels.instance}/"
+_ENGINE_DIAGNOSIS = "http://${__field.labels.instance}/diagnosis?engine=${__field.labels.engine}"
 _CHAIN = """The **chain** says in one sentence why the service is degraded, symptom first, cause last,
 with numbers (`TTFT p95 3.3 s > SLO 2 s ← KV cache 100 % full, 2.7 preemptions/s`). It is text,
 not a metric: the exporter serves it.
 
 * Exporter page (verdict, chain, contributing causes, advice): [http://${instance}/](http://${instance}/)
-* JSON: [http://${instance}/diagnosis](http://${instance}/diagnosis) (`primary.chain`, `contributing`, `symptoms`)
+* JSON: [http://${instance}/diagnosis](http://${instance}/diagnosis) (`primary.chain`, `contributing`, `symptoms`;
+  with several engines, `engines` holds each one's verdict)
+* One engine's verdict: [http://${instance}/diagnosis?engine=${engine}](http://${instance}/diagnosis?engine=${engine})
 
-Select one exporter above for these links, or use the links on "Service state" and "Primary cause"
-(one per exporter). The page LLMServiceDegraded fires on the primary cause and links to its runbook section."""
+The verdict is one per engine: each engine is judged over its own GPUs and process. Select one
+exporter (and one engine) above for these links, or use the links on "Service state" and "Primary
+cause" (one per engine). The page LLMServiceDegraded fires per engine on its primary cause and
+links to its runbook section."""
 
 
 def build(s: Settings) -> Dashboard:
-    score = f"max by (layer) (llm_bottleneck_score{{{INSTANCE}}})"
+    score = f"max by (engine, layer) (llm_bottleneck_score{{{VERDICT}}})"
     waiting = Target(f"sum by (server, model) (llm_scheduler_requests_waiting{{{ENGINE}}})", "waiting {{server}} {{model}}")
     items: list[Panel | Row] = [
         Row("Service state, primary cause and chain"),
         Panel(
             "Service state",
-            "Per exporter: degraded (users are affected: a symptom holds), healthy (no symptom and the data to judge "
-            "is there) or unknown (the diagnosis lacks data: check 'Exporter sources up'). Degraded with a primary "
-            "cause for a few minutes is the LLMServiceDegraded page. Click a value for that exporter's page.",
-            [Target(_STATE, "{{instance}}", instant=True)],
+            "Per engine of each exporter (each engine is judged on its own GPUs and process): degraded (its users are "
+            "affected: a symptom holds), healthy (no symptom and the data to judge is there) or unknown (the diagnosis "
+            "lacks data: check 'Exporter sources up'). Degraded with a primary cause for a few minutes is that engine's "
+            "LLMServiceDegraded page. Click a value for the exporter's page or that engine's /diagnosis.",
+            [Target(_STATE, "{{instance}} {{engine}}", instant=True)],
             kind="stat",
             width=4,
             height=6,
             thresholds=[(1, "text"), (2, "red")],
             value_mappings=_STATE_MAPPINGS,
-            links=[{"title": "Exporter page: verdict and chain", "url": _EXPORTER_PAGE, "targetBlank": True}],
+            links=[
+                {"title": "Exporter page: verdict and chain", "url": _EXPORTER_PAGE, "targetBlank": True},
+                {"title": "/diagnosis of this engine", "url": _ENGINE_DIAGNOSIS, "targetBlank": True},
+            ],
         ),
         Panel(
             "Primary cause",
-            "Per exporter, the one cause that best explains the symptoms (llm_bottleneck_primary == 1) with the "
-            "diagnosis's confidence in it (0-1: how complete, independent and lasting its evidence is); 'none' while "
-            "the service is not degraded. The cause names the runbook section (alerts/runbooks.md) the page links to. "
-            "Click a row for that exporter's /diagnosis (chain and contributing causes).",
-            [Target(f"instance_cause:llm_bottleneck_confidence:primary{{{INSTANCE}}}", instant=True)],
+            "Per engine of each exporter, the one cause that best explains its symptoms (llm_bottleneck_primary == 1) "
+            "with the diagnosis's confidence in it (0-1: how complete, independent and lasting its evidence is); 'none' "
+            "while that engine is not degraded. The cause names the runbook section (alerts/runbooks.md) the page links "
+            "to. Click a row for that engine's /diagnosis (chain and contributing causes).",
+            [Target(f"instance_cause:llm_bottleneck_confidence:primary{{{VERDICT}}}", instant=True)],
             kind="table",
             unit="percentunit",
             width=8,
@@ -90,14 +100,18 @@ def build(s: Settings) -> Dashboard:
             min=0,
             max=1,
             links=[
-                {"title": "/diagnosis of this exporter", "url": "http://${__data.fields.instance}/diagnosis", "targetBlank": True}
+                {
+                    "title": "/diagnosis of this engine",
+                    "url": "http://${__data.fields.instance}/diagnosis?engine=${__data.fields.engine}",
+                    "targetBlank": True,
+                }
             ],
             transformations=[
                 {
                     "id": "organize",
                     "options": {
                         "excludeByName": {"Time": True, "__name__": True, "job": True},
-                        "indexByName": {"instance": 0, "layer": 1, "cause": 2, "Value": 3},
+                        "indexByName": {"instance": 0, "engine": 1, "layer": 2, "cause": 3, "Value": 4},
                         "renameByName": {"Value": "confidence"},
                     },
                 }
@@ -106,9 +120,9 @@ def build(s: Settings) -> Dashboard:
         Panel(
             "Active symptoms",
             "What users feel now, as the diagnosis judges it (llm_symptom_active): TTFT or ITL p95 over the SLO, "
-            "sustained queueing, saturated throughput, failures; 'yes' on any selected exporter. A symptom with no "
-            "primary cause means nothing explains it yet: the burn alerts page then, read /diagnosis.",
-            [Target(f"max by (symptom) (llm_symptom_active{{{INSTANCE}}})", "{{symptom}}", instant=True)],
+            "sustained queueing, saturated throughput, failures; per engine, 'yes' on any selected exporter. A symptom "
+            "with no primary cause means nothing explains it yet: the burn alerts page then, read /diagnosis.",
+            [Target(f"max by (engine, symptom) (llm_symptom_active{{{VERDICT}}})", "{{engine}} {{symptom}}", instant=True)],
             kind="stat",
             width=6,
             height=6,
@@ -117,10 +131,10 @@ def build(s: Settings) -> Dashboard:
         ),
         Panel(
             "Layer headroom",
-            "How far each layer is from its nearest limit (1 = idle, 0 = at the limit), the tightest over the "
-            "selected exporters. Red below 10 %: that layer sets the ceiling, and more load turns into queueing; "
+            "How far each layer is from its nearest limit (1 = idle, 0 = at the limit) per engine, the tightest over the "
+            "selected exporters. Red below 10 %: that layer sets the engine's ceiling, and more load turns into queueing; "
             "open its dashboard from the links above. 'unknown': the exporter lacks the data to measure it.",
-            [Target(f"min by (layer) (llm_layer_headroom_ratio{{{INSTANCE}}})", "{{layer}}", instant=True)],
+            [Target(f"min by (engine, layer) (llm_layer_headroom_ratio{{{VERDICT}}})", "{{engine}} {{layer}}", instant=True)],
             kind="bargauge",
             unit="percentunit",
             width=6,
@@ -144,11 +158,11 @@ def build(s: Settings) -> Dashboard:
         Row("Verdict: which layer limits the service"),
         Panel(
             "Layer scores",
-            "How strongly each of the seven layers limits the service now (0 = not at all, 1 = certain). "
+            "How strongly each of the seven layers limits each engine now (0 = not at all, 1 = certain). "
             "Orange from 0.5, red from 0.8. A red layer is the bottleneck: open its dashboard from the links above "
             "and read the active cause below. 'unknown': the exporter lacks the data to judge that layer (no profiling, no "
             "spec decoding). All layers green while latency is bad: check 'Exporter sources up'.",
-            [Target(score, "{{layer}}", instant=True)],
+            [Target(score, "{{engine}} {{layer}}", instant=True)],
             kind="stat",
             width=24,
             height=5,
@@ -160,11 +174,11 @@ def build(s: Settings) -> Dashboard:
         ),
         Panel(
             "Active causes",
-            "Each cause the diagnosis reports over time (primary, contributing, warnings); red while it holds "
+            "Each cause the diagnosis reports for each engine over time (primary, contributing, warnings); red while it holds "
             "(llm_bottleneck_active == 1). Every cause has a ticket alert and a runbook section in alerts/runbooks.md "
             "named after it; only the primary pages (LLMServiceDegraded). Several causes at once: fix the primary "
             "first; the others are often its consequences.",
-            [Target(f"max by (layer, cause) (llm_bottleneck_active{{{INSTANCE}}})", "{{layer}} / {{cause}}")],
+            [Target(f"max by (engine, layer, cause) (llm_bottleneck_active{{{VERDICT}}})", "{{engine}} / {{layer}} / {{cause}}")],
             kind="state-timeline",
             width=24,
             height=12,
@@ -183,7 +197,7 @@ def build(s: Settings) -> Dashboard:
             "Layer scores over time",
             "The same scores as a history: when did a layer start limiting the service, and did it move when the load changed? "
             "A score that rises with load and falls with it is capacity; one that stays high at low load is a fault.",
-            [Target(score, "{{layer}}")],
+            [Target(score, "{{engine}} {{layer}}")],
             width=24,
             min=0,
             max=1,

@@ -13,7 +13,10 @@ from typing import TYPE_CHECKING
 
 from exporter.diagnosis.capacity import CapacitySource
 from exporter.diagnosis.engine import DiagnosisEngine
+from exporter.diagnosis.fanout import NodeDiagnosis
+from exporter.diagnosis.intervals import widen_and_log
 from exporter.diagnosis.parallel import ParallelSource
+from exporter.diagnosis.scope import ProcessGpus, specs_from
 from exporter.diagnosis.source import DiagnosisSource
 from exporter.diagnosis.thresholds import Thresholds
 
@@ -31,16 +34,26 @@ class DiagnosisBundle:
 
     sources: list[Source]
     router: APIRouter
-    engine: DiagnosisEngine
+    #: one verdict per engine scope (exporter/diagnosis/fanout.py)
+    engine: NodeDiagnosis
+
+
+def input_intervals(config: Config) -> list[float]:
+    """The sampling intervals of the inputs the diagnosis reads (its window must hold two of the slowest)."""
+    out = [config.gpu_interval] if config.gpu_source != "none" else []
+    out += [e.interval for e in config.engines]
+    if any(e.pid or e.process for e in config.engines):
+        out.append(config.process_interval)
+    return out
 
 
 def build_diagnosis(config: Config, store: SnapshotStore) -> DiagnosisBundle:
     """Raises ValueError("diagnosis.<key>: ...") on a bad ``diagnosis:`` section."""
     from exporter.diagnosis.api import build_router
 
-    thresholds = Thresholds.from_mapping(config.diagnosis)
-    engine = DiagnosisEngine(thresholds, config.groups)
     interval = config.effective_diagnosis_interval
+    thresholds = widen_and_log(Thresholds.from_mapping(config.diagnosis), interval, input_intervals(config))
+    engine = NodeDiagnosis(thresholds, config.groups, specs_from(config.engines), interval, ProcessGpus())
     sources: list[Source] = [
         ParallelSource(
             store, config.groups, config.gpu_interval, timeout=max(1.0, config.gpu_interval), node_group=config.parallel_group
@@ -51,4 +64,4 @@ def build_diagnosis(config: Config, store: SnapshotStore) -> DiagnosisBundle:
     return DiagnosisBundle(sources=sources, router=build_router(engine), engine=engine)
 
 
-__all__ = ["DiagnosisBundle", "DiagnosisEngine", "Thresholds", "build_diagnosis"]
+__all__ = ["DiagnosisBundle", "DiagnosisEngine", "NodeDiagnosis", "Thresholds", "build_diagnosis"]

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from exporter.diagnosis.engine import DiagnosisEngine
+from exporter.diagnosis.fanout import NodeDiagnosis
 from exporter.samples import SampleResult
 from exporter.store import SnapshotStore
 
@@ -36,14 +37,15 @@ _POLL_S = 0.005
 
 
 class DiagnosisSource:
-    """Reads ``store.snapshot()``, runs the rules, returns score and active points."""
+    """Reads ``store.snapshot()``, runs the rules (per engine scope, with a NodeDiagnosis), returns
+    the verdict's points."""
 
     name = "diagnosis"
 
     def __init__(
         self,
         store: SnapshotStore,
-        engine: DiagnosisEngine,
+        engine: DiagnosisEngine | NodeDiagnosis,
         interval: float,
         timeout: float,
         derived: Iterable[str] = DERIVED_SOURCES,
@@ -104,4 +106,6 @@ class DiagnosisSource:
             self._sleep(min(_POLL_S, cap - now))
 
     def close(self) -> None:
-        """Holds nothing."""
+        """Holds nothing of its own; a NodeDiagnosis may hold an NVML session (scope lookups)."""
+        if isinstance(self.engine, NodeDiagnosis):
+            self.engine.close()

@@ -122,28 +122,31 @@ class Verdict:
     def active(self) -> set[tuple[str, str]]:
         return {(c.layer, c.cause) for c in self.bottlenecks}
 
-    def points(self, rules: Any = None) -> list[Point]:
+    def points(self, rules: Any = None, engine: str = "") -> list[Point]:
         """Per layer: score and headroom (NaN while unknown); per cause: active, primary,
         confidence (every cause id present, so alerts and panels never see a gap); the
-        service state one-hot; each symptom 0/1."""
+        service state one-hot; each symptom 0/1. Every series carries ``engine``: the engine
+        judged ("" on a node without engines, exporter/diagnosis/fanout.py)."""
         from exporter.diagnosis.rules import RULES
 
         table = rules if rules is not None else RULES
+        e = {"engine": engine}
         out: list[Point] = []
         for name, lv in self.layers.items():
-            out.append(Sample("llm_bottleneck_score", {"layer": name}, _nan(lv.score)))
-            out.append(Sample("llm_layer_headroom_ratio", {"layer": name}, _nan(lv.headroom)))
+            out.append(Sample("llm_bottleneck_score", {**e, "layer": name}, _nan(lv.score)))
+            out.append(Sample("llm_layer_headroom_ratio", {**e, "layer": name}, _nan(lv.headroom)))
         reported = {(c.layer, c.cause): c for c in self.bottlenecks}
         main = (self.primary.layer, self.primary.cause) if self.primary else None
         for r in table:
             key = (r.layer, r.cause)
             c = reported.get(key)
-            out.append(Sample("llm_bottleneck_active", {"layer": r.layer, "cause": r.cause}, 1.0 if c else 0.0))
-            out.append(Sample("llm_bottleneck_primary", {"layer": r.layer, "cause": r.cause}, 1.0 if key == main else 0.0))
-            out.append(Sample("llm_bottleneck_confidence", {"layer": r.layer, "cause": r.cause}, c.confidence if c else 0.0))
-        out += [Sample("llm_service_state", {"state": s}, 1.0 if s == self.state else 0.0) for s in STATES]
+            labels = {**e, "layer": r.layer, "cause": r.cause}
+            out.append(Sample("llm_bottleneck_active", labels, 1.0 if c else 0.0))
+            out.append(Sample("llm_bottleneck_primary", labels, 1.0 if key == main else 0.0))
+            out.append(Sample("llm_bottleneck_confidence", labels, c.confidence if c else 0.0))
+        out += [Sample("llm_service_state", {**e, "state": s}, 1.0 if s == self.state else 0.0) for s in STATES]
         held = {x.id for x in self.symptoms}
-        out += [Sample("llm_symptom_active", {"symptom": s}, 1.0 if s in held else 0.0) for s in SYMPTOM_IDS]
+        out += [Sample("llm_symptom_active", {**e, "symptom": s}, 1.0 if s in held else 0.0) for s in SYMPTOM_IDS]
         return out
 
 

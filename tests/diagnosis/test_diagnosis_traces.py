@@ -111,10 +111,23 @@ def test_batch1_decode_hits_the_serial_host_ceiling(serving):
 SYMPTOMATIC = [
     ("kernels", "h2d_copy_pcie", "ttft", "hardware", "pcie_transfer_bound"),
     ("kernels", "tiny_kernels_host_bound", "itl", "operator", "launch_bound_small_kernels"),
-    ("kernels", "prefill_gemm_bf16", "ttft", "hardware", "power_or_thermal_throttling"),
+    # issue 20: the GEMM at the 700 W cap runs at 76 % of its clock; a 4.9 s TTFT against the 2 s SLO is
+    # 59 % past its line, of which the clock loss explains 41 %: at the full clock the tensor pipes would
+    # still be at 68 %, so compute-bound is the primary and the throttle contributes its share
+    # (test_the_capped_gemm_throttle_contributes_its_share; before, the fixed order made it the primary)
+    ("kernels", "prefill_gemm_bf16", "ttft", "hardware", "compute_bound"),
     ("kernels", "decode_gemv_bf16", "itl", "hardware", "memory_bandwidth_bound"),
     ("serving", "decode_b1_hf_generate", "itl", "scheduler", "serial_host_ceiling"),
 ]
+
+
+def test_the_capped_gemm_throttle_contributes_its_share():
+    verdicts = verdicts_by_phase("kernels", symptom="ttft", only="prefill_gemm_bf16")["prefill_gemm_bf16"]
+    for v in verdicts[SETTLE_ROWS + Thresholds().symptom_persistence_cycles :]:
+        roles = {c.cause: c.role for c in v.bottlenecks}
+        assert roles["compute_bound"] == "primary", roles
+        # its share of the slowdown where the clock dips lowest, else a warning (waste on its own)
+        assert roles["power_or_thermal_throttling"] in ("contributing", "warning"), roles
 
 
 @pytest.mark.parametrize("trace, phase, symptom, layer, cause", SYMPTOMATIC, ids=[r[1] for r in SYMPTOMATIC])
@@ -135,7 +148,7 @@ def test_phase_without_a_symptom_is_headroom_not_a_bottleneck(trace, phase, symp
     for v in verdicts_by_phase(trace, symptom="none")[phase][CLEAR_ROWS:]:
         assert v.state == "healthy" and v.primary is None
         assert cause in v.holding  # the condition still holds: the layer is near its limit
-        if cause == "power_or_thermal_throttling":  # waste on its own: a warning even when healthy
+        if "power_or_thermal_throttling" in v.holding:  # waste on its own: a warning even when healthy
             assert v.layers[layer].status == "warning"
             continue
         assert v.layers[layer].status == "ok", (phase, v.layers[layer])

@@ -83,7 +83,7 @@ def test_every_alert_has_severity_summary_description_and_runbook_anchor() -> No
         if rule["alert"] == PAGE:
             # layer and cause come from the primary series; the runbook section from its cause
             assert "layer" not in rule["labels"] and "cause" not in rule["labels"]
-            assert "by (job, instance, layer, cause)" in rule["expr"]
+            assert "by (job, instance, engine, layer, cause)" in rule["expr"]
             assert ann["runbook_url"].endswith("alerts/runbooks.md#{{ $labels.cause }}")
         else:
             assert rule["labels"]["layer"], rule["alert"]
@@ -143,14 +143,19 @@ def test_the_page_mutes_per_cause_tickets_and_burn_alerts_of_the_same_exporter()
     from_page = {
         tuple(r["target_matchers"]): r["equal"] for r in doc["inhibit_rules"] if r["source_matchers"] == [f'alertname="{PAGE}"']
     }
+    # per engine (issue 20): the page of engine A mutes A's tickets and burn alerts, not engine B's
     assert from_page == {
-        ('kind="diagnosis"',): ["job", "instance"],
-        ('alertname=~"LLM(TTFT|ITL)BudgetBurn.*"',): ["job", "instance"],
+        ('kind="diagnosis"',): ["job", "instance", "engine"],
+        ('alertname=~"LLM(TTFT|ITL)BudgetBurn.*"',): ["job", "instance", "engine"],
     }
     # a ticket alone must not mute a burn alert: with no primary, the burn alert is the page
     assert not [r for r in doc["inhibit_rules"] if r["source_matchers"] == ['kind="diagnosis"']]
     (route,) = [r for r in doc["route"]["routes"] if r["matchers"] == [f'alertname="{PAGE}"']]
-    assert route["receiver"] == "oncall-pager" and "layer" not in route["group_by"]
+    assert route["receiver"] == "oncall-pager" and "layer" not in route["group_by"] and "engine" in route["group_by"]
+    # the muted alerts carry the engine the page names: the burn and KV-near-full symptoms copy it from server
+    rules = {r["alert"]: r for g in yaml.safe_load((ALERTS / "alerting_rules.yml").read_text())["groups"] for r in g["rules"]}
+    for name in ("LLMTTFTBudgetBurnFast", "LLMITLBudgetBurnSlow", "LLMKVCacheNearFull"):
+        assert rules[name]["expr"].startswith("label_replace(") and '"engine", "$1", "server", "(.*)"' in rules[name]["expr"]
 
 
 def test_one_alert_per_diagnosis_cause() -> None:
@@ -207,7 +212,25 @@ def test_one_alert_per_diagnosis_cause() -> None:
         # paging on any primary sample: the one-cycle primary and the primary changing every minute must stay quiet
         (PAGE, "(llm_bottleneck_primary) == 1", "(max_over_time(llm_bottleneck_primary[3m])) == 1"),
         # the cause dropped from the page's labels: no runbook section, no per-cause page
-        (PAGE, "by (job, instance, layer, cause) (llm_bottleneck_primary)", "by (job, instance, layer) (llm_bottleneck_primary)"),
+        (
+            PAGE,
+            "by (job, instance, engine, layer, cause) (llm_bottleneck_primary)",
+            "by (job, instance, engine, layer) (llm_bottleneck_primary)",
+        ),
+        # one page per exporter instead of per engine: the page no longer names engine A
+        (
+            PAGE,
+            "by (job, instance, engine, layer, cause) (llm_bottleneck_primary)",
+            "by (job, instance, layer, cause) (llm_bottleneck_primary)",
+        ),
+        # a ticket per exporter: engine B's healthy 0 and engine A's 1 fold into one ticket without an engine
+        (
+            "LLMKVCachePressure",
+            'by (job, instance, engine, layer, cause) (llm_bottleneck_active{layer="memory", cause="kv_cache_pressure"})',
+            'by (job, instance, layer, cause) (llm_bottleneck_active{layer="memory", cause="kv_cache_pressure"})',
+        ),
+        # the burn alert without the engine's name: the page of that engine could not mute it
+        ("LLMTTFTBudgetBurnFast", '"engine", "$1", "server", "(.*)"', '"engine", "", "server", "(.*)"'),
     ],
 )
 def test_unit_tests_fail_when_a_rule_is_broken(tmp_path: Path, alert: str, old: str, new: str) -> None:
@@ -273,3 +296,128 @@ def test_routing_by_severity_and_layer(labels: list[str], receiver: str) -> None
     result = run("amtool", "config", "routes", "test", "--config.file", str(ALERTS / "alertmanager.yml"), *labels)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip() == receiver
+
+
+# --------------------------------------------------------------------------- one verdict per engine (issue 20)
+
+#: two engines scraped by one exporter; the verdict's ``engine`` is the engine's name (its ``server``)
+TWO_ENGINE_INSTANCE = "10.1.0.1:9750"
+DEGRADED, HEALTHY = "vllm-a", "vllm-b"
+
+
+def _two_engines_test() -> dict[str, object]:
+    """A hand-written promtool test on the shipped rules: A degraded with kv_cache_pressure, B healthy."""
+    from alerts.alerting import alerts
+    from alerts.settings import load
+    from alerts.unittests import _expected
+
+    s = load()
+    job = s.exporter_job
+
+    def sel(name: str, engine: str, **labels: str) -> str:
+        pairs = {"job": job, "instance": TWO_ENGINE_INSTANCE, "engine": engine, **labels}
+        return name + "{" + ", ".join(f'{k}="{v}"' for k, v in pairs.items()) + "}"
+
+    kv = {"layer": "memory", "cause": "kv_cache_pressure"}
+    queue = {"layer": "scheduler", "cause": "queue_backlog"}
+    series: list[tuple[str, str]] = []
+    for engine, degraded in ((DEGRADED, True), (HEALTHY, False)):
+        on = "1x15" if degraded else "0x15"
+        for state, value in (("degraded", on), ("healthy", "0x15" if degraded else "1x15"), ("unknown", "0x15")):
+            series.append((sel("llm_service_state", engine, state=state), value))
+        series += [
+            (sel("llm_bottleneck_primary", engine, **kv), on),
+            (sel("llm_bottleneck_primary", engine, **queue), "0x15"),
+            (sel("llm_bottleneck_confidence", engine, **kv), "0.9x15" if degraded else "0x15"),
+            (sel("llm_bottleneck_active", engine, **kv), on),
+            (sel("llm_bottleneck_active", engine, **queue), "0x15"),
+        ]
+    by_name = {a.name: a for a in alerts(s)}
+    expect = {"job": job, "instance": TWO_ENGINE_INSTANCE, "engine": DEGRADED, **kv}
+    record = "instance_cause:llm_bottleneck_confidence:primary"
+    healthy_none = sel(record, HEALTHY, layer="none", cause="none").removeprefix(record)
+    return {
+        "rule_files": [str(f) for f in RULE_FILES],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "name": "two engines on one exporter: one page, one ticket, for the degraded engine only",
+                "interval": "1m",
+                "input_series": [{"series": name, "values": values} for name, values in series],
+                "alert_rule_test": [
+                    {"eval_time": "10m", "alertname": PAGE, "exp_alerts": [_expected(by_name[PAGE], s, expect)]},
+                    {
+                        "eval_time": "10m",
+                        "alertname": "LLMKVCachePressure",
+                        "exp_alerts": [_expected(by_name["LLMKVCachePressure"], s, expect)],
+                    },
+                ],
+                "promql_expr_test": [
+                    {
+                        "eval_time": "10m",
+                        "expr": record,
+                        "exp_samples": [
+                            {"labels": sel(record, DEGRADED, **kv), "value": 0.9},
+                            {"labels": record + healthy_none, "value": 0},
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
+
+
+@needs_promtool
+def test_two_engines_on_one_exporter_page_once_for_the_degraded_engine(tmp_path: Path) -> None:
+    doc = _two_engines_test()
+    test_file = tmp_path / "two_engines_test.yml"
+    test_file.write_text(yaml.safe_dump(doc, sort_keys=False))
+    result = run("promtool", "test", "rules", str(test_file))
+    assert result.returncode == 0, result.stdout + result.stderr
+    # the same test bites on the rules of one verdict per exporter
+    for f in RULE_FILES:
+        shutil.copy(f, tmp_path / f.name)
+    rules = tmp_path / "alerting_rules.yml"
+    rules.write_text(rules.read_text().replace("by (job, instance, engine, layer, cause)", "by (job, instance, layer, cause)"))
+    doc["rule_files"] = [str(tmp_path / f.name) for f in RULE_FILES]
+    test_file.write_text(yaml.safe_dump(doc, sort_keys=False))
+    broken = run("promtool", "test", "rules", str(test_file))
+    assert broken.returncode != 0 and "FAILED" in broken.stdout + broken.stderr
+
+
+def test_the_generated_page_case_holds_two_engines_on_one_exporter() -> None:
+    """The shipped unit tests (alerts/unittests.py) prove the same on their own fixtures."""
+    tests = yaml.safe_load(TEST_FILE.read_text())["tests"]
+    (fires,) = [t for t in tests if t["name"] == f"{PAGE} fires"]
+    engines_on_first = {
+        m.group(1)
+        for item in fires["input_series"]
+        if item["series"].startswith("llm_bottleneck_primary{") and 'instance="10.0.0.7:9750"' in item["series"]
+        for m in [re.search(r'engine="([^"]+)"', item["series"])]
+        if m
+    }
+    assert engines_on_first == {"s1", "s2"}
+    paged = [e["exp_labels"] for e in fires["alert_rule_test"][0]["exp_alerts"] if e["exp_labels"]["instance"] == "10.0.0.7:9750"]
+    assert [(p["engine"], p["cause"]) for p in paged] == [("s1", "kv_cache_pressure")]
+
+
+def test_lint_refuses_a_verdict_rule_that_drops_the_engine() -> None:
+    from alerts import generate
+    from alerts.promql import engine_problems
+    from alerts.settings import load
+
+    s = load()
+    verdict = generate.verdict_series(s)
+    assert {"llm_bottleneck_primary", "instance_cause:llm_bottleneck_confidence:primary"} <= verdict
+    assert "model_cause:llm_bottleneck_primary:replicas" not in verdict  # a fleet count: no engine left to keep
+    assert engine_problems("max by (job, instance, layer, cause) (llm_bottleneck_primary) == 1", verdict, "engine") == [
+        "by (job, instance, layer, cause) of the per-engine verdict drops label 'engine'"
+    ]
+    assert engine_problems(
+        "max by (job, instance, engine) (llm_service_state) * on (job, instance) group_left () up", verdict, "engine"
+    )
+    # engine series are not the verdict: their engine label is the family
+    assert engine_problems("max by (job, instance, server, model) (llm_engine_info)", verdict, "engine") == []
+    # every diagnosis family carries engine in exporter/schema.py, and the shipped rules keep it
+    assert generate.schema_engine_problems() == []
+    assert [e for e in generate.lint(s) if "engine" in e] == []

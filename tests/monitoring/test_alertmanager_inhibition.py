@@ -29,10 +29,12 @@ pytestmark = [
 ]
 
 
-def alert(name: str, instance: str, **labels: str) -> dict[str, object]:
+def alert(name: str, instance: str, engine: str = "s", **labels: str) -> dict[str, object]:
+    """An alert as the rules send it: every one here carries the engine's name (the verdict's ``engine``,
+    the symptom alerts' copy of ``server``, alerts/recording.py with_engine)."""
     now = dt.datetime.now(dt.timezone.utc)
     return {
-        "labels": {"alertname": name, "job": "llm-layer-exporter", "instance": instance, **labels},
+        "labels": {"alertname": name, "job": "llm-layer-exporter", "instance": instance, "engine": engine, **labels},
         "annotations": {"summary": name},
         "startsAt": now.isoformat(),
         "endsAt": (now + dt.timedelta(minutes=5)).isoformat(),
@@ -107,28 +109,74 @@ def test_diagnosis_alerts_inhibit_matching_symptoms(tmp_path: Path) -> None:
                     server="s",
                     model="m",
                 ),
+                # d: two engines on one exporter (issue 20); the page of engine a mutes a's ticket only,
+                # engine b's ticket and its burn alert (no primary for b: that burn is b's page) stay loud
+                alert(
+                    "LLMServiceDegraded",
+                    "d:9750",
+                    engine="a",
+                    severity="critical",
+                    kind="incident",
+                    layer="memory",
+                    cause="kv_cache_pressure",
+                ),
+                alert(
+                    "LLMKVCachePressure",
+                    "d:9750",
+                    engine="a",
+                    severity="warning",
+                    layer="memory",
+                    kind="diagnosis",
+                    cause="kv_cache_pressure",
+                ),
+                alert(
+                    "LLMGPUThrottling",
+                    "d:9750",
+                    engine="b",
+                    severity="warning",
+                    layer="hardware",
+                    kind="diagnosis",
+                    cause="power_or_thermal_throttling",
+                ),
+                alert(
+                    "LLMTTFTBudgetBurnFast",
+                    "d:9750",
+                    engine="b",
+                    severity="critical",
+                    layer="application",
+                    kind="symptom",
+                    server="b",
+                    model="m",
+                ),
             ]
         )
 
         def states() -> dict[tuple[str, str], list[str]]:
-            got = {(a["labels"]["alertname"], a["labels"]["instance"]): a["status"]["inhibitedBy"] for a in am.alerts()}
-            return got if len(got) == 10 else {}
+            got = {
+                (a["labels"]["alertname"], a["labels"]["instance"] + "/" + a["labels"]["engine"]): a["status"]["inhibitedBy"]
+                for a in am.alerts()
+            }
+            return got if len(got) == 14 else {}
 
         # Alertmanager lists a posted alert before its inhibitor has marked it (the marks follow
         # within moments, asynchronously): wait for the first mark, then read the settled state
         assert wait_until(lambda: any(states().values()), timeout=20), "alertmanager muted none of the posted alerts"
         time.sleep(1.0)
         got = states()
-        assert got, "alertmanager did not list the ten posted alerts"
-        assert got[("LLMServiceDegraded", "a:9750")] == [], "the page is never muted"
+        assert got, "alertmanager did not list the fourteen posted alerts"
+        assert got[("LLMServiceDegraded", "a:9750/s")] == [], "the page is never muted"
         for name in ("LLMKVCachePressure", "LLMQueueBacklog", "LLMKVCacheNearFull", "LLMTTFTBudgetBurnFast"):
-            assert got[(name, "a:9750")], (
+            assert got[(name, "a:9750/s")], (
                 f"{name} must be muted by LLMServiceDegraded of the same exporter: one incident, one page"
             )
-        assert got[("LLMKVCachePressure", "b:9750")] == []
-        assert got[("LLMKVCacheNearFull", "b:9750")], "KV-near-full must be muted by the kv_cache_pressure diagnosis"
-        assert got[("LLMTTFTBudgetBurnFast", "b:9750")] == [], (
+        assert got[("LLMKVCachePressure", "b:9750/s")] == []
+        assert got[("LLMKVCacheNearFull", "b:9750/s")], "KV-near-full must be muted by the kv_cache_pressure diagnosis"
+        assert got[("LLMTTFTBudgetBurnFast", "b:9750/s")] == [], (
             "a ticket alone must not mute a burn alert: with no primary it is the page"
         )
-        assert got[("LLMKVCacheNearFull", "c:9750")] == []
-        assert got[("LLMTTFTBudgetBurnFast", "c:9750")] == []
+        assert got[("LLMKVCacheNearFull", "c:9750/s")] == []
+        assert got[("LLMTTFTBudgetBurnFast", "c:9750/s")] == []
+        assert got[("LLMServiceDegraded", "d:9750/a")] == []
+        assert got[("LLMKVCachePressure", "d:9750/a")], "engine a's ticket is muted by engine a's page"
+        assert got[("LLMGPUThrottling", "d:9750/b")] == [], "engine a's page must not mute engine b's ticket"
+        assert got[("LLMTTFTBudgetBurnFast", "d:9750/b")] == [], "engine a's page must not mute engine b's burn alert"

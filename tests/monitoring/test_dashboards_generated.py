@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -212,3 +213,90 @@ def test_provisioning_points_grafana_at_the_dashboards() -> None:
     prov = yaml.safe_load((ROOT / "dashboards/provisioning/dashboards/llm.yaml").read_text())
     provider = prov["providers"][0]
     assert provider["type"] == "file" and provider["options"]["path"]
+
+
+# --------------------------------------------------------------------------- one verdict per engine (issue 20)
+
+VERDICT_BOARDS = {"llm-overview", "llm-fleet"}
+
+
+def _variable(d: dict, name: str) -> dict | None:
+    return next((v for v in d["templating"]["list"] if v["name"] == name), None)
+
+
+def test_boards_that_draw_the_verdict_have_an_engine_variable_and_only_they() -> None:
+    from alerts.generate import verdict_series
+    from alerts.promql import metric_names
+
+    verdict = verdict_series(load())
+    for uid, d in dashboards().items():
+        reads = {n for p in panels(d).values() for t in p["targets"] for n in metric_names(t["expr"]) & verdict}
+        engine = _variable(d, "engine")
+        assert bool(reads) == (uid in VERDICT_BOARDS) == (engine is not None), (uid, sorted(reads))
+        if engine:
+            # the engines the diagnosis judges, of the selected exporters; "All" also matches an unlabelled series
+            assert engine["definition"] == 'label_values(llm_service_state{instance=~"$instance"}, engine)'
+            assert engine["includeAll"] and engine["multi"] and engine["allValue"] == ".*"
+            names = [v["name"] for v in d["templating"]["list"]]
+            assert names.index("instance") < names.index("engine")
+
+
+def test_the_overview_draws_one_verdict_per_engine() -> None:
+    p = panels(dashboards()["llm-overview"])
+    for title in (
+        "Service state",
+        "Active symptoms",
+        "Layer headroom",
+        "Layer scores",
+        "Active causes",
+        "Layer scores over time",
+    ):
+        (target,) = p[title]["targets"]
+        assert 'engine=~"$engine"' in target["expr"] and "{{engine}}" in target["legendFormat"], title
+        assert re.search(r"by \((instance, )?engine[,)]", target["expr"]), title
+    primary = p["Primary cause"]
+    assert 'engine=~"$engine"' in primary["targets"][0]["expr"]
+    assert "engine" in primary["transformations"][0]["options"]["indexByName"]
+    assert primary["fieldConfig"]["defaults"]["links"][0]["url"].endswith("/diagnosis?engine=${__data.fields.engine}")
+    assert "/diagnosis?engine=${engine}" in p["Chain: symptom to cause"]["options"]["content"]
+    # the engine series (latency, queue) keep their own server filter: their engine label is the family
+    assert not [t for t in p["TTFT p95 vs queue depth"]["targets"] if "$engine" in t["expr"]]
+
+
+def test_the_fleet_table_has_one_row_per_engine() -> None:
+    p = panels(dashboards()["llm-fleet"])
+    table = p["Replicas: state, primary cause, headroom"]
+    exprs = [t["expr"] for t in table["targets"]]
+    assert all("$engine" in e for e in exprs)
+    # the replica's own series get the engine's name as engine, so the merge joins them with its verdict
+    assert all(e.startswith("label_replace(") for e in exprs[3:])
+    organize = table["transformations"][1]["options"]
+    assert "engine" in organize["indexByName"] and organize["excludeByName"]["server"]
+    headroom = p["Tightest-layer headroom per replica"]["targets"][0]
+    assert 'engine=~"$engine"' in headroom["expr"] and "{{engine}}" in headroom["legendFormat"]
+
+
+@pytest.mark.parametrize(
+    "expr, legend, complaint",
+    [
+        ('max by (layer) (llm_bottleneck_score{instance=~"$instance", engine=~"$engine"})', "{{engine}}", "drops label 'engine'"),
+        (
+            'max by (engine, layer) (llm_bottleneck_score{instance=~"$instance"})',
+            "{{engine}} {{layer}}",
+            'without engine=~"$engine"',
+        ),
+        ('max by (engine, layer) (llm_bottleneck_score{instance=~"$instance", engine=~"$engine"})', "{{layer}}", "does not name"),
+    ],
+)
+def test_lint_catches_a_verdict_panel_that_folds_engines(expr: str, legend: str, complaint: str) -> None:
+    d = generate.build_all(load())[0]
+    scores = next(p for p in d["panels"] if p.get("title") == "Layer scores")
+    scores["targets"][0].update(expr=expr, legendFormat=legend)
+    found = [p for p in dashboard_problems(d, known_series(load())) if "Layer scores" in p]
+    assert any(complaint in p for p in found), found
+
+
+def test_lint_wants_the_engine_variable_where_queries_read_it() -> None:
+    d = generate.build_all(load())[0]
+    d["templating"]["list"] = [v for v in d["templating"]["list"] if v["name"] != "engine"]
+    assert any("no engine variable" in p for p in dashboard_problems(d, known_series(load())))

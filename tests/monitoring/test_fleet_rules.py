@@ -7,6 +7,7 @@ wrong join, threshold or quantile fails here, not in a fleet at 3 a.m.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -143,7 +144,18 @@ def test_alerts_are_fleet_tickets_with_their_concept_as_cause() -> None:
         # the median without dropping NaN: the replica with no requests turns the median into NaN
         ("server_model:llm_layer_headroom:min >= 0)", "server_model:llm_layer_headroom:min)"),
         # the replica's verdict without its cause: every replica would count as one unnamed cause
-        ("* on (job, instance) group_left (layer, cause)", "* on (job, instance) group_left ()"),
+        ("* on (job, instance, engine) group_left (layer, cause)", "* on (job, instance, engine) group_left ()"),
+        # one verdict per exporter (before issue 20): two engines of one node get one primary between them
+        (
+            "* on (job, instance, engine) group_left (layer, cause)\n      topk by (job, instance, engine)",
+            "* on (job, instance) group_left (layer, cause)\n      topk by (job, instance)",
+        ),
+        # the engine's headroom of the whole exporter: the duo's two engines would read the same tightest layer
+        (
+            "min by (job, instance, engine) (llm_layer_headroom_ratio)",
+            "(min by (job, instance) (llm_layer_headroom_ratio) + on (job, instance) group_right () "
+            "(0 * min by (job, instance, engine) (llm_layer_headroom_ratio)))",
+        ),
     ],
 )
 def test_unit_tests_fail_when_a_fleet_rule_is_broken(tmp_path: Path, old: str, new: str) -> None:
@@ -215,3 +227,32 @@ def test_config_refuses_bad_fleet_thresholds() -> None:
     with pytest.raises(ConfigError, match="group_skew.for"):
         fleet.fleet_settings(from_dict(bad))
     assert fleet.fleet_settings(from_dict(base), for_override="10s").imbalance_for == "10s"
+
+
+def test_two_engines_of_one_exporter_are_two_replicas_with_their_own_verdicts() -> None:
+    """Issue 20: a replica is (job, instance, engine); the value tests hold two engines of one exporter."""
+    by_name = {r["record"]: str(r["expr"]) for r in rules() if "record" in r}
+    for record in (
+        "server_model:llm_layer_headroom:min",
+        "server_model:llm_service_state:code",
+        "server_model_cause:llm_bottleneck_confidence:primary",
+    ):
+        assert "* on (job, instance, engine) group_left" in by_name[record], record
+        assert '"engine", "$1", "server", "(.*)"' in by_name[record], record
+    tests = yaml.safe_load(TEST_FILE.read_text())["tests"]
+    values = {c["expr"]: c["exp_samples"] for t in tests for c in t.get("promql_expr_test", [])}
+    duo = [
+        {**dict(re.findall(r'(\w+)="([^"]*)"', s["labels"])), "value": s["value"]}
+        for s in values["round(server_model_cause:llm_bottleneck_confidence:primary, 0.001)"]
+        if 'model="duo"' in s["labels"]
+    ]
+    assert {(d["instance"], d["engine"], d["cause"], d["value"]) for d in duo} == {
+        ("10.0.1.5:9750", "a", "kv_cache_pressure", 0.9),
+        ("10.0.1.5:9750", "b", "none", 0),
+    }
+    counts = values["round(model:llm_serving_replicas:count, 0.001)"]
+    assert {"labels": '{model="duo"}', "value": 2} in counts
+    # LLMFleetCapacityShort: three engines of one exporter, two short of KV memory, fire; one of two is quiet
+    (fires,) = [t for t in tests if t["name"] == f"{fleet.CAPACITY_SHORT} gpu_compute, host_cpu, kv_memory, replicas fires"]
+    fired = {e["exp_labels"]["model"] for e in fires["alert_rule_test"][0]["exp_alerts"]}
+    assert "node" in fired and "shared" not in fired

@@ -81,8 +81,8 @@ ALERT_DEADLINE_S = 190
 def grafana_to_promql(expr: str) -> str:
     """Substitute Grafana macros and variables as a dashboard with "All" selected would."""
     expr = expr.replace("$__rate_interval", "1m").replace("$__interval", "15s").replace("$__range", "5m")
-    expr = re.sub(r"\$\{?(instance|server|model|gpu)\}?", ".*", expr)
-    assert "$" not in expr, expr
+    expr = re.sub(r"\$\{?(instance|engine|server|model|gpu)\}?", ".*", expr)
+    assert not re.search(r"\$\{?[A-Za-z_]", expr), expr  # "$1" of label_replace is PromQL, not a variable
     return expr
 
 
