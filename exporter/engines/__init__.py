@@ -19,7 +19,7 @@ Layout (find a thing by name):
 
 Stable public API (used by tests/integration and the ``schema`` command):
 
-``normalize_exposition(text, server, engine_type="auto", *, max_series=None, max_input_series=None, max_label_length=256) -> NormalizedResult``
+``normalize_exposition(text, server, engine_type="auto", *, max_series=None, max_input_series=None, max_label_length=256, max_family_series=None) -> NormalizedResult``
     Pure: exposition text in, neutral points out. ``NormalizedResult`` has
     ``points`` (``Sample`` / ``HistogramSample`` with schema names and labels
     ``server``, ``engine`` (= family), ``model``, ``rank``, ...), ``family``,
@@ -28,12 +28,17 @@ Stable public API (used by tests/integration and the ``schema`` command):
     histogram without ``+Inf`` or with decreasing counts; the series is left
     out), ``series`` (sample lines served) and ``dropped`` (published series
     left out or changed, by reason: ``budget``, ``label_too_long``,
-    ``bad_histogram``). ``max_series`` is the budget of *published* series (see
-    ``budget.py``: the most useful families are kept first); label values longer
-    than ``max_label_length`` are cut. Raises ``ParseError`` on invalid or
-    truncated text, or when no known engine is recognised (or the configured
-    type's names are missing), and ``SeriesLimitError`` past the input safety
-    limit (``max_input_series``, by default ``budget.input_limit(max_series)``).
+    ``bad_histogram``, ``family_budget``) and ``dropped_families`` (family ->
+    sample lines, for the families over their share). ``max_series`` is the
+    budget of *published* series (see ``budget.py``: the most useful families
+    are kept first); label values longer than ``max_label_length`` are cut; a
+    metric family with more than ``max_family_series`` sample lines (by default
+    ``budget.family_share(max_series)``) is dropped as it is parsed, the others
+    kept. Raises ``ParseError`` on invalid or truncated text, or when no known
+    engine is recognised (or the configured type's names are missing), and
+    ``SeriesLimitError`` past the input safety limit (``max_input_series``, by
+    default ``budget.input_limit(max_series)``, counting the families kept) or
+    when every family the mappings read is over its share.
     ``engine_type`` is ``auto`` or one of ``FAMILIES``.
 ``coverage() -> dict[str, set[str]]``
     family -> neutral names its table can provide (absent = not exposed).
@@ -55,7 +60,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cache
 
-from exporter.engines.budget import MAX_LABEL_LENGTH, cut_long_labels, input_limit, within_budget
+from exporter.engines.budget import MAX_LABEL_LENGTH, cut_long_labels, family_share, input_limit, within_budget
 from exporter.engines.detect import detect_family, detect_generation, family_counts, served_variant
 from exporter.engines.mappings import FAMILIES, MAPPINGS
 from exporter.engines.normalize import apply, provided, wanted_names
@@ -84,6 +89,8 @@ class NormalizedResult:
     problems: list[str] = field(default_factory=list)
     series: int = 0
     dropped: dict[str, int] = field(default_factory=dict)
+    #: families over their share of input lines, dropped unread: family -> its sample lines
+    dropped_families: dict[str, int] = field(default_factory=dict)
 
 
 @cache
@@ -107,13 +114,25 @@ def normalize_exposition(
     max_series: int | None = None,
     max_input_series: int | None = None,
     max_label_length: int | None = MAX_LABEL_LENGTH,
+    max_family_series: int | None = None,
 ) -> NormalizedResult:
     """Parse one exposition and map it onto the neutral schema (pure, no I/O)."""
     if engine_type != "auto" and engine_type not in MAPPINGS:
         raise ValueError(f"unknown engine type {engine_type!r}; expected auto or one of {', '.join(FAMILIES)}")
     if max_input_series is None and max_series is not None:
         max_input_series = input_limit(max_series)
-    exp = parse(text, _wanted(engine_type), max_input_series)
+    if max_family_series is None and max_series is not None:
+        max_family_series = family_share(max_series)
+    wanted = _wanted(engine_type)
+    exp = parse(text, wanted, max_input_series, max_family_series)
+    if exp.dropped_families and not exp.samples:
+        # every family a mapping reads is over its share (or absent): nothing worth publishing is left
+        worst = max(exp.dropped_families, key=exp.dropped_families.__getitem__)
+        raise SeriesLimitError(
+            max_family_series or 0,
+            f"no metric family the mappings read is left under its share of {max_family_series} sample lines"
+            f" ({worst[:80]}: {exp.dropped_families[worst]} lines)",
+        )
     if engine_type == "auto":
         family = detect_family(exp.names)
         if family is None:
@@ -137,8 +156,16 @@ def normalize_exposition(
         points, over = within_budget(points, max_series)
         if over:
             dropped["budget"] = over
+    if exp.dropped_families:
+        dropped["family_budget"] = sum(exp.dropped_families.values())
     return NormalizedResult(
-        points=points, family=family, generation=generation, problems=list(problems), series=exp.series, dropped=dropped
+        points=points,
+        family=family,
+        generation=generation,
+        problems=list(problems),
+        series=exp.series,
+        dropped=dropped,
+        dropped_families=exp.dropped_families,
     )
 
 

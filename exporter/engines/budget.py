@@ -17,6 +17,13 @@ prefix stay two series.
 Why an input limit as well: the budget is applied to parsed points, so
 parsing itself needs a bound; :func:`input_limit` is far above what the budget
 publishes and only stops pathological bodies (``too_many_series``).
+
+Why a share per family before both: a label explosion is nearly always one
+family (a request id, a LoRA adapter per user). Refusing the whole body for it
+blanked the KV-cache, queue and latency series the verdict needs; the parser
+instead drops the one family over :func:`family_share` as it streams
+(``textparse.parse``), counted as ``family_budget``, and the input limit then
+bounds only what is kept.
 """
 
 from __future__ import annotations
@@ -33,6 +40,9 @@ MAX_LABEL_LENGTH = 256
 #: The input-line safety limit is this many times the budget, and at least the floor.
 INPUT_SERIES_FACTOR = 4
 INPUT_SERIES_FLOOR = 50_000
+#: One metric family may have as many sample lines as the whole published budget, and at
+#: least this many: past that it is dropped unread (``family_budget``), the others kept.
+FAMILY_SHARE_FLOOR = 10_000
 
 #: Families kept first when over budget: what the diagnosis needs to say anything
 #: (memory, scheduler and latency layers), then throughput, then the engine's
@@ -60,6 +70,17 @@ _HASH_CHARS = 8
 def input_limit(max_series: int) -> int:
     """Input sample lines parsed at most for a budget of ``max_series`` published series."""
     return max(INPUT_SERIES_FLOOR, INPUT_SERIES_FACTOR * max_series)
+
+
+def family_share(max_series: int) -> int:
+    """Input sample lines one metric family may have for a budget of ``max_series`` published series.
+
+    Why the whole budget: a family with more lines than the exporter may publish
+    in all cannot be published whole, and parsing it would cost up to the input
+    limit; a real engine's largest family (a histogram over 20 data-parallel
+    ranks) has under a thousand lines.
+    """
+    return max(FAMILY_SHARE_FLOOR, max_series)
 
 
 def series_cost(point: Point) -> int:

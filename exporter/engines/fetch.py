@@ -49,6 +49,10 @@ MAX_REDIRECTS = 3
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _HEAD_END = re.compile(rb"\r?\n\r?\n")
 _URL_SAFE = "/?&=%:@!$'()*+,;~-._"
+#: a chunk size: ASCII hex digits only, at most 16 of them
+_HEX_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
+#: longest decimal header number read (a Content-Length past 10^18 bytes is not a body)
+_MAX_DIGITS = 18
 _MAX_SHOWN_URL = 200
 
 
@@ -323,7 +327,12 @@ def _exchange(url: str, req: Request, deadline: float) -> tuple[int, dict[str, s
 def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
     lines = head.decode("latin-1").replace("\r\n", "\n").split("\n")
     status_line = lines[0].split(None, 2)
-    if len(status_line) < 2 or not status_line[0].startswith("HTTP/") or not status_line[1].isdigit() or len(status_line[1]) != 3:
+    if (
+        len(status_line) < 2
+        or not status_line[0].startswith("HTTP/")
+        or not _ascii_digits(status_line[1])
+        or len(status_line[1]) != 3
+    ):
         raise SourceError("parse", "the answer is not an HTTP response")
     headers: dict[str, str] = {}
     for line in lines[1:]:
@@ -341,6 +350,11 @@ def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
     return int(status_line[1]), headers
 
 
+def _ascii_digits(text: str) -> bool:
+    """Whether ``text`` is a decimal number in ASCII digits (what HTTP allows), short enough to read."""
+    return 0 < len(text) <= _MAX_DIGITS and text.isascii() and text.isdigit()
+
+
 # --------------------------------------------------------------------------- body
 
 
@@ -354,8 +368,8 @@ def _read_body(conn: _Conn, headers: Mapping[str, str], status: int, req: Reques
             _read_chunked(conn, body, cap)
         elif "content-length" in headers:
             declared = headers["content-length"]
-            if not declared.isdigit():
-                raise SourceError("parse", f"invalid Content-Length {declared[:20]!r}")
+            if not _ascii_digits(declared):  # int() would also take '١٢' and str.isdigit() '²'
+                raise SourceError("bad_response", f"invalid Content-Length {declared[:20]!r} (not ASCII digits)")
             if int(declared) > cap:
                 raise SourceError("too_large", f"body of {int(declared)} bytes is over the {cap}-byte cap")
             conn.read_into(body, int(declared))
@@ -369,12 +383,9 @@ def _read_body(conn: _Conn, headers: Mapping[str, str], status: int, req: Reques
 def _read_chunked(conn: _Conn, body: bytearray, cap: int) -> None:
     while True:
         size_text = conn.line().split(b";", 1)[0].strip()
-        try:
-            size = int(size_text, 16)
-        except ValueError:
-            raise SourceError("parse", "malformed chunked body: bad chunk size") from None
-        if size < 0:
+        if _HEX_SIZE.fullmatch(size_text) is None:  # int(x, 16) would also take '-1', '+1' and '1_0'
             raise SourceError("parse", "malformed chunked body: bad chunk size")
+        size = int(size_text, 16)
         if size == 0:
             for _ in range(64):  # trailer fields, then the blank line
                 if not conn.line():

@@ -17,14 +17,18 @@ absent, never 0.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
+from exporter.jsonsafe import loads_bounded
 from exporter.samples import Sample
 
 PROPS_PATH = "/props"
 SLOTS_PATH = "/slots"
+#: the most bytes of one /props or /slots answer read (a slot list of 512 slots is ~1 MiB)
+MAX_BODY_BYTES = 4 << 20
+#: /slots nests about five levels; deeper is not llama.cpp
+MAX_DEPTH = 32
 
 
 def base_of(metrics_url: str) -> str:
@@ -36,18 +40,26 @@ def base_of(metrics_url: str) -> str:
 
 
 def _json(body: bytes | str | None) -> Any:
+    """The decoded body, or None when it is not JSON or is over the size or depth bound (never RecursionError)."""
     if body is None:
         return None
     try:
-        return json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+        return loads_bounded(body, max_bytes=MAX_BODY_BYTES, max_depth=MAX_DEPTH)
+    except (ValueError, UnicodeDecodeError):  # JSONLimitError is a ValueError
         return None
 
 
 def _number(x: Any) -> float | None:
+    """A JSON number as a float; None for anything else, an integer too large for a float included."""
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return None
+    if isinstance(x, int) and abs(x) > _MAX_INT:
+        return None
     return float(x)
+
+
+#: the largest integer read as a count (float() of an integer with 400 digits raises OverflowError)
+_MAX_INT = 2**63
 
 
 def props_points(body: bytes | str | None, labels: Mapping[str, str]) -> list[Sample]:

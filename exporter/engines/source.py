@@ -8,7 +8,11 @@ source down, counts the reason and recovers on its own at the next interval.
 The response as a whole is bounded by one deadline and one byte cap
 (``fetch.py``); what is published is bounded by a series budget and a
 label-value length limit (``budget.py``), and what the budget cuts is counted
-in ``llm_exporter_series_dropped_total`` instead of dropping the engine.
+in ``llm_exporter_series_dropped_total`` instead of dropping the engine; a
+single family over its share is dropped as it is parsed and counted there with
+its name in ``family`` (the first ``SERIES_DROP_FAMILIES`` named, then
+``other``). llama.cpp's /props and /slots live inside the same deadline, and a
+slow one costs only the slot metrics (a partial error, the source stays up).
 
 Why a failed scrape holds nothing: the error the runner stores is raised
 fresh from a frame that holds no body, with no cause, context or inner
@@ -29,17 +33,18 @@ import base64
 import logging
 import os
 import ssl
+import time
 from typing import TYPE_CHECKING
 
 from exporter import __version__
 from exporter.engines import llamacpp_slots, normalize_exposition
-from exporter.engines.budget import input_limit, published_series
+from exporter.engines.budget import cut_value, family_share, input_limit, published_series
 from exporter.engines.fetch import Request, get
 from exporter.engines.textparse import ParseError, SeriesLimitError
 from exporter.engines.urls import host_port, safe_url, split_userinfo
 from exporter.memtrim import LARGE_BYTES, TRIMS
 from exporter.samples import Point, Sample, SampleResult, SourceError
-from exporter.schema import SERIES_DROP_REASONS
+from exporter.schema import SERIES_DROP_FAMILIES, SERIES_DROP_OTHER_FAMILY, SERIES_DROP_REASONS
 from exporter.secretfile import read_secret_file
 
 if TYPE_CHECKING:  # config imports the CLI; keep this module light to import
@@ -54,6 +59,13 @@ ACCEPT = "text/plain;version=0.0.4;q=1.0,application/openmetrics-text;q=0.5,*/*;
 #: Longest message a failed scrape leaves behind.
 MAX_MESSAGE = 300
 DROPPED = "llm_exporter_series_dropped_total"
+#: llama.cpp's /props and /slots must end by this share of the scrape's timeout (the rest is
+#: the runner's slack: a sample() over its timeout marks the source down, exporter/runner.py)
+SIDE_FETCH_SHARE = 0.75
+#: a side fetch is not started with less time than this left
+MIN_SIDE_FETCH_SECONDS = 0.02
+#: longest family name in the ``family`` label and the log (longer ones are cut, budget.cut_value)
+MAX_FAMILY_LABEL = 128
 #: failures that mean a large body was read or parsed before it was refused
 _LARGE_REASONS = frozenset({"too_large", "too_many_series"})
 
@@ -77,6 +89,9 @@ class EngineSource:
         #: series not published since start, by reason (published as a counter)
         self.dropped: dict[str, int] = dict.fromkeys(SERIES_DROP_REASONS, 0)
         self._dropping: set[str] = set()
+        #: sample lines of families over their share since start, by family: the first
+        #: SERIES_DROP_FAMILIES families named (for life: each counter only grows), the rest "other"
+        self.dropped_families: dict[str, int] = {}
         self._secrets: list[str] = [s for s in (self._url_auth or ()) if len(s) >= 3]
         self._tls: tuple[tuple[str | None, int], ssl.SSLContext] | None = None
         self._body_bytes = 0
@@ -113,17 +128,19 @@ class EngineSource:
 
     def _scrape(self) -> SampleResult:
         cfg = self.cfg
+        # one deadline for the scrape: /metrics, parsing and llama.cpp's side fetches all live within it
+        started = time.monotonic()
         text = self._fetch()
         try:
             # the budget covers everything this source publishes, its dropped counter included
-            budget = max(1, cfg.max_series - len(self.dropped))
+            budget = max(1, cfg.max_series - len(self.dropped) - SERIES_DROP_FAMILIES - 1)
             result = normalize_exposition(
                 text, self.server, cfg.type, max_series=budget, max_input_series=input_limit(cfg.max_series)
             )
         except SeriesLimitError as err:
             raise SourceError(
                 "too_many_series",
-                f"{self._url}: {err} (the input safety limit for max_series {cfg.max_series}); fix the engine's label cardinality",
+                f"{self._url}: {err} (the parse limits for max_series {cfg.max_series}); fix the engine's label cardinality",
             ) from None
         except ParseError as err:
             raise SourceError("parse", f"{self._url}: {str(err)[:200]}") from None
@@ -131,24 +148,49 @@ class EngineSource:
         if (result.family, result.generation) != (self.family, self.generation):
             log.info("%s: detected %s, metric generation %s", self.name, result.family, result.generation)
         self.family, self.generation = result.family, result.generation
-        self._count_dropped(result.dropped, published_series(result.points))
+        self._count_dropped(result.dropped, published_series(result.points), result.dropped_families)
         partial: list[SourceError] = []
         if result.problems:
             more = f" (+{len(result.problems) - 1} more)" if len(result.problems) > 1 else ""
             partial.append(SourceError("parse", self._scrubbed(f"series skipped: {result.problems[0][:200]}{more}")))
         points: list[Point] = result.points
         if result.family == "llamacpp":
-            points.extend(self._llamacpp_slots(points))
-        points.extend(Sample(DROPPED, {"source": self.name, "reason": r}, float(n)) for r, n in self.dropped.items())
+            points.extend(self._llamacpp_slots(points, started + cfg.timeout * SIDE_FETCH_SHARE, partial))
+        points.extend(
+            Sample(DROPPED, {"source": self.name, "reason": r}, float(n)) for r, n in self.dropped.items() if r != "family_budget"
+        )
+        points.extend(
+            Sample(DROPPED, {"source": self.name, "reason": "family_budget", "family": f}, float(n))
+            for f, n in self.dropped_families.items()
+        )
         return SampleResult(points=points, partial_errors=partial)
 
-    def _count_dropped(self, dropped: dict[str, int], published: int) -> None:
-        """Add this scrape's drops to the counter; log once when a reason starts or stops."""
+    def _count_dropped(self, dropped: dict[str, int], published: int, families: dict[str, int]) -> None:
+        """Add this scrape's drops to the counters; log once when a reason starts or stops."""
+        for family, n in families.items():
+            key = family if family in self.dropped_families else cut_value(family, MAX_FAMILY_LABEL)
+            if key not in self.dropped_families and len(self.dropped_families) >= SERIES_DROP_FAMILIES:
+                key = SERIES_DROP_OTHER_FAMILY
+            self.dropped_families[key] = self.dropped_families.get(key, 0) + n
         for reason in SERIES_DROP_REASONS:
             n = dropped.get(reason, 0)
             self.dropped[reason] += n
             if n and reason not in self._dropping:
                 self._dropping.add(reason)
+                if reason == "family_budget":
+                    worst = max(families, key=families.__getitem__)
+                    more = f", +{len(families) - 1} more families" if len(families) > 1 else ""
+                    log.warning(
+                        "%s: metric family %s dropped: %d sample lines, over its share of %d (reason family_budget%s;"
+                        " %d series published; fix the engine's label cardinality)",
+                        self.name,
+                        self._scrubbed(worst[:MAX_FAMILY_LABEL]),
+                        families[worst],
+                        family_share(self.cfg.max_series),
+                        more,
+                        published,
+                    )
+                    continue
                 hint = f"max_series is {self.cfg.max_series}" if reason == "budget" else "see llm_exporter_series_dropped_total"
                 log.warning(
                     "%s: %d series %s (reason %s; %d series published; %s)",
@@ -165,33 +207,45 @@ class EngineSource:
 
     # ------------------------------------------------------------------ llama.cpp slots
 
-    def _llamacpp_slots(self, points: list[Point]) -> list[Sample]:
+    def _llamacpp_slots(self, points: list[Point], deadline: float, partial: list[SourceError]) -> list[Sample]:
         """Slot count, busy slots and context in use from /props and /slots (see llamacpp_slots.py).
 
-        Best effort within what is left of the scrape's time: a server that hides
-        these endpoints (``--no-slots``, an old build, a proxy) publishes nothing
+        Best effort within what is left of the scrape's one deadline (``deadline``,
+        monotonic): a side fetch that is slow, fails or finds no time left costs
+        only the slot metrics, as a partial error with its reason (the source stays
+        up, its /metrics series publish). A server that hides these endpoints
+        (``--no-slots``, an old build, a proxy: a non-2xx status) publishes nothing
         more, and that is not a fault of the source.
         """
         info = next((p for p in points if p.name == "llm_engine_info"), None)
         labels = {"server": self.server, "engine": "llamacpp", "model": info.labels.get("model", "") if info else "", "rank": ""}
         base = llamacpp_slots.base_of(self._url)
         out: list[Sample] = []
-        for path, parse in (
+        fetches = (
             (llamacpp_slots.PROPS_PATH, llamacpp_slots.props_points),
             (llamacpp_slots.SLOTS_PATH, llamacpp_slots.slots_points),
-        ):
+        )
+        for i, (path, parse) in enumerate(fetches):
+            # an equal share of what is left: a slow /props leaves /slots its half
+            left = (deadline - time.monotonic()) / (len(fetches) - i)
+            if left < MIN_SIDE_FETCH_SECONDS:
+                partial.append(
+                    SourceError("timeout", f"{path}: no time left in the scrape's {self.cfg.timeout:g}s; slot metrics skipped")
+                )
+                continue
             try:
                 response = get(
                     Request(
                         url=base + path,
-                        timeout=min(1.0, self.cfg.timeout / 2),
-                        max_body_bytes=min(self.cfg.max_body_bytes, 4 << 20),
+                        timeout=left,
+                        max_body_bytes=min(self.cfg.max_body_bytes, llamacpp_slots.MAX_BODY_BYTES),
                         headers=self._headers(),
                         tls=self._tls_context() if base.startswith("https:") else None,
                     )
                 )
             except SourceError as err:
                 log.debug("%s: %s unavailable (%s)", self.name, path, err.reason)
+                partial.append(SourceError(err.reason, self._scrubbed(f"{err.message}; slot metrics skipped")))
                 continue
             if 200 <= response.status < 300:
                 out.extend(parse(bytes(response.body), labels))
@@ -285,4 +339,5 @@ _DROP_WORDS = {
     "budget": "dropped over the series budget",
     "label_too_long": "with a label value cut to the length limit",
     "bad_histogram": "dropped: histogram buckets not cumulative",
+    "family_budget": "dropped: their metric family is over its share of the budget",
 }

@@ -49,9 +49,21 @@ class ParseError(ValueError):
 class SeriesLimitError(Exception):
     """The exposition has more sample lines than the input safety limit (parsing stops there)."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, message: str | None = None) -> None:
         self.limit = limit
-        super().__init__(f"more than {limit} sample lines in the exposition")
+        super().__init__(message or f"more than {limit} sample lines in the exposition")
+
+
+#: sample-name endings that belong to one metric family (histogram, summary, counter, OpenMetrics)
+_FAMILY_SUFFIXES = ("_bucket", "_count", "_sum", "_created", "_total", "_gcount", "_gsum")
+
+
+def family_of(name: str) -> str:
+    """The metric family a sample name belongs to (``x_bucket``, ``x_sum``, ``x_total`` -> ``x``)."""
+    for suffix in _FAMILY_SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return name
 
 
 @dataclass
@@ -61,36 +73,61 @@ class Exposition:
     ``samples`` maps a wanted sample name (``x_bucket``, ``x_total``, ...) to its
     ``(labels, value)`` pairs in the order served. ``names`` holds every sample
     name in the body, wanted or not (detection reads it). ``series`` counts all
-    sample lines.
+    sample lines. ``dropped_families`` maps a family over its share (see
+    :func:`parse`) to its sample lines, none of which is in ``samples``.
     """
 
     samples: dict[str, list[tuple[Labels, float]]] = field(default_factory=dict)
     names: set[str] = field(default_factory=set)
     series: int = 0
+    dropped_families: dict[str, int] = field(default_factory=dict)
 
 
-def parse(text: str, wanted: Set[str], max_series: int | None = None) -> Exposition:
+def parse(text: str, wanted: Set[str], max_series: int | None = None, family_share: int | None = None) -> Exposition:
     """Parse ``text``, keeping only samples whose name is in ``wanted``.
 
     Raises :class:`ParseError` on invalid input and :class:`SeriesLimitError` when
     ``max_series`` is given and exceeded (checked while reading, so a huge body
     stops early).
+
+    ``family_share``: the most sample lines one metric family (:func:`family_of`)
+    may have. A family that crosses it is dropped as it streams: its later lines
+    are only counted (no label is parsed), the at most ``family_share`` samples it
+    had kept are released, and its lines stop counting against ``max_series``
+    (which then bounds what is kept). Why: one family whose labels explode (a
+    request id, a LoRA adapter per user) must not take the engine's other
+    families, the ones the diagnosis reads, down with it.
     """
-    if max_series is not None and _quick_sample_lines(text) > max_series and count_sample_lines(text) > max_series:
+    if (
+        family_share is None
+        and max_series is not None
+        and _quick_sample_lines(text) > max_series
+        and count_sample_lines(text) > max_series
+    ):
         # refused before any line or label is materialised: a 200k-series body costs its text, nothing more
         raise SeriesLimitError(max_series)
     if "\r" in text:
         text = text.replace("\r\n", "\n")
     if text and not text.endswith("\n") and text[text.rfind("\n") + 1 :].strip() != "# EOF":
         raise ParseError(text.count("\n") + 1, "truncated: the last line has no terminating newline")
-    lines = _lines(text)  # one line at a time: no list of every line of a large body
+    cursor = [0]  # where the next line starts; a dropped family's run of lines moves it on
+    lines = _lines(text, cursor)  # one line at a time: no list of every line of a large body
 
     samples: dict[str, list[tuple[Labels, float]]] = {}
-    name_ok: dict[str, bool] = {}
+    #: sample name -> its family, or "" for an invalid name (one lookup validates and groups)
+    name_family: dict[str, str] = {}
     label_ok: dict[str, bool] = {}
     series = 0
     limit = max_series if max_series is not None else -1
+    share = family_share if family_share is not None else -1
+    #: sample lines per family, and those of families over their share
+    per_family: dict[str, int] = {}
+    over: dict[str, int] = {}
+    kept = 0
     eof_line = 0
+    #: lines skipped in runs (line numbers stay right), and a compiled run per dropped sample name
+    skipped = 0
+    runs: dict[str, re.Pattern[str]] = {}
 
     for index, line in enumerate(lines):
         if not line:
@@ -98,7 +135,7 @@ def parse(text: str, wanted: Set[str], max_series: int | None = None) -> Exposit
         first = line[0]
         if first == "#":
             if line.startswith("# EOF") and line.rstrip() == "# EOF":
-                eof_line = index + 1
+                eof_line = index + 1 + skipped
                 break
             continue
         if first == " " or first == "\t":
@@ -116,20 +153,46 @@ def parse(text: str, wanted: Set[str], max_series: int | None = None) -> Exposit
         else:
             tab = line.find("\t")
             if tab == -1:
-                raise ParseError(index + 1, "sample line has no value")
+                raise ParseError(index + 1 + skipped, "sample line has no value")
             name = line[:tab]
             space = tab
-        ok = name_ok.get(name)
-        if ok is None:
-            ok = name_ok[name] = _NAME_RE.match(name) is not None
-        if not ok:
-            raise ParseError(index + 1, f"invalid metric name {name[:60]!r}")
+        family = name_family.get(name)
+        if family is None:
+            family = name_family[name] = family_of(name) if _NAME_RE.match(name) is not None else ""
+        if not family:
+            raise ParseError(index + 1 + skipped, f"invalid metric name {name[:60]!r}")
         series += 1
-        if series == limit + 1 and limit >= 0:
+        if share >= 0:
+            n = per_family.get(family, 0) + 1
+            per_family[family] = n
+            if n > share:
+                if n == share + 1:  # crossing: release what it kept, stop counting it as kept
+                    over[family] = 0
+                    kept -= share
+                    for wanted_name in [k for k in samples if name_family.get(k) == family]:
+                        del samples[wanted_name]
+                over[family] += 1
+                # the lines after it with the same name (an exposition groups a family's lines)
+                # are counted at C speed: no Python step per line of a runaway family
+                run = runs.get(name)
+                if run is None:
+                    run = runs[name] = re.compile(f"(?:{re.escape(name)}[{{ \t][^\n]*\n)*")
+                start = cursor[0]
+                stop = run.match(text, start).end()  # type: ignore[union-attr]  # matches the empty string
+                if stop > start:
+                    k = text.count("\n", start, stop)
+                    cursor[0] = stop
+                    skipped += k
+                    series += k
+                    over[family] += k
+                    per_family[family] = n + k
+                continue
+        kept += 1
+        if kept == limit + 1 and limit >= 0:
             raise SeriesLimitError(limit)
         if name not in wanted:
             continue
-        lineno = index + 1
+        lineno = index + 1 + skipped
         if brace != -1 and (space == -1 or brace < space):
             labels, rest = _labels_and_rest(line, brace, lineno, label_ok)
         else:
@@ -137,23 +200,29 @@ def parse(text: str, wanted: Set[str], max_series: int | None = None) -> Exposit
         samples.setdefault(name, []).append((labels, _value(rest, lineno)))
 
     if eof_line:
-        for later, line in enumerate(lines, start=eof_line + 1):
+        for later, line in enumerate(lines, start=eof_line + 1):  # no run is skipped after # EOF
             if line.strip():
                 raise ParseError(later, "content after # EOF")
-    names = {n for n, ok in name_ok.items() if ok}
-    return Exposition(samples=samples, names=names, series=series)
+    names = {n for n, family in name_family.items() if family}
+    dropped = {family: share + n for family, n in over.items()}
+    return Exposition(samples=samples, names=names, series=series, dropped_families=dropped)
 
 
-def _lines(text: str) -> Iterator[str]:
-    """The lines of ``text`` without their ``\\n``, made one by one (``str.split`` would make them all)."""
-    pos, end = 0, len(text)
-    while pos < end:
+def _lines(text: str, cursor: list[int]) -> Iterator[str]:
+    """The lines of ``text`` without their ``\\n``, made one by one (``str.split`` would make them all).
+
+    ``cursor[0]`` is where the next line starts: the caller may move it on past lines it skips.
+    """
+    end = len(text)
+    while cursor[0] < end:
+        pos = cursor[0]
         nl = text.find("\n", pos)
         if nl == -1:
+            cursor[0] = end
             yield text[pos:]
             return
+        cursor[0] = nl + 1
         yield text[pos:nl]
-        pos = nl + 1
 
 
 #: a line whose first non-blank character is not ``#``: a sample line, as :func:`parse` reads them

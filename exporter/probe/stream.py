@@ -36,6 +36,7 @@ from typing import Any
 
 from exporter import __version__
 from exporter.engines.urls import safe_url
+from exporter.jsonsafe import JSONLimitError, loads_bounded
 from exporter.probe.client import Clock, Deadline, ProbeFailure, exchange
 
 PROBE_USER = "llm-layer-exporter-probe"
@@ -46,6 +47,10 @@ PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 MODELS_PATH = "/v1/models"
 #: the most bytes of /v1/models we read
 MAX_MODELS_BYTES = 1024 * 1024
+#: one SSE event's JSON (its ``data:`` lines joined) is decoded only under these bounds:
+#: a completion chunk is a few hundred bytes and four levels deep (exporter/jsonsafe.py)
+MAX_EVENT_BYTES = 256 * 1024
+MAX_EVENT_DEPTH = 32
 
 
 def probe_headers(authorization: str | None, sse: bool = True) -> dict[str, str]:
@@ -127,7 +132,9 @@ class _Stream:
             self.done = True
             return
         try:
-            obj = json.loads(data)
+            obj = loads_bounded(data, max_bytes=MAX_EVENT_BYTES, max_depth=MAX_EVENT_DEPTH)
+        except JSONLimitError as err:
+            raise ProbeFailure("bad_stream", f"an event is {err}") from None
         except ValueError:
             raise ProbeFailure("bad_stream", "an event is not valid JSON") from None
         if not isinstance(obj, dict):
@@ -256,9 +263,9 @@ def first_model(base: str, authorization: str | None, deadline: Deadline, tls: s
             raise ProbeFailure("http_error", f"{safe_url(url)}: HTTP {resp.status}{_hint(resp.status)}")
         raw = resp.body(MAX_MODELS_BYTES)
     try:
-        doc = json.loads(raw)
+        doc = loads_bounded(raw, max_bytes=MAX_MODELS_BYTES, max_depth=MAX_EVENT_DEPTH)
         model = doc["data"][0]["id"]
-    except (ValueError, KeyError, IndexError, TypeError):
+    except (ValueError, KeyError, IndexError, TypeError):  # JSONLimitError is a ValueError
         raise ProbeFailure("bad_stream", f"{safe_url(url)}: no model id in the answer (set probe.model)") from None
     if not isinstance(model, str) or not model:
         raise ProbeFailure("bad_stream", f"{safe_url(url)}: no model id in the answer (set probe.model)")

@@ -29,7 +29,8 @@ class Behaviour:
     first_delay: float = 0.0
     #: ok | stall (hang after the first token) | trickle (keep-alive bytes, never a token)
     #: | bad_json | no_done (close after the tokens) | error_event | json_body | close (no answer)
-    #: | no_token (DONE without any text)
+    #: | no_token (DONE without any text) | deep_json (an event nested 30 000 levels: 60 KB)
+    #: | huge_event (one event of five 60 KB data lines)
     mode: str = "ok"
     status: int = 200
     usage: bool = True
@@ -37,6 +38,8 @@ class Behaviour:
     prompt_ms: float | None = None
     model: str = "tiny-model"
     models_status: int = 200
+    #: raw /v1/models body instead of the one-model list (None: the list)
+    models_body: bytes | None = None
 
 
 @dataclass
@@ -86,6 +89,13 @@ class _Handler(BaseHTTPRequestHandler):
             rec.requests.append({"path": self.path, "headers": dict(self.headers.items())})
             if b.models_status != 200:
                 self._json(b.models_status, {"error": "no"})
+            elif b.models_body is not None:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(b.models_body)))
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.wfile.write(b.models_body)
             else:
                 self._json(200, {"object": "list", "data": [{"id": b.model, "object": "model"}]})
             return
@@ -163,6 +173,15 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if b.mode == "bad_json":
             self._chunk(b"data: {not json\n\n")
+            return
+        if b.mode == "deep_json":
+            self._chunk(b"data: " + b"[" * 30_000 + b"]" * 30_000 + b"\n\n")
+            return
+        if b.mode == "huge_event":
+            line = b'data: {"pad": "' + b"x" * 60_000 + b'"}\n'
+            for _ in range(5):
+                self._chunk(line)
+            self._chunk(b"\n")
             return
         if b.mode == "error_event":
             self._chunk(b'data: {"error": {"message": "engine failed"}}\n\n')

@@ -79,12 +79,17 @@ def test_a_50mb_body_is_refused_at_the_cap_whatever_its_framing(traced: None, fr
 
 def _bodies() -> dict[str, tuple[bytes, dict[str, object], str]]:
     big_ok = VLLM * (2 * MB // len(VLLM))  # ~2 MB of valid text ...
-    unwanted = b'some_other_exporters_metric{path="/a/long/label/value/that/makes/the/line/long"} 1\n'  # 86 bytes
+    # 86-89 bytes a line, over 1 000 families: each under its share, so the body as a whole is refused
+    # (one family over its share would be dropped alone: tests/reliability/test_engine_family_budget.py)
+    unwanted = "".join(
+        f'some_other_exporters_metric_{i % 1_000}{{path="/a/long/label/value/that/makes/the/line/long"}} 1\n'
+        for i in range(50_001)
+    ).encode()
     return {
         # ... whose last line is garbage: the whole body is split and parsed, then rejected
         "parse": (big_ok + BAD_LINE, {"max_body_bytes": 8 * MB}, "parse"),
         # more sample lines than the input safety limit (50 000 for this budget)
-        "too_many_series": (VLLM + unwanted * 50_001, {"max_body_bytes": 8 * MB, "max_series": 100}, "too_many_series"),
+        "too_many_series": (VLLM + unwanted, {"max_body_bytes": 8 * MB, "max_series": 100}, "too_many_series"),
     }
 
 
