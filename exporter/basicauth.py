@@ -22,7 +22,19 @@ exporter-toolkit:
   passes. Failures are not cached: a spray of random passwords cannot evict the
   scraper's entry;
 - an unknown user is checked against a dummy hash of the configured cost, so a wrong
-  user costs what a wrong password costs.
+  user costs what a wrong password costs;
+- failures are limited per source address, and a second, small lane is kept for the
+  others: a 100-client spray once filled the one queue, so a legitimate user whose
+  password was not yet cached (after a restart, a new Prometheus replica) got 503 for
+  as long as the spray lasted. Now a check from an address that has not failed in
+  the last `suspect_ttl` seconds runs in the clean lane (its own worker, queue and CPU
+  budget; at most `clean_per_source` checks of one address), and an address that has
+  failed is confined to the shared lane, where one address holds at most
+  `per_source_pending` places and is refused after `refusal_delay` seconds beyond
+  that (a tarpit, so refused sprayers cannot spin on the event loop). The lane
+  depends on the address only, never on the user name, so it tells nothing about
+  which users exist. IPv6 addresses count per /64 (one host can hold a whole /64);
+  behind a proxy every client shares the proxy's address.
 """
 
 from __future__ import annotations
@@ -33,6 +45,7 @@ import binascii
 import enum
 import hashlib
 import hmac
+import ipaddress
 import os
 import re
 import threading
@@ -46,6 +59,11 @@ import bcrypt
 BCRYPT_HASH = re.compile(rb"^\$2[aby]\$(\d\d)\$[./A-Za-z0-9]{53}$")
 #: how much nicer than the serving loop the bcrypt workers run (Linux: nice is per thread)
 WORKER_NICENESS = 10
+#: the highest bcrypt cost a web config may use (docs/security.md). At 14 one check is about
+#: 1.1 s of CPU (16x cost 10); at 15 it is over the 1 s CPU burst and, at the quarter of a core
+#: the checks may use, longer than a request waits (3 s): no uncached scrape would pass on a
+#: busy node. Cost 31 would hash for about 36 h at start-up before anything is logged.
+MAX_BCRYPT_COST = 14
 
 
 class Verdict(enum.Enum):
@@ -74,6 +92,18 @@ def parse_basic(header: str | None) -> tuple[str, bytes] | None:
         return None
 
 
+class _Lane:
+    """A worker pool with its own bounded queue and CPU budget; at most `per_source` places per address."""
+
+    def __init__(self, name: str, workers: int, max_pending: int, per_source: int, budget: CpuBudget) -> None:
+        self.max_pending = max_pending
+        self.per_source = per_source
+        self.budget = budget
+        self.pending = 0
+        self.by_source: Counter[str] = Counter()
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name, initializer=_lower_priority)
+
+
 class BasicAuthVerifier:
     """Checks Basic credentials against bcrypt hashes without letting checks pile up."""
 
@@ -88,27 +118,39 @@ class BasicAuthVerifier:
         cache_ttl: float = 600.0,
         cpu_share: float = 0.25,
         cpu_burst: float = 1.0,
+        per_source_pending: int | None = None,
+        clean_pending: int = 8,
+        clean_per_source: int = 2,
+        suspect_ttl: float = 600.0,
+        max_sources: int = 4096,
+        refusal_delay: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._users = dict(users)
-        self._max_pending = max_pending
         self._max_wait = max_wait
         self._cache_size = cache_size
         self._cache_ttl = cache_ttl
+        self._suspect_ttl = suspect_ttl
+        self._max_sources = max_sources
+        self._refusal_delay = refusal_delay
         self._clock = clock
         self._key = os.urandom(32)
         self._cache: OrderedDict[tuple[str, bytes], float] = OrderedDict()
-        self._pending = 0
+        #: address -> when a check from it last failed (bounded; the oldest forgotten first)
+        self._failed: OrderedDict[str, float] = OrderedDict()
         self._lock = threading.Lock()
         self._dummy = _dummy_hash(self._users.values())
-        self._budget = CpuBudget(cpu_share, cpu_burst)
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="basic-auth", initializer=_lower_priority)
+        per_source = per_source_pending if per_source_pending is not None else max(1, max_pending // 4)
+        self._shared = _Lane("basic-auth", workers, max_pending, per_source, CpuBudget(cpu_share, cpu_burst))
+        #: its own CPU budget: a spray that spent the shared one cannot delay a clean address
+        self._clean = _Lane("basic-auth-clean", 1, clean_pending, clean_per_source, CpuBudget(cpu_share, cpu_burst))
 
     @property
     def pending(self) -> int:
-        return self._pending
+        return self._shared.pending + self._clean.pending
 
-    async def verify(self, header: str | None) -> Verdict:
+    async def verify(self, header: str | None, source: str | None = None) -> Verdict:
+        """OK, DENIED or BUSY for an Authorization header from `source` (the client's address; None: unknown)."""
         if not self._users:
             return Verdict.OK
         creds = parse_basic(header)
@@ -119,11 +161,11 @@ class BasicAuthVerifier:
         if self._cached(key):
             return Verdict.OK
         hashed = self._users.get(user)
-        if hashed is None:  # same work as a wrong password, and nothing to remember
-            future = self._submit(password, self._dummy, None)
-        else:
-            future = self._submit(password, hashed, key)
+        # an unknown user: the same work as a wrong password, and nothing to remember
+        future, tarpit = self._submit(password, self._dummy if hashed is None else hashed, key if hashed else None, source)
         if future is None:
+            if tarpit:
+                await asyncio.sleep(self._refusal_delay)
             return Verdict.BUSY
         try:
             ok = await asyncio.wait_for(asyncio.wrap_future(future), self._max_wait)
@@ -132,31 +174,75 @@ class BasicAuthVerifier:
         return Verdict.OK if ok and hashed is not None else Verdict.DENIED
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        for lane in (self._shared, self._clean):
+            lane.pool.shutdown(wait=False, cancel_futures=True)
 
-    def _submit(self, password: bytes, hashed: bytes, key: tuple[str, bytes] | None) -> Future[bool] | None:
-        """Queue one check, or None when `max_pending` are already queued or running."""
+    def _submit(
+        self, password: bytes, hashed: bytes, key: tuple[str, bytes] | None, source: str | None
+    ) -> tuple[Future[bool] | None, bool]:
+        """Queue one check in the clean lane when the address may use it, else in the shared lane.
+
+        (None, tarpit) when there is no room: tarpit is True when this address alone is
+        over its share (its refusal waits), False when the lane is full (refused at once).
+        """
+        who = _source_key(source)
         with self._lock:
-            if self._pending >= self._max_pending:
-                return None
-            self._pending += 1
+            lanes = [self._shared]
+            if who is not None and not self._suspect(who):
+                lanes.insert(0, self._clean)
+            lane = next((ln for ln in lanes if ln.pending < ln.max_pending and self._room(ln, who)), None)
+            if lane is None:
+                full = self._shared.pending >= self._shared.max_pending
+                return None, not full
+            lane.pending += 1
+            if who is not None:
+                lane.by_source[who] += 1
         try:
-            future = self._pool.submit(self._check, password, hashed)
+            future = lane.pool.submit(self._check, lane.budget, password, hashed)
         except RuntimeError:  # the pool is shut down: the server is stopping
-            self._release()
-            return None
+            self._release(lane, who)
+            return None, False
 
         def done(f: Future[bool]) -> None:  # also runs when a queued check is cancelled
-            self._release()
-            if key is not None and not f.cancelled() and f.exception() is None and f.result():
+            self._release(lane, who)
+            if f.cancelled() or f.exception() is not None:
+                return
+            if f.result() and key is not None:
                 self._remember(key)
+            elif who is not None:
+                self._mark_failed(who)
 
         future.add_done_callback(done)
-        return future
+        return future, False
 
-    def _release(self) -> None:
+    @staticmethod
+    def _room(lane: _Lane, who: str | None) -> bool:
+        return who is None or lane.by_source[who] < lane.per_source
+
+    def _suspect(self, who: str) -> bool:
+        """Whether `who` failed within suspect_ttl (call with the lock held)."""
+        failed = self._failed.get(who)
+        if failed is None:
+            return False
+        if self._clock() - failed > self._suspect_ttl:
+            del self._failed[who]
+            return False
+        return True
+
+    def _mark_failed(self, who: str) -> None:
         with self._lock:
-            self._pending -= 1
+            self._failed[who] = self._clock()
+            self._failed.move_to_end(who)
+            while len(self._failed) > self._max_sources:
+                self._failed.popitem(last=False)
+
+    def _release(self, lane: _Lane, who: str | None) -> None:
+        with self._lock:
+            lane.pending -= 1
+            if who is not None:
+                lane.by_source[who] -= 1
+                if lane.by_source[who] <= 0:
+                    del lane.by_source[who]
 
     def _cached(self, key: tuple[str, bytes]) -> bool:
         now = self._clock()
@@ -178,14 +264,30 @@ class BasicAuthVerifier:
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
 
-    def _check(self, password: bytes, hashed: bytes) -> bool:
-        """On a worker: wait for CPU budget, check, pay for the CPU the check used."""
-        self._budget.wait()
+    @staticmethod
+    def _check(budget: CpuBudget, password: bytes, hashed: bytes) -> bool:
+        """On a worker: wait for the lane's CPU budget, check, pay for the CPU the check used."""
+        budget.wait()
         started = time.thread_time()
         try:
             return _checkpw(password, hashed)
         finally:
-            self._budget.spend(time.thread_time() - started)
+            budget.spend(time.thread_time() - started)
+
+
+def _source_key(source: str | None) -> str | None:
+    """The unit failures are counted in: an IPv4 address, an IPv6 /64, or the text as given."""
+    if not source:
+        return None
+    try:
+        ip = ipaddress.ip_address(source)
+    except ValueError:
+        return source[:64]
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
 
 
 class CpuBudget:

@@ -13,7 +13,6 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 

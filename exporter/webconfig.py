@@ -28,9 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from exporter.basicauth import bcrypt_cost
+from exporter.basicauth import MAX_BCRYPT_COST, bcrypt_cost
+from exporter.config import one_line, plain, read_yaml_file, shown
 from exporter.tlscontext import TLSSettings, build_server_context
 
 _TOP_KEYS = {"tls_server_config", "basic_auth_users"}
@@ -46,20 +45,18 @@ class WebConfig:
 def load_web_config(path: str) -> WebConfig:
     """Parse and check the file, and load its TLS files; ValueError (one line) says which key is wrong."""
     try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-    except OSError as err:
-        raise ValueError(f"cannot read {path}: {err.strerror}") from None
-    except yaml.YAMLError as err:
-        raise ValueError(f"{path} is not valid YAML: {str(err).splitlines()[0]}") from None
+        data = read_yaml_file(path) or {}
+    except ValueError as err:  # unreadable, not UTF-8, not YAML
+        raise ValueError(one_line(str(err))) from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping")
-    unknown = sorted(str(k) for k in set(data) - _TOP_KEYS)
+        raise ValueError(f"{plain(path)}: expected a mapping")
+    unknown = sorted(shown(k) if not isinstance(k, str) else plain(k) for k in set(data) - _TOP_KEYS)
     if unknown:
-        raise ValueError(f"{path}: unsupported key(s) {', '.join(unknown)}")
+        raise ValueError(one_line(f"{plain(path)}: unsupported key(s) {', '.join(unknown)}"))
     try:
         return WebConfig(tls=_tls(data.get("tls_server_config")), basic_auth_users=_users(data.get("basic_auth_users")))
     except ValueError as err:
-        raise ValueError(f"{path}: {err}") from None
+        raise ValueError(one_line(f"{plain(path)}: {err}")) from None
 
 
 def _tls(raw: Any) -> TLSSettings | None:
@@ -67,7 +64,7 @@ def _tls(raw: Any) -> TLSSettings | None:
         return None
     if not isinstance(raw, dict):
         raise ValueError("tls_server_config: expected a mapping")
-    bad = sorted(str(k) for k in set(raw) - _TLS_KEYS)
+    bad = sorted(shown(k) if not isinstance(k, str) else plain(k) for k in set(raw) - _TLS_KEYS)
     if bad:
         raise ValueError(f"tls_server_config: unsupported key(s) {', '.join(bad)}")
     for key in ("cert_file", "key_file"):
@@ -75,13 +72,13 @@ def _tls(raw: Any) -> TLSSettings | None:
             raise ValueError(f"tls_server_config.{key}: required")
     for key in _TLS_KEYS - {"cipher_suites"}:
         if key in raw and not isinstance(raw[key], str):
-            raise ValueError(f"tls_server_config.{key}: expected a string, got {raw[key]!r}")
+            raise ValueError(f"tls_server_config.{key}: expected a string, got {shown(raw[key])}")
     suites = raw.get("cipher_suites") or []
     if not isinstance(suites, list) or not all(isinstance(s, str) for s in suites):
         raise ValueError("tls_server_config.cipher_suites: expected a list of suite names")
     for key in ("cert_file", "key_file", "client_ca_file"):
-        if raw.get(key) and not Path(raw[key]).is_file():
-            raise ValueError(f"tls_server_config.{key}: file {raw[key]!r} does not exist")
+        if raw.get(key) and not _is_file(raw[key]):
+            raise ValueError(f"tls_server_config.{key}: file {shown(raw[key])} does not exist or cannot be read")
     tls = TLSSettings(
         cert_file=raw["cert_file"],
         key_file=raw["key_file"],
@@ -95,20 +92,38 @@ def _tls(raw: Any) -> TLSSettings | None:
     return tls
 
 
+def _is_file(path: str) -> bool:
+    """Path.is_file() raises for a name too long (ENAMETOOLONG) or holding a NUL byte: both are "no such file"."""
+    try:
+        return Path(path).is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def _users(raw: Any) -> dict[str, bytes]:
     if raw is None:
         return {}
     if not isinstance(raw, dict):
         raise ValueError("basic_auth_users: expected a mapping of user to bcrypt hash")
     users: dict[str, bytes] = {}
-    for user, hashed in raw.items():
+    for name, hashed in raw.items():
+        if isinstance(name, int) and not isinstance(name, bool) and name.bit_length() <= 64:
+            name = str(name)  # `123: $2y$...` in YAML: the user 123
+        if not isinstance(name, str) or not name or len(name) > 256 or not name.isprintable():
+            raise ValueError(f"basic_auth_users: expected user names of 1-256 printable characters, got {shown(name)}")
+        user: str = name
         try:
             if not isinstance(hashed, str):
                 raise ValueError
-            bcrypt_cost(hashed.encode())
+            cost = bcrypt_cost(hashed.encode())
         except ValueError:
-            raise ValueError(f"basic_auth_users.{user}: expected a bcrypt hash ($2a$/$2b$/$2y$, cost 04-31)") from None
-        if ":" in str(user):
-            raise ValueError(f"basic_auth_users.{user}: a user name cannot contain ':'")
-        users[str(user)] = hashed.encode()
+            raise ValueError(f"basic_auth_users.{plain(user)}: expected a bcrypt hash ($2a$/$2b$/$2y$, cost 04-31)") from None
+        if cost > MAX_BCRYPT_COST:  # refused before anything hashes (the dummy hash would take this cost)
+            raise ValueError(
+                f"basic_auth_users.{plain(user)}: bcrypt cost {cost} is above the maximum {MAX_BCRYPT_COST} "
+                f"(each check would take about {2 ** (cost - 10) * 0.07:.0f} s of CPU; rehash with htpasswd -nBC 10)"
+            )
+        if ":" in user:
+            raise ValueError(f"basic_auth_users.{plain(user)}: a user name cannot contain ':'")
+        users[user] = hashed.encode()
     return users

@@ -14,6 +14,7 @@ flag                                      config key              meaning
 ``--kubernetes-gpu-labels``               ``gpu_labels``          also put namespace/pod/container on the GPU series
 ``--kubernetes-pod-resources-socket``     ``pod_resources_socket`` the kubelet's PodResources socket
 ``--kubernetes-pods-url``                 ``pods_url``            "" API server (default), a kubelet ``/pods`` URL, or ``none``
+``--kubernetes-pods-max-bytes``           ``pods_max_bytes``      largest pod list read, in bytes (default 8 MiB; over it: ``too_large``)
 ``--kubernetes-node-name``                ``node_name``           this node (default ``$NODE_NAME``)
 ``--kubernetes-discovery``                ``discovery``           discover annotated serving pods (default true)
 ``--kubernetes-discovery-interval``       ``discovery_interval``  seconds between pod-list refreshes (default 30)
@@ -41,6 +42,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from exporter.config import one_line, plain, redacted_url, setting_key, shown
 from exporter.errors import UsageError
 from exporter.kubernetes.podresources import DEFAULT_SOCKET
 from exporter.kubernetes.pods import DEFAULT_CA_FILE, DEFAULT_TOKEN_FILE
@@ -48,6 +50,9 @@ from exporter.schema import GPU_LABELS, KUBERNETES_ENGINE_LABELS, KUBERNETES_POD
 
 ENV_PREFIX = "LLM_EXPORTER_"
 MAX_POD_LABELS = 8
+#: --kubernetes-pods-max-bytes: default (exporter/kubernetes/pods.py MAX_BODY_BYTES) and range
+DEFAULT_PODS_MAX_BYTES = 8 * 1024 * 1024
+MIN_PODS_MAX_BYTES, MAX_PODS_MAX_BYTES = 64 * 1024, 256 * 1024 * 1024
 #: Prometheus' per-series label limit the issue keeps every series under
 MAX_SERIES_LABELS = 20
 #: labels a scrape adds: job, instance and the chart's node relabeling
@@ -69,6 +74,8 @@ class KubernetesConfig:
     pod_resources_socket: str = DEFAULT_SOCKET
     #: "" = the API server in-cluster; a URL = the kubelet's /pods; "none" = no pod list
     pods_url: str = ""
+    #: largest pod list read (exporter/kubernetes/pods.py MAX_BODY_BYTES)
+    pods_max_bytes: int = DEFAULT_PODS_MAX_BYTES
     node_name: str = ""
     discovery: bool = True
     discovery_interval: float = 30.0
@@ -134,13 +141,13 @@ def pod_label_keys(value: Any) -> tuple[tuple[str, str], ...]:
     elif isinstance(value, list) and all(isinstance(v, str) for v in value):
         items = [v.strip() for v in value if v.strip()]
     else:
-        raise ValueError(f"expected a comma-separated list of pod label keys, got {value!r}")
+        raise ValueError(f"expected a comma-separated list of pod label keys, got {shown(value)}")
     out: list[tuple[str, str]] = []
     names: dict[str, str] = {}
     for key in items:
         prefix, sep, name = key.rpartition("/")
         if not _LABEL_NAME.match(name) or (sep and (not prefix or len(prefix) > 253 or not _LABEL_PREFIX.match(prefix))):
-            raise ValueError(f"{key!r} is not a Kubernetes label key ([prefix/]name)")
+            raise ValueError(f"{shown(key)} is not a Kubernetes label key ([prefix/]name)")
         label = prometheus_label(key)
         if label in names and names[label] != key:
             raise ValueError(f"{names[label]!r} and {key!r} both become the label {label}")
@@ -154,19 +161,30 @@ def pod_label_keys(value: Any) -> tuple[tuple[str, str], ...]:
 
 def _path(value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"expected a path, got {value!r}")
+        raise ValueError(f"expected a path, got {shown(value)}")
     return value.strip()
 
 
 def _pods_url(value: Any) -> str:
     if not isinstance(value, str):
-        raise ValueError(f"expected an http(s) URL, none, or empty, got {value!r}")
+        raise ValueError(f"expected an http(s) URL, none, or empty, got {shown(value)}")
     text = value.strip()
     if text in ("", "none", "apiserver"):
         return "" if text == "apiserver" else text
     if not re.match(r"^https?://[^/\s]+(/\S*)?$", text):
-        raise ValueError(f"expected an http(s) URL (the kubelet's /pods), none, or empty for the API server, got {value!r}")
+        raise ValueError(
+            f"expected an http(s) URL (the kubelet's /pods), none, or empty for the API server, got {redacted_url(value)}"
+        )
     return text
+
+
+def _pods_max_bytes(value: Any) -> int:
+    from exporter.config import positive_int
+
+    n = positive_int(value)
+    if not MIN_PODS_MAX_BYTES <= n <= MAX_PODS_MAX_BYTES:
+        raise ValueError(f"expected {MIN_PODS_MAX_BYTES} to {MAX_PODS_MAX_BYTES} bytes, got {n}")
+    return n
 
 
 def _parsers() -> dict[str, Callable[[Any], Any]]:
@@ -178,6 +196,7 @@ def _parsers() -> dict[str, Callable[[Any], Any]]:
         "gpu_labels": boolean,
         "pod_resources_socket": _path,
         "pods_url": _pods_url,
+        "pods_max_bytes": _pods_max_bytes,
         "node_name": string,
         "discovery": boolean,
         "discovery_interval": interval_seconds,
@@ -212,6 +231,10 @@ FLAGS: dict[str, tuple[str, str]] = {
         "--kubernetes-pods-url",
         "where the node's pods are listed: empty for the API server (default), the kubelet's /pods URL, or none",
     ),
+    "pods_max_bytes": (
+        "--kubernetes-pods-max-bytes",
+        f"largest pod list read, {MIN_PODS_MAX_BYTES}-{MAX_PODS_MAX_BYTES} bytes (default {DEFAULT_PODS_MAX_BYTES}: 8 MiB); a larger one is refused as too_large",
+    ),
     "node_name": ("--kubernetes-node-name", "this node's name (default: $NODE_NAME)"),
     "discovery": ("--kubernetes-discovery", 'scrape pods annotated llm-layer-exporter.io/scrape: "true" (default true)'),
     "discovery_interval": ("--kubernetes-discovery-interval", "seconds between two pod-list refreshes, 0.1-3600 (default 30)"),
@@ -229,6 +252,7 @@ _METAVARS = {
     "pod_labels": "KEYS",
     "pod_resources_socket": "PATH",
     "pods_url": "URL",
+    "pods_max_bytes": "BYTES",
     "node_name": "NAME",
     "discovery": "BOOL",
     "discovery_interval": "SECONDS",
@@ -263,10 +287,10 @@ def load(args: argparse.Namespace, environ: Mapping[str, str], raw: Any, where: 
     if raw is not None:
         if not isinstance(raw, dict):
             raise UsageError(f"{where}: kubernetes: expected a mapping")
-        section = {str(k).replace("-", "_"): v for k, v in raw.items()}
+        section = {setting_key(k, f"{where}: kubernetes"): v for k, v in raw.items()}
         unknown = sorted(set(section) - set(parsers))
         if unknown:
-            raise UsageError(f"{where}: kubernetes: unknown setting(s) {', '.join(unknown)}")
+            raise UsageError(one_line(f"{where}: kubernetes: unknown setting(s) {', '.join(map(plain, unknown))}"))
         for key, value in section.items():
             setattr(cfg, key, _parse(parsers[key], value, f"{where}: kubernetes.{key}"))
     for key, parse in parsers.items():
@@ -297,8 +321,8 @@ def load(args: argparse.Namespace, environ: Mapping[str, str], raw: Any, where: 
 def _parse(parse: Callable[[Any], Any], value: Any, where: str) -> Any:
     try:
         return parse(value)
-    except ValueError as err:
-        raise UsageError(f"{where}: {err}") from None
+    except (ValueError, OverflowError, TypeError) as err:
+        raise UsageError(one_line(f"{where}: {err}")) from None
 
 
 __all__ = [

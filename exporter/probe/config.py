@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
+from exporter.config import shown
 from exporter.errors import UsageError
 
 if TYPE_CHECKING:
@@ -79,13 +80,13 @@ def base_url(value: Any) -> str:
     if "@" in parts.netloc:
         raise ValueError("expected a URL without user:password@ (put credentials in probe.bearer_token_file)")
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"expected an http(s) URL, got {value!r}")
+        raise ValueError(f"expected an http(s) URL, got {shown(value)}")
     if parts.query or parts.fragment:
         raise ValueError("expected a base URL without ?query or #fragment")
     try:
         _ = parts.port  # raises ValueError outside 1-65535
     except ValueError:
-        raise ValueError(f"expected a port from 1 to 65535 in {value!r}") from None
+        raise ValueError(f"expected a port from 1 to 65535 in {shown(value)}") from None
     path = parts.path.rstrip("/")
     if path.endswith("/v1"):
         path = path[: -len("/v1")]
@@ -97,7 +98,7 @@ def _max_tokens(value: Any) -> int:
 
     n = positive_int(value)
     if n > MAX_MAX_TOKENS:
-        raise ValueError(f"expected 1 to {MAX_MAX_TOKENS} tokens (the probe must stay small), got {value!r}")
+        raise ValueError(f"expected 1 to {MAX_MAX_TOKENS} tokens (the probe must stay small), got {shown(value)}")
     return n
 
 
@@ -111,14 +112,24 @@ def _prompt(value: Any) -> str:
 
 
 def _api(value: Any) -> str:
-    if value not in APIS:
-        raise ValueError(f"expected one of {', '.join(APIS)}, got {value!r}")
+    if not isinstance(value, str) or value not in APIS:
+        raise ValueError(f"expected one of {', '.join(APIS)}, got {shown(value)}")
     return str(value)
 
 
 def parse_probe(value: Any, where: str) -> ProbeConfig | None:
     """The ``probe:`` value of one engine; None when absent or off. UsageError names the key."""
-    from exporter.config import _parse, boolean, interval_seconds, readable_file, string, timeout_seconds
+    from exporter.config import (
+        _parse,
+        boolean,
+        interval_seconds,
+        one_line,
+        plain,
+        readable_file,
+        setting_key,
+        string,
+        timeout_seconds,
+    )
 
     if value is None:
         return None
@@ -126,10 +137,12 @@ def parse_probe(value: Any, where: str) -> ProbeConfig | None:
         return ProbeConfig() if _parse(boolean, value, where) else None
     if not isinstance(value, dict):
         raise UsageError(f"{where}: expected true, false or a mapping of {', '.join(sorted(KEYS))}")
-    item = {str(k).replace("-", "_"): v for k, v in value.items()}
+    item = {setting_key(k, where): v for k, v in value.items()}
     unknown = sorted(set(item) - KEYS)
     if unknown:
-        raise UsageError(f"{where}: unknown setting(s) {', '.join(unknown)} (known: {', '.join(sorted(KEYS))})")
+        raise UsageError(
+            one_line(f"{where}: unknown setting(s) {', '.join(map(plain, unknown))} (known: {', '.join(sorted(KEYS))})")
+        )
     interval = _parse(interval_seconds, item.get("interval", DEFAULT_INTERVAL_S), f"{where}.interval")
     if interval < MIN_PROBE_INTERVAL_S:
         raise UsageError(f"{where}.interval: at least {MIN_PROBE_INTERVAL_S:g} s (a canary, not a load generator)")

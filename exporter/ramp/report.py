@@ -7,7 +7,6 @@ on disk; the Markdown and the PNG are derived views written after it.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Sequence
@@ -15,6 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from exporter import jsonsafe
 from exporter.ramp.knee import SOURCE_PRIMARY, Saturation, baseline_saturated, fallback_note
 from exporter.ramp.model import PrimaryFigures, Step
 from exporter.schema import LAYERS
@@ -81,7 +81,7 @@ def write_json(directory: Path, report: dict[str, Any]) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "report.json"
     tmp = directory / ".report.json.tmp"
-    tmp.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    tmp.write_text(jsonsafe.dumps(report, indent=2, default=str) + "\n")  # NaN/Inf as null: strict JSON
     os.replace(tmp, path)
     return path
 

@@ -14,10 +14,10 @@ service has recovered or the exporter has restarted.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from exporter.jsonsafe import dumps
 from exporter.report.render import ChartRef, Context, render_html, render_markdown
 
 __all__ = ["ChartRef", "Context", "render_html", "render_markdown", "write_report"]
@@ -28,7 +28,7 @@ def write_report(out_dir: Path, verdict: dict[str, Any], ctx: Context) -> list[P
     out_dir.mkdir(parents=True, exist_ok=True)
     ctx.out_dir = out_dir
     paths = [out_dir / "diagnosis.json", out_dir / "report.md", out_dir / "report.html"]
-    paths[0].write_text(json.dumps(verdict, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    paths[0].write_text(dumps(verdict, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")  # NaN/Inf as null
     paths[1].write_text(render_markdown(verdict, ctx), encoding="utf-8")
     paths[2].write_text(render_html(verdict, ctx), encoding="utf-8")
     return paths

@@ -9,7 +9,9 @@ Two sources for the charts:
   evaluated over those readings (:mod:`exporter.report.series`).
 
 Every failure to reach a server is a ``RuntimeError`` with one readable line,
-worded as ``diagnose``'s fetch() words it (exporter/diagnosis/client.py).
+worded as ``diagnose``'s fetch() words it (exporter/diagnosis/client.py). The
+"session" handed in is an exporter/httpget.py ``Client``: one deadline per
+request, a byte cap, credentials in a header and never in a URL.
 """
 
 from __future__ import annotations
@@ -48,25 +50,9 @@ class Collected:
         return max(0.0, self.end - self.start)
 
 
-def base_url(url: str) -> str:
-    """The server's root URL: a trailing /metrics or /diagnosis is dropped, http:// added when missing."""
-    url = url.strip().rstrip("/")
-    for suffix in ("/metrics", "/diagnosis"):
-        if url.endswith(suffix):
-            url = url[: -len(suffix)]
-    if "://" not in url:
-        url = "http://" + url
-    return url
-
-
-def _get(session: Any, url: str, timeout: float, params: dict[str, str] | None = None, what: str = "the exporter") -> Any:
-    import requests
-
-    try:
-        response = session.get(url, params=params, timeout=timeout)
-    except requests.RequestException as err:
-        raise RuntimeError(f"cannot reach {what} at {url}: {type(err).__name__}") from None
-    return response
+def _get(session: Any, url: str, timeout: float, params: dict[str, str] | None = None) -> Any:
+    """One bounded GET (RuntimeError, one line, on any failure: the Client names the server)."""
+    return session.get(url, params=params, timeout=timeout)
 
 
 def fetch_verdict(session: Any, base: str, timeout: float) -> dict[str, Any]:
@@ -156,10 +142,41 @@ def _merge(parts: Any) -> Curves:
     return out
 
 
+def _range_result(body: Any) -> list[tuple[dict[str, Any], list[Any]]] | None:
+    """(labels, values) per series of a successful range query; None when the body is not one."""
+    if not isinstance(body, dict) or body.get("status") != "success" or not isinstance(body.get("data"), dict):
+        return None
+    result = body["data"].get("result") or []
+    if not isinstance(result, list):
+        return None
+    out = []
+    for series in result:
+        if not isinstance(series, dict):
+            return None
+        metric, values = series.get("metric") or {}, series.get("values") or []
+        if not isinstance(metric, dict) or not isinstance(values, list):
+            return None
+        out.append((metric, values))
+    return out
+
+
+def _points(values: list[Any]) -> list[tuple[float, float]]:
+    """[t, "v"] pairs as floats; a pair that is not one, or not finite, is skipped."""
+    points = []
+    for pair in values:
+        try:
+            t, v = float(pair[0]), float(pair[1])
+        except (TypeError, ValueError, IndexError, KeyError, OverflowError):
+            continue
+        if math.isfinite(t) and not math.isinf(v):
+            points.append((t, v))
+    return points
+
+
 def check_prometheus(session: Any, base: str, timeout: float) -> None:
     """One instant query; raises RuntimeError (one line) unless Prometheus answers."""
     url = base + "/api/v1/query"
-    response = _get(session, url, timeout, {"query": "vector(1)"}, what="Prometheus")
+    response = _get(session, url, timeout, {"query": "vector(1)"})
     if response.status_code != 200:
         raise RuntimeError(f"{url} answered HTTP {response.status_code}")
     try:
@@ -198,33 +215,25 @@ def query_prometheus(
                     url,
                     timeout,
                     {"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"},
-                    what="Prometheus",
                 )
                 try:
                     body = response.json()
                 except ValueError:
                     body = None
-                if response.status_code != 200 or not isinstance(body, dict) or body.get("status") != "success":
+                result = _range_result(body)
+                if response.status_code != 200 or result is None:
                     reason = body.get("error") if isinstance(body, dict) else None
-                    collected.notes.append(
-                        f"Prometheus refused {query!r}: HTTP {response.status_code}" + (f" ({reason})" if reason else "")
-                    )
+                    reason = str(reason)[:200] if reason and response.status_code != 200 else "not a range-query answer"
+                    collected.notes.append(f"Prometheus refused {query!r}: HTTP {response.status_code} ({reason})")
                     continue
                 collected.ok += 1
-                for series in (body.get("data") or {}).get("result") or []:
-                    metric = series.get("metric") or {}
+                for metric, values in result:
                     by = getattr(expr, "by", None)
                     legend = expr.label
                     if by:
-                        key = metric.get(by, "")
+                        key = str(metric.get(by, ""))[:100]
                         legend = f"{by}={key}" if expr.label == by else f"{expr.label} {by}={key}"
-                    points = []
-                    for t, v in series.get("values") or []:
-                        try:
-                            points.append((float(t), float(v)))
-                        except (TypeError, ValueError):
-                            continue
-                    curves[legend] = points
+                    curves[legend] = _points(values)
             panels.append(curves)
         collected.data[chart.stem] = panels
     return collected

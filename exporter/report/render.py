@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import html
 import math
+import re
 import textwrap
 import time
 from dataclasses import dataclass, field
@@ -202,14 +203,52 @@ def headline(verdict: dict[str, Any]) -> str:
 # --- Markdown --------------------------------------------------------------------------------
 
 
+#: characters that make Markdown of inline text: code, emphasis, links and images, HTML and
+#: autolinks, table cells, strikethrough; `_` only where it can open or close emphasis (not in
+#: kv_cache_pressure); `&` only where it would start an entity
+_MD_INLINE = re.compile(r"[\\`*\[\]<|~]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])|&(?=#?[0-9A-Za-z]+;)")
+#: what makes a block of a line's start: headings, quotes, lists, rules, setext underlines
+_MD_LINE_START = re.compile(r"^([#>+=-]|\d+(?=[.)]))")
+
+
+def md(text: Any) -> str:
+    """Text from the verdict (advice, limits, notices, names) as literal inline Markdown, on one line.
+
+    Why: the verdict's strings come from the exporter (and, through evidence and notices, from
+    engines); copied raw into report.md, a ``*``, ``[x](y)``, ``<img>`` or ``|`` rewrote the
+    ticket's text. Every character that makes Markdown is backslash-escaped (CommonMark and
+    GFM read ``\\*`` as ``*``), so the rendered text is the verdict's text.
+    """
+    one = " ".join(str(text).replace("\r", "\n").split("\n"))
+    return _MD_INLINE.sub(lambda m: "\\" + m.group(0), one)
+
+
+def md_block(text: Any) -> str:
+    """Wrapped verdict text as literal Markdown paragraphs: md() on each line, and no line that
+    starts a heading, a quote, a list, a rule or an indented code block."""
+    lines = []
+    for line in wrap(str(text)).split("\n"):
+        escaped = md(line.lstrip())
+        m = _MD_LINE_START.match(escaped)
+        if m and m.group(1).isdigit():  # "1." or "2)" would start an ordered list
+            escaped = m.group(1) + "\\" + escaped[len(m.group(1)) :]
+        elif m:
+            escaped = "\\" + escaped
+        lines.append(escaped)
+    return "\n".join(lines)
+
+
 def _cell(text: Any) -> str:
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    return md(text)
 
 
 def _code(text: Any) -> str:
-    body = _cell(text)
-    fence = "``" if "`" in body else "`"
-    return f"{fence}{body}{fence}"
+    """A code span that no backtick in the text can close early (CommonMark: a longer fence)."""
+    body = str(text).replace("\r", " ").replace("\n", " ").replace("|", "\\|")
+    runs = [len(r) for r in re.findall(r"`+", body)]
+    fence = "`" * (max(runs, default=0) + 1)
+    pad = " " if body.startswith("`") or body.endswith("`") else ""
+    return f"{fence}{pad}{body}{pad}{fence}"
 
 
 def _md_evidence(evidence: dict[str, Any]) -> list[str]:
@@ -222,16 +261,16 @@ def _md_evidence(evidence: dict[str, Any]) -> list[str]:
 
 def _md_cause(c: dict[str, Any]) -> list[str]:
     out = [
-        f"### {c.get('role', 'warning')}: {c.get('layer')} / {c.get('cause')}",
+        f"### {md(c.get('role') or 'warning')}: {md(c.get('layer'))} / {md(c.get('cause'))}",
         "",
         f"score {ratio(c.get('score'))}, confidence {ratio(c.get('confidence'))}"
-        + (f", explains {', '.join(map(str, c['explains']))}" if c.get("explains") else ""),
+        + (f", explains {', '.join(map(md, c['explains']))}" if c.get("explains") else ""),
         "",
     ]
     if c.get("summary"):
-        out += [wrap(str(c["summary"])), ""]
+        out += [md_block(c["summary"]), ""]
     if c.get("advice"):
-        out += ["Advice:", "", wrap(str(c["advice"])), ""]
+        out += ["Advice:", "", md_block(c["advice"]), ""]
     return out + _md_evidence(c.get("evidence") or {})
 
 
@@ -239,13 +278,13 @@ def render_markdown(verdict: dict[str, Any], ctx: Context) -> str:
     state = str(verdict.get("state") or "unknown")
     primary = verdict.get("primary")
     out = [
-        f"# Incident snapshot: {state.upper()}",
+        f"# Incident snapshot: {md(state.upper())}",
         "",
-        f"**{_cell(headline(verdict))}**",
+        f"**{md(headline(verdict))}**",
         "",
-        f"- state: **{state}**",
-        f"- verdict of: {utc(verdict.get('timestamp'))} UTC (schema_version {verdict.get('schema_version', NOT_AVAILABLE)})",
-        f"- exporter: {ctx.exporter_url}",
+        f"- state: **{md(state)}**",
+        f"- verdict of: {utc(verdict.get('timestamp'))} UTC (schema_version {md(verdict.get('schema_version', NOT_AVAILABLE))})",
+        f"- exporter: {md(ctx.exporter_url)}",
         f"- report generated: {utc(ctx.generated)} UTC",
         "- raw verdict: [diagnosis.json](diagnosis.json)",
         "",
@@ -254,38 +293,38 @@ def render_markdown(verdict: dict[str, Any], ctx: Context) -> str:
     ]
     if primary:
         out += [
-            f"**{primary.get('layer')} / {primary.get('cause')}**, confidence {ratio(primary.get('confidence'))}, "
+            f"**{md(primary.get('layer'))} / {md(primary.get('cause'))}**, confidence {ratio(primary.get('confidence'))}, "
             f"score {ratio(primary.get('score'))}"
-            + (f", explains {', '.join(map(str, primary['explains']))}" if primary.get("explains") else ""),
+            + (f", explains {', '.join(map(md, primary['explains']))}" if primary.get("explains") else ""),
             "",
             "Chain (symptom ← cause):",
             "",
-            "> " + wrap(str(primary.get("chain") or primary.get("summary") or NOT_AVAILABLE)).replace("\n", "\n> "),
+            "> " + md_block(primary.get("chain") or primary.get("summary") or NOT_AVAILABLE).replace("\n", "\n> "),
             "",
         ]
         if primary.get("summary"):
-            out += [f"Summary: {wrap(str(primary['summary']))}", ""]
-        out += ["Advice:", "", wrap(str(primary.get("advice") or NOT_AVAILABLE)), ""]
+            out += [f"Summary: {md_block(primary['summary'])}", ""]
+        out += ["Advice:", "", md_block(primary.get("advice") or NOT_AVAILABLE), ""]
     elif state == "healthy":
         out += ["No primary: the service is healthy (no symptom holds). Headroom per layer below.", ""]
     else:
-        out += [f"No primary. Nothing can be concluded: {missing_sentence(verdict)}.", ""]
+        out += [f"No primary. Nothing can be concluded: {md(missing_sentence(verdict))}.", ""]
     out += ["## Evidence of the primary", ""]
     out += _md_evidence(primary.get("evidence") or {}) if primary else ["no primary", ""]
     if verdict.get("holding"):
-        out += ["Causes holding (reported or not): " + ", ".join(map(str, verdict["holding"])), ""]
+        out += ["Causes holding (reported or not): " + ", ".join(map(md, verdict["holding"])), ""]
     out += ["## Symptoms", ""]
     symptoms = verdict.get("symptoms") or []
     if symptoms:
         for s in symptoms:
             ev = ", ".join(f"{_code(k)} = {_cell(evidence_value(k, v))}" for k, v in (s.get("evidence") or {}).items())
-            out.append(f"- **{s.get('id')}**: {s.get('text', '')}" + (f" ({ev})" if ev else ""))
+            out.append(f"- **{md(s.get('id'))}**: {md(s.get('text') or '')}" + (f" ({ev})" if ev else ""))
     else:
         out.append("- none")
     out += ["", "## Layers", "", "| layer | status | score | headroom | nearest limit |", "|---|---|---:|---:|---|"]
     for name, info in layer_rows(verdict):
         out.append(
-            f"| {name} | {info.get('status', 'unknown')} | {ratio(info.get('score'))} | "
+            f"| {md(name)} | {md(info.get('status') or 'unknown')} | {ratio(info.get('score'))} | "
             f"{percent(info.get('headroom'))} | {_cell(info.get('limit') or '')} |"
         )
     out.append("")
@@ -303,15 +342,15 @@ def render_markdown(verdict: dict[str, Any], ctx: Context) -> str:
     else:
         out += ["none", ""]
     out += ["## Notices (what is missing)", ""]
-    out += [f"- {n}" for n in verdict.get("notices") or []] or ["- none"]
+    out += [f"- {md(n)}" for n in verdict.get("notices") or []] or ["- none"]
     out.append("")
-    out += ["## The key series per layer", "", ctx.source_sentence(), ""]
+    out += ["## The key series per layer", "", md(ctx.source_sentence()), ""]
     for chart in ctx.charts:
-        out += [f"### {chart.title}", "", f"![{chart.title}]({chart.file})", ""]
+        out += [f"### {md(chart.title)}", "", f"![{md(chart.title)}]({chart.file})", ""]
         if chart.empty:
-            out += ["No data for: " + "; ".join(chart.empty), ""]
+            out += ["No data for: " + "; ".join(map(md, chart.empty)), ""]
     if ctx.notes:
-        out += ["## Collection notes", ""] + [f"- {n}" for n in ctx.notes] + [""]
+        out += ["## Collection notes", ""] + [f"- {md(n)}" for n in ctx.notes] + [""]
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -290,7 +290,7 @@ def test_http_503_with_retry_after_when_the_pool_is_full(
 ) -> None:
     class Small(BasicAuthVerifier):
         def __init__(self, users):  # type: ignore[no-untyped-def]
-            super().__init__(users, workers=1, max_pending=1, max_wait=5.0)
+            super().__init__(users, workers=1, max_pending=1, max_wait=5.0, clean_pending=0)  # the shared lane only
 
     monkeypatch.setattr(server, "BasicAuthVerifier", Small)
     cfg = load_web_config(str(_web(tmp_path, _hash(b"right"))))
@@ -316,3 +316,93 @@ def _wait(predicate, timeout: float = 5.0) -> bool:  # type: ignore[no-untyped-d
             return True
         time.sleep(0.01)
     return False
+
+
+class _SprayBlocks:
+    """Stands in for exporter.basicauth._checkpw: passwords starting with b"spray" block until released."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self._real = basicauth._checkpw
+
+    def __call__(self, password: bytes, hashed: bytes) -> bool:
+        if password.startswith(b"spray"):
+            assert self.release.wait(10), "test never released the spray"
+        return self._real(password, hashed)
+
+
+def test_a_spraying_address_cannot_starve_a_user_from_another_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shared lane full of one address's wrong passwords; a never-failed address still passes, at once."""
+    blocks = _SprayBlocks()
+    monkeypatch.setattr(basicauth, "_checkpw", blocks)
+    users = {"prom": _hash(b"right"), "replica": _hash(b"also-right")}
+    v = BasicAuthVerifier(users, max_pending=8, per_source_pending=4, clean_pending=2, clean_per_source=1, refusal_delay=0.2)
+
+    async def scenario() -> None:
+        blocks.release.set()
+        assert await v.verify(_basic("prom", "wrong"), "10.0.0.9") is Verdict.DENIED  # the sprayer has failed once
+        blocks.release.clear()
+        spray = [asyncio.create_task(v.verify(_basic("prom", f"spray{i}"), "10.0.0.9")) for i in range(4)]
+        await asyncio.sleep(0.05)
+        assert v.pending == 4  # all in the shared lane: a failed address may not use the clean one
+        t0 = time.perf_counter()
+        assert await v.verify(_basic("prom", "spray-more"), "10.0.0.9") is Verdict.BUSY  # over its share
+        assert time.perf_counter() - t0 >= 0.2  # tarpitted, not refused at once (no spinning)
+        # a fresh user from an address that never failed: the clean lane, while the spray still blocks
+        assert await v.verify(_basic("replica", "also-right"), "10.0.0.7") is Verdict.OK
+        assert await v.verify(_basic("prom", "right"), "2001:db8::1") is Verdict.OK
+        assert all(not t.done() for t in spray)
+        blocks.release.set()
+        assert await asyncio.gather(*spray) == [Verdict.DENIED] * 4
+
+    _run(scenario())
+    v.close()
+
+
+def test_the_clean_lane_is_bounded_per_address_and_overflows_to_the_shared_lane(monkeypatch: pytest.MonkeyPatch) -> None:
+    blocks = _SprayBlocks()
+    monkeypatch.setattr(basicauth, "_checkpw", blocks)
+    v = BasicAuthVerifier({"prom": _hash(b"right")}, max_pending=4, per_source_pending=4, clean_pending=2, clean_per_source=1)
+
+    async def scenario() -> None:
+        first = [asyncio.create_task(v.verify(_basic("prom", f"spray{i}"), "10.0.0.9")) for i in range(3)]
+        await asyncio.sleep(0.05)
+        # one place in the clean lane for 10.0.0.9 (its first, not yet failed, checks), the rest shared
+        assert v._clean.pending == 1 and v._shared.pending == 2
+        blocks.release.set()
+        assert await asyncio.gather(*first) == [Verdict.DENIED] * 3
+        assert v._suspect("10.0.0.9")  # from now on it stays in the shared lane
+        assert await v.verify(_basic("prom", "right"), "10.0.0.8") is Verdict.OK
+        assert not v._suspect("10.0.0.8") and v.pending == 0
+
+    _run(scenario())
+    v.close()
+
+
+def test_an_address_is_suspect_for_a_while_and_the_table_is_bounded() -> None:
+    now = [0.0]
+    v = BasicAuthVerifier({"prom": _hash(b"right")}, suspect_ttl=60.0, max_sources=3, clock=lambda: now[0])
+    for i in range(5):
+        v._mark_failed(f"10.0.0.{i}")
+    assert len(v._failed) == 3 and not v._suspect("10.0.0.0") and v._suspect("10.0.0.4")
+    now[0] = 61.0
+    assert not v._suspect("10.0.0.4") and len(v._failed) == 2
+    assert basicauth._source_key("2001:db8::1") == basicauth._source_key("2001:db8::ffff") == "2001:db8::/64"
+    assert basicauth._source_key("::ffff:10.0.0.1") == "10.0.0.1" and basicauth._source_key(None) is None
+    v.close()
+
+
+def test_a_bcrypt_cost_above_the_maximum_is_refused_before_any_hashing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_hashing(*args: object) -> bytes:
+        raise AssertionError("bcrypt ran while the web config was read")
+
+    monkeypatch.setattr(bcrypt, "hashpw", no_hashing)
+    monkeypatch.setattr(bcrypt, "checkpw", no_hashing)
+    ok = tmp_path / "ok.yml"
+    ok.write_text("basic_auth_users:\n  prom: '$2b$14$" + "a" * 53 + "'\n")
+    assert load_web_config(str(ok)).basic_auth_users["prom"].startswith(b"$2b$14$")
+    for cost in (15, 31):
+        web = tmp_path / f"c{cost}.yml"
+        web.write_text(f"basic_auth_users:\n  prom: '$2y${cost}$" + "a" * 53 + "'\n")
+        with pytest.raises(ValueError, match=f"prom: bcrypt cost {cost} is above the maximum {basicauth.MAX_BCRYPT_COST}"):
+            load_web_config(str(web))
