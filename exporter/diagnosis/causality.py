@@ -7,8 +7,9 @@ crossed thresholds into one diagnosis: the primary is the holding cause that
 explains the most of what users feel. docs/diagnosis.md is checked against it.
 
 * ``EXPLAINS``: cause id -> the symptom ids (``symptoms.py``) it can produce.
-* ``CAUSAL_ORDER``: when two causes explain as much with about the same
-  confidence, the one earlier here wins: it sits further upstream (a full KV
+* ``CAUSAL_ORDER``: the last tie-break of the ranking (``ranking.py``: how much
+  of the symptoms a cause explains with its own evidence, its severity and how
+  long it held come first). When all of those tie, the one earlier here wins: it sits further upstream (a full KV
   cache causes the queue, not the other way round; a throttled clock makes the
   GPU look compute-bound, not the reverse). Causes that starve the GPU from
   outside its math (a host thread at a core, PCIe copies, launch overhead) come
@@ -28,7 +29,11 @@ healthy service, never silence.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from exporter.diagnosis.notices import missing_inputs
 from exporter.diagnosis.symptoms import SYMPTOM_IDS
+from exporter.diagnosis.thresholds import Thresholds
 
 TTFT, ITL, QUEUE, SATURATED, FAILURES = "ttft_high", "itl_high", "queueing", "throughput_saturated", "failures"
 _ALL_LOAD = frozenset({TTFT, ITL, QUEUE, SATURATED})
@@ -85,10 +90,12 @@ CAUSAL_ORDER: tuple[str, ...] = (
     "tensor_cores_unused",
     # a GPU at its power cap under heavy load: real, but downstream of how much work it is given
     "power_or_thermal_throttling",
-    "retries_and_timeouts",
     "compute_bound",
     "memory_bandwidth_bound",
     "queue_backlog",
+    # timeouts, aborts and rejections are what a backed-up queue does to its clients: with a queue
+    # and nothing else at its limit, the queue (capacity) is the story and the failures follow it
+    "retries_and_timeouts",
     "slo_breach",
 )
 
@@ -103,6 +110,22 @@ CAPACITY_ADVICE = (
     "No layer explains it: every layer has headroom, the service simply gets more load than it "
     "serves. Capacity: add replicas or GPUs, or cap concurrency at the gateway."
 )
+
+
+def symptom_advice(advice: str, view: Mapping[str, float], explained: frozenset[str], t: Thresholds) -> str:
+    """The advice of a symptom-only primary (queue_backlog, slo_breach). "Capacity: add replicas" only
+    when every cause that could explain ``explained`` was judged; while an input is missing behind
+    which one could (``notices.missing_inputs``), what to enable instead."""
+    blockers = [m for m in missing_inputs(view, t) if any(EXPLAINS.get(c, frozenset()) & explained for c in m.causes)]
+    if not blockers:
+        return CAPACITY_ADVICE + " " + advice
+    what = ", ".join(m.what for m in blockers)
+    causes = sorted({c for m in blockers for c in m.causes if EXPLAINS.get(c, frozenset()) & explained})
+    enable = "; ".join(m.enable for m in blockers)
+    return (
+        f"Not a capacity verdict yet: {what} missing, so {', '.join(causes)} could explain these symptoms and "
+        f"were not judged. Enable {enable}, then read the verdict again; more replicas may not help until then."
+    )
 
 
 def causal_rank(cause: str) -> int:

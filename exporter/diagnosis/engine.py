@@ -11,7 +11,8 @@ The method is symptom-first. A cycle
 3. decides the state: ``degraded`` when a symptom holds, ``healthy`` when none
    does and there was the data to judge, ``unknown`` otherwise;
 4. in ``degraded``, names ONE primary: the holding cause that explains the most
-   symptoms (``causality.py``), by confidence, ties by causal order
+   symptoms with its own evidence (``causality.py``), then by severity and time
+   held, the causal order last
    (``ranking.py``), with the chain from symptom to cause in numbers; the other
    explaining causes contribute;
 5. reports every layer's headroom: how near its nearest limit is.
@@ -45,7 +46,7 @@ from dataclasses import dataclass, replace
 from exporter.diagnosis import causality
 from exporter.diagnosis import signals as sig
 from exporter.diagnosis.notices import DERIVED_SOURCES, notices_for
-from exporter.diagnosis.ranking import Holding, confidence, pick_primary
+from exporter.diagnosis.ranking import Holding, pick_primary, score
 from exporter.diagnosis.rules import RULES, Rule
 from exporter.diagnosis.symptoms import ObservedSymptom, observe
 from exporter.diagnosis.thresholds import Thresholds
@@ -173,13 +174,8 @@ class DiagnosisEngine:
         observed = [x.id for x in symptoms]
 
         explains = {h.rule.cause: causality.EXPLAINS.get(h.rule.cause, frozenset()) & frozenset(observed) for h in holding}
-        by_real = frozenset().union(*(e for c, e in explains.items() if c not in causality.SYMPTOM_CAUSES))
-        scored = []
-        for h in holding:
-            explained = explains[h.rule.cause]
-            if h.rule.cause in causality.SYMPTOM_CAUSES:
-                explained = explained - by_real  # a symptom-cause stands only for what no cause explains
-            scored.append((h, explained, confidence(h, explained, observed, t)))
+        # what each cause explains with its own evidence, and its confidence (exporter/diagnosis/ranking.py)
+        scored = score(holding, observed, t)
         primary = pick_primary(scored, t) if state == "degraded" else None
 
         causes = [
@@ -187,7 +183,12 @@ class DiagnosisEngine:
         ]
         causes.sort(key=lambda c: (c.role != "primary", -c.score, LAYERS.index(c.layer), c.cause))
         layers = self._layers(outcomes, causes)
-        notices = notices_for(signals, snap, {name: lv.status for name, lv in layers.items()}, app_judged)
+        notices = notices_for(signals, snap, {name: lv.status for name, lv in layers.items()}, app_judged, t)
+        if signals.non_finite:  # left out by sig.compute: say so, or a missing layer reads as a quiet one
+            shown = ", ".join(signals.non_finite[:5]) + (
+                f" (+{len(signals.non_finite) - 5} more)" if len(signals.non_finite) > 5 else ""
+            )
+            notices.append(f"the engine reported a non-finite value (NaN or ±Inf) for {shown}: not judged on it")
         main = next((c for c in causes if c.role == "primary"), None)
         return Verdict(
             timestamp,
@@ -324,7 +325,7 @@ class DiagnosisEngine:
         chain = ""
         if role == "primary":
             if rule.cause in causality.SYMPTOM_CAUSES:
-                advice = causality.CAPACITY_ADVICE + " " + advice
+                advice = causality.symptom_advice(advice, h.view, explained, t)
             chain = _chain(symptoms, explained, summary, rule.cause)
         return Cause(
             rule.layer,

@@ -6,13 +6,21 @@ process data agree, e.g. the engine's ITL with the GPU's HBM activity), lasting
 (it held for several cycles, not one noisy sample) and clear (far past its
 line). The confidence (0-1) adds those up with fixed weights; the weights are
 not tuned to any scenario, they only order the ingredients by how much each
-should move trust.
+should move trust. It falls for every input that is missing while a cause it
+would judge could explain the same symptoms (no SM activity, no process
+sampler, no queue-time histogram: ``notices.missing_inputs``): the verdict did
+not look there.
 
-Choosing the primary: the cause that explains the most observed symptoms wins;
-among those, causes whose confidence is within ``primary_tie_margin`` of the
-best, or at least ``primary_confident``, are a tie, broken by the causal order of
-``causality.py`` (upstream first): confidence says how much to trust a cause, not
-how far upstream it sits, so two causes we trust both are ordered by causality.
+Choosing the primary follows the evidence, not a hand-written order: the cause
+that explains the most of the observed symptoms *with evidence of its own*
+(each rule's ``share``: a full KV cache explains the queue it holds back, but a
+slow decode only with preemptions; a throttled clock only the share of the
+slowdown its clock loss accounts for; a preallocated framebuffer nothing while
+the KV cache has room) wins; among those explaining about as much, the most
+severe (within ``primary_tie_margin`` of the best, or all at least
+``primary_confident``: far past their lines both); then the one that has held
+longer (cycles, up to ``confidence_settled_cycles``: settled causes tie); and
+only then the causal order of ``causality.py`` (upstream first).
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from exporter.diagnosis import causality
+from exporter.diagnosis.notices import missing_inputs
 from exporter.diagnosis.rules import Rule
 from exporter.diagnosis.thresholds import Thresholds
 
@@ -31,6 +40,10 @@ _W_SETTLED = 0.15
 _W_COMPLETE = 0.15
 _W_INDEPENDENT = 0.10
 _W_EXPLAINS = 0.10
+#: taken off for each missing input that leaves a rival explanation unjudged (at most three)
+_W_UNJUDGED = 0.10
+#: explained amounts closer than this are equal (sums of shares)
+_AMOUNT_EPS = 0.01
 
 
 def origin(signal: str) -> str:
@@ -73,15 +86,61 @@ def confidence(h: Holding, explained: Iterable[str], observed: Sequence[str], t:
         + _W_COMPLETE * complete
         + _W_INDEPENDENT * independent
         + _W_EXPLAINS * share
+        - _W_UNJUDGED * len(rivals_unjudged(h, frozenset(explained), t))
     )
     return round(min(1.0, max(0.0, value)), 3)
+
+
+def rivals_unjudged(h: Holding, explained: frozenset[str], t: Thresholds) -> list[str]:
+    """The missing inputs (``notices.missing_inputs``) behind which a cause other than ``h`` could
+    explain some of the same symptoms: what the verdict could not look at."""
+    out = []
+    for m in missing_inputs(h.view, t):
+        if any(c != h.rule.cause and causality.EXPLAINS.get(c, frozenset()) & explained for c in m.causes):
+            out.append(m.what)
+    return out[:3]
+
+
+def shares(h: Holding, symptoms: frozenset[str], t: Thresholds) -> dict[str, float]:
+    """Observed symptom -> 0-1 share of it ``h`` explains with evidence of its own (only the
+    symptoms it can explain at all, ``causality.EXPLAINS``)."""
+    can = causality.EXPLAINS.get(h.rule.cause, frozenset()) & symptoms
+    if h.rule.share is None:
+        return {sym: 1.0 for sym in can}
+    got = h.rule.share(h.view, t, frozenset(can))
+    return {sym: min(1.0, max(0.0, float(got.get(sym, 0.0)))) for sym in can}
+
+
+def score(holding: Sequence[Holding], observed: Sequence[str], t: Thresholds) -> list[tuple[Holding, frozenset[str], float]]:
+    """(holding, the symptoms it explains, confidence) for every holding cause.
+
+    A real cause explains the observed symptoms of which its own evidence accounts for a share;
+    a symptom-cause (queue_backlog, slo_breach) stands only for those no real cause explains.
+    """
+    seen = frozenset(observed)
+    own = {h.rule.cause: frozenset(x for x, part in shares(h, seen, t).items() if part > 0) for h in holding}
+    by_real = frozenset().union(*(e for c, e in own.items() if c not in causality.SYMPTOM_CAUSES))
+    out = []
+    for h in holding:
+        explained = own[h.rule.cause]
+        if h.rule.cause in causality.SYMPTOM_CAUSES:
+            explained = (causality.EXPLAINS.get(h.rule.cause, frozenset()) & seen) - by_real
+        out.append((h, explained, confidence(h, explained, observed, t)))
+    return out
+
+
+def amount(h: Holding, explained: frozenset[str], t: Thresholds) -> float:
+    """How much of the observed symptoms ``h`` explains: the sum of its shares of ``explained``."""
+    if h.rule.cause in causality.SYMPTOM_CAUSES:
+        return float(len(explained))
+    return sum(shares(h, explained, t).values())
 
 
 def pick_primary(candidates: Sequence[tuple[Holding, frozenset[str], float]], t: Thresholds) -> Holding | None:
     """The primary among (holding, explained symptoms, confidence); None when nothing explains anything.
 
     The symptom-causes (queue_backlog, slo_breach) come with only the symptoms no
-    real cause explains (the caller subtracts those), so they win only where the
+    real cause explains (``score`` subtracts those), so they win only where the
     symptoms are left unexplained: a queue behind which no layer is at its limit
     is a capacity problem, even when some failures beside it have their own cause.
     """
@@ -91,8 +150,12 @@ def pick_primary(candidates: Sequence[tuple[Holding, frozenset[str], float]], t:
     outages = [c for c in pool if c[0].rule.cause in causality.OUTAGE_CAUSES]
     if outages:  # an outage outranks every slowdown (causality.OUTAGE_CAUSES)
         pool = outages
-    most = max(len(c[1]) for c in pool)
-    widest = [c for c in pool if len(c[1]) == most]
-    best = max(c[2] for c in widest)
-    tied = [c for c in widest if c[2] >= min(best - t.primary_tie_margin, t.primary_confident)]
-    return min(tied, key=lambda c: (causality.causal_rank(c[0].rule.cause), -c[2]))[0]
+    amounts = [amount(c[0], c[1], t) for c in pool]
+    most = max(amounts)
+    widest = [c for c, a in zip(pool, amounts, strict=True) if a >= most - _AMOUNT_EPS]
+    worst = max(c[0].severity for c in widest)
+    severe = [c for c in widest if c[0].severity >= min(worst - t.primary_tie_margin, t.primary_confident)]
+    settle = max(1, t.confidence_settled_cycles)
+    longest = max(min(c[0].cycles, settle) for c in severe)
+    held = [c for c in severe if min(c[0].cycles, settle) >= longest]
+    return min(held, key=lambda c: (causality.causal_rank(c[0].rule.cause), -c[2]))[0]

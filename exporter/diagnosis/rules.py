@@ -19,19 +19,33 @@ and ``warns_alone`` (waste or danger even while nobody suffers).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from exporter.diagnosis import causality
 from exporter.diagnosis import probe as pr
 from exporter.diagnosis import signals as s
-from exporter.diagnosis.symptoms import itl_high, latest_p95, queue_sustained, queueing, ttft_high, waited_while_queued
+from exporter.diagnosis.notices import missing_inputs
+from exporter.diagnosis.symptoms import (
+    excess,
+    itl_high,
+    latest_p95,
+    queue_sustained,
+    queueing,
+    ttft_high,
+    waited_while_queued,
+    waits_proven,
+)
 from exporter.diagnosis.thresholds import Thresholds
 from exporter.schema import HARMFUL_THROTTLE_REASONS, LAYERS
 
 View = Mapping[str, float]
 Predicate = Callable[[View, Thresholds], bool]
 Severity = Callable[[View, Thresholds], float]
+#: (view, thresholds, the observed symptoms the cause can explain) -> symptom -> 0-1 share of it
+#: the cause explains with evidence of its own (ranking.py ranks by the sum)
+Share = Callable[[View, Thresholds, frozenset[str]], Mapping[str, float]]
 
 
 @dataclass(frozen=True)
@@ -57,6 +71,8 @@ class Rule:
     limit: str = ""
     #: holds -> a warning even in a healthy service (waste or danger on its own)
     warns_alone: Predicate | None = None
+    #: how much of each symptom it explains with its own evidence (None: all of each it can explain)
+    share: Share | None = None
 
     def judgeable(self, view: View) -> bool:
         if any(name not in view for name in self.requires):
@@ -83,6 +99,18 @@ def host_load(v: View) -> float:
 def host_saturated(v: View, t: Thresholds) -> bool:
     """A serving thread at (or wanting) a full core; False when no process sampler runs."""
     return v.get(s.BUSIEST_THREAD, 0.0) >= t.host_saturated_cpu or v.get(s.BUSIEST_DEMAND, 0.0) >= t.host_saturated_demand
+
+
+def sm_bound(v: View, t: Thresholds) -> float | None:
+    """SM activity, or NVML's util where it proves the SMs idle (``signals.sm_bound``)."""
+    return s.sm_bound(v, t.sm_idle)
+
+
+def preempting(v: View, t: Thresholds) -> bool:
+    """Preemptions rise, and the window holds enough of them to be a pattern (``preemption_min_count``)."""
+    return v.get(s.PREEMPTION_RATE, 0.0) > t.preemption_rate_per_second and v.get(s.PREEMPTIONS, math.inf) >= max(
+        1.0, t.preemption_min_count
+    )
 
 
 def work_queued(v: View) -> bool:
@@ -117,6 +145,53 @@ def _throttled(v: View, t: Thresholds) -> bool:
     return v.get(s.THROTTLED, 0.0) >= 1.0 or v.get(s.POWER_RATIO, 0.0) >= t.power_cap_ratio
 
 
+def throttle_share(v: View, t: Thresholds, symptoms: frozenset[str]) -> float:
+    """The share of the slowdown a throttled clock explains: its clock loss (1 - clock / max) over
+    how far the root symptom is past its line (queueing when requests queue: TTFT and saturation
+    follow from the queue; else the worst latency). 0 below ``throttle_min_share`` (a busy board at
+    its cap, not the cause) or when the symptom's size cannot be told."""
+    if s.CLOCK_RATIO not in v or not symptoms:
+        return 0.0
+    loss = max(0.0, 1.0 - v[s.CLOCK_RATIO])
+    roots = ["queueing"] if "queueing" in symptoms else sorted(symptoms)
+    sizes = [x for sym in roots if (x := excess(v, t, sym)) is not None]
+    if not sizes:
+        return 0.0
+    worst = max(sizes)
+    share = 1.0 if worst <= 0 else min(1.0, loss / worst)
+    return share if share >= t.throttle_min_share else 0.0
+
+
+def _throttle_shares(v: View, t: Thresholds, symptoms: frozenset[str]) -> dict[str, float]:
+    share = throttle_share(v, t, symptoms)
+    return {sym: share for sym in symptoms}
+
+
+def _compute_shares(v: View, t: Thresholds, symptoms: frozenset[str]) -> dict[str, float]:
+    """Compute-bound at a throttled clock explains nothing of its own where, at the full clock, the
+    same work would leave the pipes under their line (activity x clock ratio): the clock is the
+    limit, and the throttle that explains the slowdown is the cause (its consequence, not a rival)."""
+    if s.CLOCK_RATIO in v and s.UTIL in v and _throttled(v, t) and throttle_share(v, t, symptoms) > 0:
+        r = v[s.CLOCK_RATIO]
+        at_full_clock = {**v, s.TENSOR: v[s.TENSOR] * r, s.SM: v[s.SM] * r}
+        if not _compute_bound(at_full_clock, t):
+            return {sym: 0.0 for sym in symptoms}
+    return {sym: 1.0 for sym in symptoms}
+
+
+def _framebuffer_exhausted(v: View, t: Thresholds) -> bool:
+    """The framebuffer nearly full. An engine that publishes its KV cache preallocates it (TGI by
+    default, vLLM at gpu_memory_utilization 0.98): that framebuffer figure is not exhaustion while
+    the KV cache has room or no request failed with an engine error (the only allocation-failure
+    evidence engines publish); then the KV-cache causes speak for the memory."""
+    if v[s.MEM_RATIO] < t.memory_capacity_ratio:
+        return False
+    usage = kv_usage(v)
+    if usage is None:
+        return True
+    return usage >= t.kv_usage_full and v.get(s.ERRORED, 0.0) > 0
+
+
 def _sms_far_below_util(v: View, t: Thresholds) -> bool:
     return v[s.SM] <= t.launch_sm_share_of_utilization * v[s.UTIL]
 
@@ -142,7 +217,7 @@ def _requests_really_wait(v: View, t: Thresholds) -> bool:
     if queue_sustained(v):
         return True
     if s.QUEUE_P95 in v:
-        return waited_while_queued(v) >= 1 and recent_p95(v, s.QUEUE_P95_RECENT, s.QUEUE_P95) >= t.kv_queue_p95_seconds
+        return waited_while_queued(v, t) >= 1 and recent_p95(v, s.QUEUE_P95_RECENT, s.QUEUE_P95) >= t.kv_queue_p95_seconds
     return v[s.WAITING] >= 1
 
 
@@ -153,17 +228,62 @@ def kv_usage(v: View) -> float | None:
     return v.get(s.SLOT_CONTEXT_USAGE)
 
 
-def held_for_capacity(v: View) -> bool:
+def held_for_capacity(v: View, t: Thresholds | None = None) -> bool:
     """Requests wait for room (batch slots or KV), not for other reasons.
 
     First-party where the engine says so (vLLM ``waiting_by_reason``, llama.cpp
-    all slots busy); elsewhere any sustained wait counts.
+    all slots busy, i.e. running sequences at the engine's own slot count);
+    elsewhere any sustained wait counts. With ``t`` and waits the queue-time
+    histogram proves, the capacity gauge is read over the whole window.
     """
     if s.WAITING_CAPACITY in v:
-        return max(v.get(s.WAITING_CAPACITY_MAX, v[s.WAITING_CAPACITY]), v.get(s.WAITING_CAPACITY_MAX_QUEUE, 0.0)) >= 1
+        seen = max(v.get(s.WAITING_CAPACITY_MAX, v[s.WAITING_CAPACITY]), v.get(s.WAITING_CAPACITY_MAX_QUEUE, 0.0))
+        if t is not None and waits_proven(v, t):
+            seen = max(seen, v.get(s.WAITING_CAPACITY_MAX_WINDOW, 0.0))
+        return seen >= 1
     if s.SLOTS in v and s.SLOTS_BUSY in v:
         return v.get(s.SLOTS_BUSY_MAX, v[s.SLOTS_BUSY]) >= v[s.SLOTS] and v.get(s.WAITING_MAX, v.get(s.WAITING, 0.0)) >= 1
     return True
+
+
+def running_seen(v: View, t: Thresholds) -> float:
+    """The most requests seen running while the queue waited (the recent seconds, the queue span;
+    the window where the histogram proves the waits)."""
+    seen = max(v.get(s.RUNNING_MAX_RECENT, v.get(s.RUNNING, 0.0)), v.get(s.RUNNING_MAX_QUEUE, 0.0))
+    if waits_proven(v, t):
+        seen = max(seen, v.get(s.RUNNING_MAX, 0.0))
+    return seen
+
+
+def kv_room(v: View, t: Thresholds) -> tuple[float, float, float, float] | None:
+    """(free blocks, blocks the head of the queue needs, blocks per request, head requests) from the
+    engine's own KV model; None where the engine publishes no capacity and block size.
+
+    Free blocks: (1 - usage, the window's max) x capacity / block size; llama.cpp's slots count
+    context tokens (block = 1 token). A request needs its mean tokens (prompt + output over the
+    window's finished requests; else what the running ones hold each) in blocks. The head of the
+    queue is as many of the waiting requests as run now (all of them when fewer wait): room for
+    them means the batch could at least double on the memory it has, so slots or the admission
+    budget, not memory, hold the queue. A cache with room for a request or two more is well used.
+    """
+    usage = kv_usage(v)
+    if usage is None:
+        return None
+    if v.get(s.KV_CAPACITY, 0.0) > 0 and v.get(s.KV_BLOCK, 0.0) > 0 and s.KV_USAGE_MAX in v:
+        block, capacity = v[s.KV_BLOCK], v[s.KV_CAPACITY]
+    elif s.SLOT_CONTEXT_USAGE in v and v.get(s.SLOT_CONTEXT, 0.0) > 0 and v.get(s.SLOTS, 0.0) > 0:
+        block, capacity = 1.0, v[s.SLOTS] * v[s.SLOT_CONTEXT]
+    else:
+        return None
+    running = running_seen(v, t)
+    tokens = v.get(s.TOKENS_PER_REQUEST)
+    if tokens is None and running >= 1:
+        tokens = usage * capacity / running
+    if not tokens:
+        return None
+    per_request = float(math.ceil(tokens / block))
+    head = max(1.0, min(max(waited_while_queued(v, t), 1.0), max(running, 1.0)))
+    return (1.0 - usage) * capacity / block, head * per_request, per_request, head
 
 
 def _kv_full(v: View, t: Thresholds) -> bool:
@@ -178,8 +298,9 @@ def _kv_full(v: View, t: Thresholds) -> bool:
     # A preemption happens only when the running requests no longer fit: it proves the cache
     # was full at that moment, even when the sampled gauge (a snapshot every few seconds,
     # in steps of one block of a small cache) missed it. A cache that reads mostly free
-    # while preempting is something else; then the gauge must say full too.
-    if v.get(s.PREEMPTION_RATE, 0.0) > t.preemption_rate_per_second and usage >= t.kv_usage_low:
+    # while preempting is something else; then the gauge must say full too. One preemption
+    # is a long request growing into a moment's full cache: a pattern needs a count.
+    if preempting(v, t) and usage >= t.kv_usage_low:
         return True
     if usage < t.kv_usage_full:
         return False
@@ -188,35 +309,66 @@ def _kv_full(v: View, t: Thresholds) -> bool:
         and v.get(s.WAITING_MAX, 0.0) >= 1
         and recent_p95(v, s.QUEUE_P95_RECENT, s.QUEUE_P95) >= t.kv_queue_p95_seconds
     )
-    return held_back and held_for_capacity(v)
+    return held_back and held_for_capacity(v, t)
+
+
+def _kv_shares(v: View, t: Thresholds, symptoms: frozenset[str]) -> dict[str, float]:
+    """A full cache holds requests back (queue, TTFT, saturation); it slows decoding (ITL) only by
+    recomputing preempted requests, so ITL needs the preemptions."""
+    return {sym: 0.0 if sym == "itl_high" and not preempting(v, t) else 1.0 for sym in symptoms}
 
 
 def _kv_severity(v: View, t: Thresholds) -> float:
+    """How deep the cache itself is past its line: the preemption rate (only once it is a pattern)
+    and how full it is. Not the queue behind it: that is the symptom, counted by what it explains,
+    and a queue of eight would make every full cache as severe as the worst (issue 20)."""
+    rate = v.get(s.PREEMPTION_RATE, 0.0) if preempting(v, t) else 0.0
     return max(
-        ramp(v.get(s.PREEMPTION_RATE, 0.0), t.preemption_rate_per_second, t.preemption_rate_per_second + 1.0),
+        ramp(rate, t.preemption_rate_per_second, t.preemption_rate_per_second + 1.0),
         ramp(kv_usage(v) or 0.0, t.kv_usage_full, 1.0),
-        ramp(v.get(s.WAITING_MAX, v.get(s.WAITING, 0.0)), 0.0, t.queue_backlog_requests),
     )
+
+
+def kv_holds_the_head(v: View, t: Thresholds) -> bool:
+    """The free KV cache would hold the head of the queue (``kv_room``); where the engine publishes
+    no KV model, the window's usage at most ``kv_usage_low``."""
+    room = kv_room(v, t)
+    if room is not None:
+        return room[0] >= room[1]
+    usage = kv_usage(v)
+    return usage is not None and usage <= t.kv_usage_low
 
 
 def _kv_fragmentation(v: View, t: Thresholds) -> bool:
-    """Requests wait, the cache is mostly free, and the engine keeps the GPU stepping.
+    """Requests wait for capacity while the free KV cache would hold the head of the queue, and the
+    engine keeps stepping.
 
     The GPU clause tells a misjudged KV budget (admitted requests decode back to
     back, "GPU util" high, the rest wait) from a batching window (requests held
-    while the GPU idles), whose queue also waits with the cache free.
+    while the GPU idles), whose queue also waits with the cache free. Without GPU
+    data the GPU is unknown, never busy: then only the engine's own word that the
+    requests wait for capacity (vLLM's reason, llama.cpp's slots) makes the claim.
     """
-    usage = kv_usage(v)
-    return (
-        usage is not None
-        and _requests_really_wait(v, t)
-        and usage <= t.kv_usage_low
-        and held_for_capacity(v)
-        and max(v.get(s.RUNNING_MAX_RECENT, v.get(s.RUNNING, 1.0)), v.get(s.RUNNING_MAX_QUEUE, 0.0)) >= 1
-        and v.get(s.UTIL_MAX, 1.0) >= t.busy_utilization
-        and not (s.SM_MAX in v and _serial_host(v, t))
-        and not _gpu_compute_saturated(v, t)
-    )
+    if kv_usage(v) is None or not _requests_really_wait(v, t) or not held_for_capacity(v, t):
+        return False
+    if running_seen(v, t) < 1 or not kv_holds_the_head(v, t):
+        return False
+    if s.UTIL_MAX in v:
+        if v[s.UTIL_MAX] < t.busy_utilization:
+            return False
+    elif s.WAITING_CAPACITY not in v and s.SLOTS not in v:
+        return False
+    return not _serial_host(v, t) and not _gpu_compute_saturated(v, t)
+
+
+def _kv_fragmentation_severity(v: View, t: Thresholds) -> float:
+    """Deeper the more wait and the more room the cache has beyond the head of the queue."""
+    room = kv_room(v, t)
+    if room is not None:
+        spare = ramp(room[0] / max(room[1], 1.0), 1.0, 4.0)
+    else:
+        spare = ramp(t.kv_usage_low - (kv_usage(v) or 0.0), 0.0, t.kv_usage_low)
+    return (ramp(waited_while_queued(v, t), 0.0, t.queue_backlog_requests) + spare) / 2
 
 
 def _gpu_compute_saturated(v: View, t: Thresholds) -> bool:
@@ -226,12 +378,16 @@ def _gpu_compute_saturated(v: View, t: Thresholds) -> bool:
 
 
 def _serial_host(v: View, t: Thresholds) -> bool:
-    return host_saturated(v, t) and v[s.SM_MAX] < t.sm_idle and work_queued(v)
+    """A serving thread at a full core while the SMs are idle (``sm_bound``: NVML's util where it
+    proves them idle) and work is queued; False where SM activity is unknown."""
+    sm = sm_bound(v, t)
+    return sm is not None and host_saturated(v, t) and sm < t.sm_idle and work_queued(v)
 
 
 def _serial_host_severity(v: View, t: Thresholds) -> float:
     """Deeper the closer the thread is to a full core and the idler the SMs."""
-    return (ramp(host_load(v), t.host_saturated_cpu - 0.1, 1.0) + ramp(t.sm_idle - v[s.SM_MAX], 0.0, t.sm_idle)) / 2
+    sm = sm_bound(v, t)
+    return (ramp(host_load(v), t.host_saturated_cpu - 0.1, 1.0) + ramp(t.sm_idle - (sm or 0.0), 0.0, t.sm_idle)) / 2
 
 
 def _imbalance(v: View, t: Thresholds) -> bool:
@@ -295,7 +451,11 @@ def _describe_throttle(v: View, t: Thresholds) -> str:
 
 
 def _describe_fb(v: View, t: Thresholds) -> str:
-    return f"GPU memory {pct(v[s.MEM_RATIO])} used"
+    out = f"GPU memory {pct(v[s.MEM_RATIO])} used"
+    usage = kv_usage(v)
+    if usage is not None:  # an engine's preallocation: exhaustion only with its KV cache full and errors
+        out += f", the engine's KV cache {pct(usage)} full and {v.get(s.ERRORED, 0.0):.0f} requests failed with errors"
+    return out
 
 
 def _describe_launch(v: View, t: Thresholds) -> str:
@@ -309,7 +469,7 @@ def _describe_tensor_unused(v: View, t: Thresholds) -> str:
 def _describe_kv_full(v: View, t: Thresholds) -> str:
     out = f"KV cache {pct(kv_usage(v) or 0.0)} full"
     rate = v.get(s.PREEMPTION_RATE, 0.0)
-    if rate > 0:
+    if preempting(v, t):
         out += f", {rate:.2g} preemptions/s"
     elif s.WAITING_CAPACITY in v:
         out += f", {v[s.WAITING_CAPACITY]:.0f} requests held for capacity"
@@ -320,17 +480,27 @@ def _describe_kv_full(v: View, t: Thresholds) -> str:
 
 def _describe_kv_misjudged(v: View, t: Thresholds) -> str:
     usage = kv_usage(v) or 0.0
+    room = kv_room(v, t)
+    fits = ""
+    if room is not None:
+        free, _need, per, head = room
+        fits = f": its {free:.0f} free blocks would hold the next {head:.0f} waiting ({per:.0f} blocks each)"
     if s.SLOTS in v and s.SLOTS_BUSY in v:
-        return f"all {v[s.SLOTS]:.0f} slots busy while only {pct(usage)} of their context is used"
-    running = v.get(s.RUNNING_MAX, v.get(s.RUNNING, 0.0))
-    return f"only {running:.0f} running while the KV cache is {pct(usage)} full (batch slots, not memory, are the limit)"
+        return f"all {v[s.SLOTS]:.0f} slots busy while only {pct(usage)} of their context is used{fits}"
+    running = max(running_seen(v, t), v.get(s.RUNNING_MAX, 0.0))
+    return f"only {running:.0f} running while the KV cache is {pct(usage)} full{fits} (batch slots, not memory, are the limit)"
 
 
 def _describe_host(v: View, t: Thresholds) -> str:
-    return f"busiest serving thread at {pct(host_load(v))} of a core while SMs are {pct(v[s.SM_MAX])} busy"
+    if s.SM_MAX in v:
+        return f"busiest serving thread at {pct(host_load(v))} of a core while SMs are {pct(v[s.SM_MAX])} busy"
+    return f'busiest serving thread at {pct(host_load(v))} of a core while "GPU util" is {pct(sm_bound(v, t) or 0.0)} (SMs idle)'
 
 
 def _describe_backlog(v: View, t: Thresholds) -> str:
+    unknown = [m.what for m in missing_inputs(v, t)]
+    if unknown:
+        return f"{v[s.WAITING]:.0f} requests waiting, no layer judged at its limit ({', '.join(unknown)} missing)"
     return f"{v[s.WAITING]:.0f} requests waiting with every layer below its limit"
 
 
@@ -403,6 +573,7 @@ RULES: tuple[Rule, ...] = (
         "prefill-heavy work. To go faster: lower precision (FP8), a quantised or smaller model, more GPUs "
         "(tensor parallel), or prefix caching so shared prompts are not recomputed.",
         describe=_describe_compute,
+        share=_compute_shares,
         # SMs count as compute only where HBM is not the limit (a streaming decode keeps warps resident too)
         proximity=lambda v, t: max(v[s.TENSOR], v[s.SM] if v[s.DRAM] < t.memory_bandwidth_dram_active else 0.0),
         limit="compute (tensor pipes / SMs)",
@@ -457,13 +628,14 @@ RULES: tuple[Rule, ...] = (
         proximity=lambda v, t: v.get(s.POWER_RATIO, 0.0),
         limit="board power",
         warns_alone=lambda v, t: True,
+        share=_throttle_shares,
     ),
     Rule(
         "hardware",
         "memory_capacity_exhausted",
         "gpu",
         requires=(s.MEM_RATIO,),
-        condition=lambda v, t: v[s.MEM_RATIO] >= t.memory_capacity_ratio,
+        condition=_framebuffer_exhausted,
         severity=lambda v, t: ramp(v[s.MEM_RATIO], t.memory_capacity_ratio, 1.0),
         evidence=(s.MEM_RATIO, s.MEM_USED, s.MEM_TOTAL),
         advice="GPU memory is (nearly) full: out-of-memory errors, allocator fragmentation and a starved KV cache "
@@ -529,6 +701,7 @@ RULES: tuple[Rule, ...] = (
             s.KV_USAGE,
             s.SLOT_CONTEXT_USAGE,
             s.PREEMPTION_RATE,
+            s.PREEMPTIONS,
             s.WAITING,
             s.WAITING_CAPACITY,
             s.RUNNING,
@@ -540,7 +713,8 @@ RULES: tuple[Rule, ...] = (
         describe=_describe_kv_full,
         proximity=lambda v, t: kv_usage(v) or 0.0,
         limit="KV cache",
-        warns_alone=lambda v, t: v.get(s.PREEMPTION_RATE, 0.0) > t.preemption_rate_per_second,
+        warns_alone=preempting,
+        share=_kv_shares,
     ),
     Rule(
         "memory",
@@ -549,19 +723,15 @@ RULES: tuple[Rule, ...] = (
         requires=(s.WAITING,),
         requires_any=(s.KV_USAGE_MAX, s.SLOT_CONTEXT_USAGE),
         condition=_kv_fragmentation,
-        severity=lambda v, t: (
-            (
-                ramp(waited_while_queued(v), 0.0, t.queue_backlog_requests)
-                + ramp(t.kv_usage_low - (kv_usage(v) or 0.0), 0.0, t.kv_usage_low)
-            )
-            / 2
-        ),
+        severity=_kv_fragmentation_severity,
         evidence=(
             s.WAITING,
             s.WAITING_MAX,
             s.WAITING_MAX_QUEUE,
+            s.WAITING_MAX_WINDOW,
             s.WAITING_CAPACITY,
             s.WAITING_CAPACITY_MAX_QUEUE,
+            s.WAITING_CAPACITY_MAX_WINDOW,
             s.QUEUE_P95_RECENT,
             s.QUEUE_P95,
             s.KV_USAGE_MAX,
@@ -569,6 +739,9 @@ RULES: tuple[Rule, ...] = (
             s.SLOT_CONTEXT_USAGE,
             s.SLOTS,
             s.SLOTS_BUSY,
+            s.KV_CAPACITY,
+            s.KV_BLOCK,
+            s.TOKENS_PER_REQUEST,
             s.RUNNING,
             s.RUNNING_MAX,
             s.UTIL_MAX,
@@ -585,10 +758,20 @@ RULES: tuple[Rule, ...] = (
         "scheduler",
         "serial_host_ceiling",
         "service",
-        requires=(s.BUSIEST_THREAD, s.SM_MAX),
+        requires=(s.BUSIEST_THREAD,),
+        requires_any=(s.SM_MAX, s.UTIL_MAX),
         condition=_serial_host,
         severity=_serial_host_severity,
-        evidence=(s.BUSIEST_THREAD, s.BUSIEST_DEMAND, s.SM_MAX, s.WAITING, s.RUNNING, s.UTIL_MAX_WINDOW, s.PROCESS_CPU),
+        evidence=(
+            s.BUSIEST_THREAD,
+            s.BUSIEST_DEMAND,
+            s.SM_MAX,
+            s.UTIL_MAX,
+            s.WAITING,
+            s.RUNNING,
+            s.UTIL_MAX_WINDOW,
+            s.PROCESS_CPU,
+        ),
         advice="One thread of the serving process is at a full core while the GPU's SMs are mostly idle: the "
         "serial host loop (Python scheduling, sampling, kernel launches) is the ceiling and a faster GPU will "
         "not help. Enable CUDA graphs, use an engine with an overlapped/async scheduler (vLLM V1, SGLang), "

@@ -20,6 +20,7 @@ are the schema's too, so the alerts and the ramp cannot judge differently.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -77,6 +78,14 @@ RUNNING = reduced_name(RUNNING_METRIC)
 KV_USAGE = reduced_name(KV_METRIC)
 KV_USAGE_MAX = f"max_over_window({KV_USAGE})"
 PREEMPTION_RATE = "rate(llm_kv_cache_preemptions_total)"
+#: how many preemptions the window holds: a rate of one preemption is not pressure
+PREEMPTIONS = "increase(llm_kv_cache_preemptions_total)"
+#: the engine's own KV model: capacity and block (page) size in tokens, and the mean tokens a
+#: finished request held (prompt + output over the window): free blocks against the blocks the
+#: head of the queue needs is the capacity question the engine's numbers answer
+KV_CAPACITY = reduced_name("llm_kv_cache_capacity_tokens")
+KV_BLOCK = reduced_name("llm_kv_cache_block_size_tokens")
+TOKENS_PER_REQUEST = "increase(llm_prompt_tokens_total + llm_generation_tokens_total) / increase(llm_requests_finished_total)"
 TTFT_P95 = "p95(llm_request_ttft_seconds)"
 ITL_P95 = "p95(llm_request_inter_token_seconds)"
 QUEUE_P95 = "p95(llm_scheduler_queue_seconds)"
@@ -96,6 +105,10 @@ WAITING_DEFERRED = reduced_name(BY_REASON_METRIC, '{reason="deferred"}')
 #: the same gauges over the recent seconds: one scrape can land between two engine steps and
 #: read 0 running, 0 waiting on a busy server, so "is anything waiting for capacity" looks back
 WAITING_CAPACITY_MAX = f"max_over_recent({WAITING_CAPACITY})"
+#: the same over the whole window: where the queue-time histogram proves long waits while every
+#: look of the recent seconds read 0 / 0 (a starved front end answers /metrics in idle moments)
+WAITING_MAX_WINDOW = f"max_over_window({WAITING})"
+WAITING_CAPACITY_MAX_WINDOW = f"max_over_window({WAITING_CAPACITY})"
 #: llama.cpp sequence slots (from /props and /slots) and the context they hold
 SLOTS_METRIC = "llm_scheduler_slots"
 SLOTS_BUSY_METRIC = "llm_scheduler_slots_busy"
@@ -106,7 +119,8 @@ SLOTS_BUSY = reduced_name(SLOTS_BUSY_METRIC)
 SLOTS_BUSY_MAX = f"max_over_recent({SLOTS_BUSY})"
 RUNNING_MAX_RECENT = f"max_over_recent({RUNNING})"
 RUNNING_MAX = f"max_over_window({RUNNING})"
-SLOT_CONTEXT_USAGE = f"{reduced_name(KV_USED_METRIC)} / ({SLOTS} * {reduced_name(SLOT_CONTEXT_METRIC)})"
+SLOT_CONTEXT = reduced_name(SLOT_CONTEXT_METRIC)
+SLOT_CONTEXT_USAGE = f"{reduced_name(KV_USED_METRIC)} / ({SLOTS} * {SLOT_CONTEXT})"
 #: the scheduler loop's pace and batch (vLLM iteration_tokens histogram)
 ENGINE_STEPS_RATE = "rate(llm_scheduler_iteration_tokens_count)"
 TOKENS_PER_STEP = "increase(llm_scheduler_iteration_tokens_sum) / increase(llm_scheduler_iteration_tokens_count)"
@@ -139,6 +153,8 @@ REJECTED_RATE = "rate(llm_requests_rejected_total)"
 FINISHED_RATE = "rate(llm_requests_finished_total)"
 FAILED_SHARE = "failed_or_rejected_share"
 FAILED_BASE = "increase(llm_requests_finished_total + llm_requests_rejected_total)"
+#: requests that finished with an engine error: the only allocation-failure evidence engines publish
+ERRORED = 'increase(llm_requests_finished_total{reason="error"})'
 
 
 SCOPES: tuple[str, ...] = ("gpu", "group", "service")
@@ -162,6 +178,9 @@ _READ_NAMES: frozenset[str] = frozenset(
         "llm_engine_sleep_state",
         "llm_kv_cache_usage_ratio",
         "llm_kv_cache_preemptions_total",
+        "llm_kv_cache_capacity_tokens",
+        "llm_kv_cache_block_size_tokens",
+        "llm_prompt_tokens_total",
         "llm_request_ttft_seconds",
         "llm_request_inter_token_seconds",
         "llm_scheduler_queue_seconds",
@@ -187,6 +206,8 @@ class Signals:
     """Named values by scope: ``{"gpu": {"0": {...}}, "group": {"all": {...}}, "service": {"": {...}}}``."""
 
     scopes: dict[str, dict[str, dict[str, float]]] = field(default_factory=lambda: {s: {} for s in SCOPES})
+    #: signals left out because their value was NaN or infinite (an engine may report one): sorted names
+    non_finite: list[str] = field(default_factory=list)
 
     @property
     def service(self) -> dict[str, float]:
@@ -209,7 +230,20 @@ def compute(window: Window, groups: Mapping[str, list[str]] | None = None, recen
     sig.scopes["gpu"] = gpu_signals(snap)
     sig.scopes["group"] = group_signals(snap, sig.scopes["gpu"], groups or {})
     sig.scopes["service"] = {"": service_signals(window, sig.scopes["gpu"], recent_seconds)}
+    sig.non_finite = _drop_non_finite(sig.scopes)
     return sig
+
+
+def _drop_non_finite(scopes: dict[str, dict[str, dict[str, float]]]) -> list[str]:
+    """Remove every NaN or infinite signal (no rule can judge one; some would raise on it); their names."""
+    dropped: set[str] = set()
+    for instances in scopes.values():
+        for values in instances.values():
+            bad = [k for k, x in values.items() if not math.isfinite(x)]
+            for k in bad:
+                del values[k]
+            dropped.update(bad)
+    return sorted(dropped)
 
 
 def live_gpus(snap: Snapshot) -> list[str]:
@@ -307,6 +341,7 @@ def service_signals(window: Window, gpus: Mapping[str, Mapping[str, float]], rec
     _put(v, SLOTS, figure(snap, SLOTS_METRIC))
     _put(v, SLOTS_BUSY, figure(snap, SLOTS_BUSY_METRIC))
     slot_ctx = figure(snap, SLOT_CONTEXT_METRIC)
+    _put(v, SLOT_CONTEXT, slot_ctx)
     used = figure(snap, KV_USED_METRIC)
     if slot_ctx and used is not None and v.get(SLOTS):
         v[SLOT_CONTEXT_USAGE] = used / (v[SLOTS] * slot_ctx)
@@ -318,6 +353,11 @@ def service_signals(window: Window, gpus: Mapping[str, Mapping[str, float]], rec
     running_hist = window.gauge_history(lambda s: figure(s, RUNNING_METRIC))
     if running_hist:
         v[RUNNING_MAX] = max(running_hist)
+    _put(
+        v,
+        WAITING_CAPACITY_MAX_WINDOW,
+        max(window.gauge_history(lambda s: figure(s, BY_REASON_METRIC, reason="capacity")), default=None),
+    )
     for name, reduce in (
         (WAITING_CAPACITY_MAX, lambda s: figure(s, BY_REASON_METRIC, reason="capacity")),
         (SLOTS_BUSY_MAX, lambda s: figure(s, SLOTS_BUSY_METRIC)),
@@ -327,6 +367,7 @@ def service_signals(window: Window, gpus: Mapping[str, Mapping[str, float]], rec
     _put(v, RUNNING, figure(snap, RUNNING_METRIC))
     waiting_hist = window.gauge_history(lambda s: figure(s, WAITING_METRIC))
     if waiting_hist:
+        v[WAITING_MAX_WINDOW] = max(waiting_hist)
         recent = window.gauge_history(lambda s: figure(s, WAITING_METRIC), recent_seconds)
         _put(v, WAITING_MAX, max(recent, default=None))
         if len(recent) >= 2:  # "never drained" needs more than one look
@@ -338,6 +379,8 @@ def service_signals(window: Window, gpus: Mapping[str, Mapping[str, float]], rec
     if kv_hist:
         v[KV_USAGE_MAX] = max(kv_hist)
     _put(v, PREEMPTION_RATE, window.rate("llm_kv_cache_preemptions_total"))
+    _put(v, PREEMPTIONS, window.counter_delta("llm_kv_cache_preemptions_total"))
+    _kv_model(window, v)
     _put(v, TTFT_P95, window.quantile("llm_request_ttft_seconds", 0.95))
     _put(
         v,
@@ -377,6 +420,17 @@ def service_signals(window: Window, gpus: Mapping[str, Mapping[str, float]], rec
     return v
 
 
+def sm_bound(v: Mapping[str, float], sm_idle: float) -> float | None:
+    """The busiest GPU's SM activity, or, where only NVML reports (no DCGM profiling, no GPM), its
+    "GPU util" when that is below ``sm_idle``: SMs cannot be active while no kernel runs, so util
+    bounds SM activity from above and proves the SMs idle. None: unknown (missing GPU data is
+    never read as busy, nor as idle)."""
+    if SM_MAX in v:
+        return v[SM_MAX]
+    util = v.get(UTIL_MAX)
+    return util if util is not None and util < sm_idle else None
+
+
 def figure(snap: Snapshot, metric: str, **match: str) -> float | None:
     """``metric``'s matching series in ``snap`` reduced the way the schema says (None: absent)."""
     return reduce_series(metric, snap.values(metric, **match))
@@ -396,6 +450,19 @@ def _pace(window: Window, v: dict[str, float]) -> None:
     _put(v, GENERATION_RATE, window.rate("llm_generation_tokens_total"))
 
 
+def _kv_model(window: Window, v: dict[str, float]) -> None:
+    """KV capacity and block size as the engine publishes them, and the mean tokens per finished request."""
+    snap = window.latest
+    assert snap is not None
+    _put(v, KV_CAPACITY, figure(snap, "llm_kv_cache_capacity_tokens"))
+    _put(v, KV_BLOCK, figure(snap, "llm_kv_cache_block_size_tokens"))
+    finished = window.counter_delta("llm_requests_finished_total")
+    prompt = window.counter_delta("llm_prompt_tokens_total")
+    generated = window.counter_delta("llm_generation_tokens_total")
+    if finished and prompt is not None and generated is not None and prompt + generated > 0:
+        v[TOKENS_PER_REQUEST] = (prompt + generated) / finished
+
+
 def _first(pair: tuple[float, float] | None) -> float | None:
     return None if pair is None else pair[0]
 
@@ -410,6 +477,8 @@ def _failures(window: Window, v: dict[str, float]) -> None:
     base = (finished or 0.0) + (rejected or 0.0)
     bad = (failed or 0.0) + (rejected or 0.0)
     v[FAILED_BASE] = base
+    errored = window.counter_delta("llm_requests_finished_total", lambda lb: lb.get("reason", "") == "error")
+    _put(v, ERRORED, errored)
     if span > 0:
         v[FINISHED_RATE] = (finished or 0.0) / span
         v[FAILED_RATE] = (failed or 0.0) / span

@@ -76,10 +76,49 @@ def queue_sustained(v: View) -> bool:
     return v.get(s.WAITING_MIN, 0.0) >= 1  # absent until there are two looks
 
 
-def waited_while_queued(v: View) -> float:
+def waits_proven(v: View, t: Thresholds) -> bool:
+    """The queue-time histogram shows the recently admitted requests really waited (recent p95 at
+    or past ``queueing_p95_seconds``): then the gauges may be read over the whole window."""
+    return v.get(s.QUEUE_P95_RECENT, 0.0) >= t.queueing_p95_seconds
+
+
+def waited_while_queued(v: View, t: Thresholds | None = None) -> float:
     """The most requests seen waiting over the recent seconds or, longer, over the span the
-    recently admitted requests spent queued (``signals.WAITING_MAX_QUEUE``)."""
-    return max(v.get(s.WAITING_MAX, v.get(s.WAITING, 0.0)), v.get(s.WAITING_MAX_QUEUE, 0.0))
+    recently admitted requests spent queued (``signals.WAITING_MAX_QUEUE``); with ``t`` and waits
+    the histogram proves, over the whole window (a server whose scrapes only succeed in its idle
+    moments reads 0 waiting in every look of that span while its histogram shows 4 s waits)."""
+    seen = max(v.get(s.WAITING_MAX, v.get(s.WAITING, 0.0)), v.get(s.WAITING_MAX_QUEUE, 0.0))
+    if t is not None and waits_proven(v, t):
+        seen = max(seen, v.get(s.WAITING_MAX_WINDOW, 0.0))
+    return seen
+
+
+def excess(v: View, t: Thresholds, symptom: str) -> float | None:
+    """How far an observed symptom is past its line, as a share of its value (1 - line / value):
+    what a partial cause (a throttled clock) must account for. None when it cannot be told.
+
+    Queueing: the queue-time p95 against ``queueing_p95_seconds``, else the share of requests
+    waiting; saturation: the queue's growth against what arrives (growth + finished)."""
+    if symptom == "ttft_high":
+        found = [x for x in (latest_p95(v, s.TTFT_P95_RECENT, s.TTFT_P95), v.get(PROBE_TTFT)) if x is not None]
+        return _past(max(found), t.slo_ttft_p95_seconds) if found else None
+    if symptom == "itl_high":
+        p95 = latest_p95(v, s.ITL_P95_RECENT, s.ITL_P95)
+        return None if p95 is None else _past(p95, t.slo_itl_p95_seconds)
+    if symptom == "queueing":
+        p95 = latest_p95(v, s.QUEUE_P95_RECENT, s.QUEUE_P95)
+        if p95 is not None and p95 >= t.queueing_p95_seconds:
+            return _past(p95, t.queueing_p95_seconds)
+        waiting, running = waited_while_queued(v), v.get(s.RUNNING_MAX_RECENT, v.get(s.RUNNING))
+        return None if running is None or waiting + running <= 0 else waiting / (waiting + running)
+    if symptom == "throughput_saturated":
+        growth, done = v.get(s.WAITING_GROWTH), v.get(s.FINISHED_RATE)
+        return None if growth is None or done is None or growth + done <= 0 else max(0.0, growth) / (growth + done)
+    return None
+
+
+def _past(value: float, line: float) -> float:
+    return 0.0 if value <= 0 else max(0.0, 1.0 - line / value)
 
 
 def queueing(v: View, t: Thresholds) -> bool:
@@ -89,7 +128,7 @@ def queueing(v: View, t: Thresholds) -> bool:
     taken): then the queue-time histogram does not move, yet the queue stays.
     """
     queue_p95 = latest_p95(v, s.QUEUE_P95_RECENT, s.QUEUE_P95)
-    waited_long = queue_p95 is not None and queue_p95 >= t.queueing_p95_seconds and waited_while_queued(v) >= 1
+    waited_long = queue_p95 is not None and queue_p95 >= t.queueing_p95_seconds and waited_while_queued(v, t) >= 1
     return waited_long or queue_sustained(v)
 
 
@@ -125,7 +164,7 @@ def _describe_itl(v: View, t: Thresholds) -> str:
 
 
 def _describe_queueing(v: View, t: Thresholds) -> str:
-    parts = [f"{waited_while_queued(v):.0f} requests waiting"]
+    parts = [f"{waited_while_queued(v, t):.0f} requests waiting"]
     queue_p95 = latest_p95(v, s.QUEUE_P95_RECENT, s.QUEUE_P95)
     if queue_p95 is not None:
         parts.append(f"queue p95 {fmt_seconds(queue_p95)}")
@@ -165,6 +204,7 @@ SYMPTOMS: tuple[Symptom, ...] = (
             s.WAITING,
             s.WAITING_MAX,
             s.WAITING_MAX_QUEUE,
+            s.WAITING_MAX_WINDOW,
             s.WAITING_MIN,
             s.QUEUE_P95_RECENT,
             s.QUEUE_P95,

@@ -61,8 +61,14 @@ class Thresholds:
     throttle_clock_ratio: float = 0.9
     #: board power at or above this share of the limit counts as power-capped
     power_cap_ratio: float = 0.95
-    #: framebuffer used / total at or above this is exhausted (vLLM preallocates 0.9)
+    #: framebuffer used / total at or above this is exhausted (vLLM preallocates 0.9); an engine
+    #: that publishes its KV cache preallocates it, so there it also needs a full KV cache and
+    #: requests failing with an error (rules.py _framebuffer_exhausted)
     memory_capacity_ratio: float = 0.97
+    #: a throttle explains a symptom only when its clock loss (1 - clock / max) is at least this
+    #: share of how far the symptom is past its line (1 - line / value): a board at its power cap
+    #: at 81-88 % of its clock is busy, not the cause of a queue whose waits are 5x the line
+    throttle_min_share: float = 0.3
 
     # --- operator ------------------------------------------------------------------
     #: launch-bound: "GPU util" at least this ...
@@ -82,6 +88,9 @@ class Thresholds:
     kv_queue_p95_seconds: float = 0.3
     #: preemptions per second over the window above which they are "rising"
     preemption_rate_per_second: float = 0.0
+    #: ... and preemptions the window must hold at least: one preemption in a compute-bound overload
+    #: is a long request growing into a moment's full cache, not pressure (a rate needs a count)
+    preemption_min_count: float = 3.0
 
     # --- scheduler -----------------------------------------------------------------
     #: busiest thread of the serving process at or above this share of a core is saturated
@@ -106,10 +115,10 @@ class Thresholds:
     symptom_persistence_cycles: int = 2
     #: consecutive cycles a reported symptom must fail before it clears
     symptom_clear_cycles: int = 2
-    #: causes explaining as many symptoms whose confidence is within this of the best are a
-    #: tie, broken by the causal order (exporter/diagnosis/causality.py)
+    #: causes explaining as much of the symptoms whose severity is within this of the best are a
+    #: tie, broken by how long they held, then by the causal order (exporter/diagnosis/ranking.py)
     primary_tie_margin: float = 0.15
-    #: ... and so are all causes at least this confident
+    #: ... and so are all causes at least this severe (far past their lines, both)
     primary_confident: float = 0.7
     #: cycles a cause must have held for its confidence to count it as settled
     confidence_settled_cycles: int = 5
@@ -184,6 +193,7 @@ class Thresholds:
             "failure_share",
             "primary_tie_margin",
             "primary_confident",
+            "throttle_min_share",
             "front_end_overhead_share",
         )
         for name in ratios:
@@ -209,7 +219,13 @@ class Thresholds:
         for name in positive:
             if not getattr(self, name) > 0:
                 raise ValueError(f"diagnosis.{name}: expected a positive number, got {getattr(self, name)}")
-        for name in ("preemption_rate_per_second", "spec_min_draft_tokens", "failure_min_requests", "source_gap_seconds"):
+        for name in (
+            "preemption_rate_per_second",
+            "preemption_min_count",
+            "spec_min_draft_tokens",
+            "failure_min_requests",
+            "source_gap_seconds",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"diagnosis.{name}: expected a number >= 0, got {getattr(self, name)}")
         for name in (

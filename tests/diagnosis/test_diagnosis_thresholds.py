@@ -33,6 +33,8 @@ def test_overrides_accept_yaml_text_and_dashes():
         ({"imbalance_skew": 0.5}, "diagnosis.imbalance_skew: expected a number >= 1"),
         ({"spec_acceptance_min": True}, "diagnosis.spec_acceptance_min: expected a number"),
         ({"failure_min_requests": -1}, "diagnosis.failure_min_requests: expected a number >= 0"),
+        ({"preemption_min_count": -2}, "diagnosis.preemption_min_count: expected a number >= 0"),
+        ({"throttle_min_share": 1.2}, "diagnosis.throttle_min_share: expected a ratio between 0 and 1"),
     ],
 )
 def test_bad_values_name_the_key(raw, message):
