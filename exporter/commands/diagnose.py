@@ -39,6 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help=f"the whole request, connect to last byte (default 5); answers over {MAX_RESPONSE_BYTES >> 20} MiB are refused",
     )
+    parser.add_argument(
+        "--engine",
+        metavar="NAME",
+        help="one engine's verdict (/diagnosis?engine=NAME); default: the node's, led by its worst engine",
+    )
     add_credential_arguments(parser, "exporter")
 
 
@@ -50,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--timeout: expected 0 to 3600 seconds")
     exporter = target(args.exporter, "exporter", args)
     try:
-        verdict = fetch(exporter.url, args.timeout, exporter.headers)
+        verdict = fetch(exporter.url, args.timeout, exporter.headers, engine=args.engine)
     except RuntimeError as err:
         print(f"llm-layer-exporter diagnose: {err}", file=sys.stderr)
         return EXIT_UNREACHABLE

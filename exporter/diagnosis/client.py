@@ -22,16 +22,35 @@ WIDTH = 100
 MAX_TIMESTAMP = 32_503_680_000.0
 
 
-def fetch(base_url: str, timeout: float, headers: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """GET BASE/diagnosis; raises RuntimeError with one readable line on any failure.
+def fetch(base_url: str, timeout: float, headers: Mapping[str, str] | None = None, engine: str | None = None) -> dict[str, Any]:
+    """GET BASE/diagnosis (``?engine=NAME`` for one engine's verdict); raises RuntimeError with one
+    readable line on any failure, an engine the exporter does not judge included.
 
     ``base_url`` carries no user info (exporter/httpget.py: target() moved it into ``headers``);
     the request is bounded by one deadline and MAX_RESPONSE_BYTES.
     """
+    from urllib.parse import quote
+
     from exporter.httpget import get
 
     url = base_url.rstrip("/") + "/diagnosis"
-    return verdict_of(url, get(url, timeout, headers=headers, what="the exporter"))
+    if engine is not None:
+        url += "?engine=" + quote(engine, safe="")
+    response = get(url, timeout, headers=headers, what="the exporter")
+    if engine is not None and response.status_code == 404:
+        raise RuntimeError(f"the exporter judges no engine named {engine!r}{_known_engines(response)}")
+    return verdict_of(url, response)
+
+
+def _known_engines(response: Any) -> str:
+    """ ", it judges: a, b" from a 404 answer's ``engines`` list, or "" when it has none."""
+    try:
+        names = response.json().get("engines")
+    except (ValueError, RecursionError, AttributeError):
+        return ""
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        return ""
+    return ", it judges: " + ", ".join(names[:20]) if names else ""
 
 
 def verdict_of(url: str, response: Any) -> dict[str, Any]:
@@ -172,6 +191,7 @@ def render(verdict: dict[str, Any], out: TextIO) -> None:
     when = verdict.get("timestamp")
     stamp = f" at {_clock(when)}" if isinstance(when, (int, float)) else ""
     lines.append(f"Service {state.upper()}{stamp}")
+    lines += _engine_rows(verdict.get("engines"))
     primary = verdict.get("primary")
     if primary:
         title = (
@@ -215,6 +235,21 @@ def render(verdict: dict[str, Any], out: TextIO) -> None:
     if not primary and not others and state == "unknown":
         lines.append("Nothing can be concluded: " + _missing(verdict))
     out.write("\n".join(lines) + "\n")
+
+
+def _engine_rows(engines: Any) -> list[str]:
+    """One line per engine when the exporter judges several (the body above is the worst one's):
+    on a DaemonSet node, which pod is in trouble comes first."""
+    if not isinstance(engines, dict) or len(engines) < 2:
+        return []
+    rows: list[tuple[str, ...]] = [("engine", "state", "primary")]
+    for name, one in engines.items():
+        if not isinstance(one, dict):
+            continue
+        primary = one.get("primary")
+        named = f"{primary.get('layer')} / {primary.get('cause')}" if isinstance(primary, dict) else "-"
+        rows.append((str(name), str(one.get("state", "unknown")), named))
+    return ["", *_table(rows), "  (the verdict below is the worst engine's; --engine NAME shows another)"]
 
 
 def _rule(title: str) -> str:

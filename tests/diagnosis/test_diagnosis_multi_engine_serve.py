@@ -182,6 +182,26 @@ def test_each_engine_gets_its_own_primary(two_engine_serve):
     assert unknown.json() == {"error": "unknown engine 'C'", "engines": ["A", "B"]}
 
 
+def test_diagnose_names_every_engine_and_shows_one_on_request(two_engine_serve, capsys):
+    """`diagnose` on a two-engine node: a row per engine above the worst one's verdict;
+    `--engine B` prints B's; an engine the exporter does not judge is one line, exit 1."""
+    from exporter.cli import main
+
+    base, _ = two_engine_serve
+    assert main(["diagnose", "--exporter", base]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.strip().startswith(("A ", "B "))}
+    assert rows["A"][:4] == ["degraded", "hardware", "/", "memory_bandwidth_bound"], out
+    assert rows["B"] == ["healthy", "-"], out
+    assert "primary: hardware / memory_bandwidth_bound" in out
+    assert main(["diagnose", "--exporter", base, "--engine", "B"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Service HEALTHY") and "primary:" not in out and "engine  state" not in out
+    assert main(["diagnose", "--exporter", base, "--engine", "C", "--format", "json"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == "llm-layer-exporter diagnose: the exporter judges no engine named 'C', it judges: A, B"
+
+
 @pytest.fixture
 def busy_thread():
     """A real process with one thread at a full core, its CUDA_VISIBLE_DEVICES=0: engine A's
