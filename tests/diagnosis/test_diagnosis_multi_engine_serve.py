@@ -202,6 +202,25 @@ def test_diagnose_names_every_engine_and_shows_one_on_request(two_engine_serve, 
     assert err == "llm-layer-exporter diagnose: the exporter judges no engine named 'C', it judges: A, B"
 
 
+@pytest.mark.integration
+@pytest.mark.external
+def test_the_page_shows_every_engine_and_opens_one(two_engine_serve, tmp_path):
+    """Headless Chromium on / and /?engine=B: the engine bar names both engines with their state;
+    the node page shows A's verdict, B's page shows B's, marked as the one shown."""
+    from tests.support.browser import run_chromium
+
+    base, _ = two_engine_serve
+    for query, state, current in (("", "degraded", None), ("?engine=B", "healthy", "B")):
+        result = run_chromium(["--virtual-time-budget=5000", "--dump-dom", base + "/" + query], tmp_path / f"profile{current}")
+        dom = result.stdout
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert '<a href="?engine=A" data-engine="A" data-state="degraded"' in dom, dom[-3000:]
+        assert 'data-engine="B" data-state="healthy"' in dom and ">B: healthy</a>" in dom
+        assert f'<section id="verdict" data-state="{state}"' in dom
+        if current is not None:
+            assert f'data-engine="{current}" data-state="healthy" aria-current="page"' in dom
+
+
 @pytest.fixture
 def busy_thread():
     """A real process with one thread at a full core, its CUDA_VISIBLE_DEVICES=0: engine A's
