@@ -1,7 +1,9 @@
 """The exporter's HTTP face: /metrics, /healthz, /readyz, plus contributed routers.
 
 Why FastAPI: the diagnosis contributes JSON and HTML routes next to /metrics,
-and uvicorn serves TLS. /metrics itself is a plain route over cached bytes.
+and uvicorn serves TLS. GET /metrics, /healthz and /readyz are answered by
+exporter/serving.py's ASGI layer from published state, ahead of FastAPI's stack,
+so a probe never waits behind a /metrics render (issue 25).
 
 Basic auth, when configured, guards every path except OPEN_PATHS. Those two stay
 open by design: a kubelet or load balancer probes them without credentials, and
@@ -21,6 +23,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from exporter.basicauth import BasicAuthVerifier, Verdict
 from exporter.collector import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, ExpositionCache, wants_openmetrics
+from exporter.serving import ServingPaths, favour_the_event_loop
 from exporter.store import SnapshotStore
 from exporter.webconfig import WebConfig
 
@@ -39,7 +42,8 @@ class BasicAuthMiddleware:
         if scope["type"] not in ("http", "websocket") or scope["path"] in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
-        verdict = await self.verifier.verify(Headers(scope=scope).get("authorization"))
+        client = scope.get("client")  # (host, port); failures are limited per address (exporter/basicauth.py)
+        verdict = await self.verifier.verify(Headers(scope=scope).get("authorization"), client[0] if client else None)
         if verdict is Verdict.OK:
             await self.app(scope, receive, send)
             return
@@ -60,12 +64,18 @@ class BasicAuthMiddleware:
 def create_app(store: SnapshotStore, routers: Iterable[APIRouter] = (), web_config: WebConfig | None = None) -> FastAPI:
     app = FastAPI(title="llm-layer-exporter", docs_url=None, redoc_url=None, openapi_url=None)
     cache = ExpositionCache(store)
+    app.state.exposition = cache
+    # GET /healthz, /readyz and /metrics are answered here, before FastAPI's stack, never behind a
+    # render (exporter/serving.py); added first, so basic auth (added next) wraps it
+    app.add_middleware(ServingPaths, store=store, cache=cache)
+    favour_the_event_loop()
     users = (web_config or WebConfig()).basic_auth_users
     if users:
         verifier = BasicAuthVerifier(users)
         app.state.auth = verifier
         app.add_middleware(BasicAuthMiddleware, verifier=verifier)
 
+    # the three routes below declare the paths (other methods get 405); ServingPaths answers their GETs
     @app.get("/metrics")
     async def metrics(request: Request) -> Response:
         om = wants_openmetrics(request.headers.get("accept"))

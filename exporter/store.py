@@ -167,6 +167,34 @@ class Snapshot:
         return bool(st and st.up)
 
 
+@dataclass(frozen=True)
+class View:
+    """The store at one moment, per source: its state and whether its points are served.
+
+    Why apart from ``Snapshot``: the /metrics renderer re-renders only the
+    sources whose points changed (exporter/collector.py), so it needs to know
+    *which* points each source publishes, not one list of all of them (20,000
+    points for an engine at its budget, gathered on every write otherwise).
+    """
+
+    version: int
+    #: wall time (exported); ``monotonic`` for freshness
+    timestamp: float
+    monotonic: float
+    #: monotonic time at which this view changes even without a write
+    valid_until: float
+    sources: Mapping[str, SourceState]
+    #: source -> its points are fresh (all served) rather than down or stale (only its sticky counters)
+    served: Mapping[str, bool]
+
+    def published_points(self, name: str) -> list[Point]:
+        """The points ``name`` publishes now: all while fresh, its own counters while down or stale."""
+        st = self.sources[name]
+        if self.served[name]:
+            return st.points
+        return [p for p in st.points if p.name in STICKY_COUNTERS]  # see the module docstring
+
+
 class SnapshotStore:
     """Thread-safe holder of every source's latest result.
 
@@ -279,26 +307,34 @@ class SnapshotStore:
     def _copy_states(self) -> dict[str, SourceState]:
         return {n: replace(st, errors=dict(st.errors)) for n, st in self._states.items()}
 
-    def snapshot(self) -> Snapshot:
+    def view(self) -> View:
+        """What is published now, per source, without gathering the points (the /metrics renderer's read)."""
         with self._lock:
             now = self._mono()
             self._settle(now)
             wall = self._wall()
             version = self._version
             states = self._copy_states()
-        points: list[Point] = []
+        served: dict[str, bool] = {}
         valid_until = math.inf
-        for st in states.values():
+        for name, st in states.items():
             stale_at = st.stale_at()
-            if stale_at is not None and now <= stale_at:
-                points.extend(st.points)
+            served[name] = stale_at is not None and now <= stale_at
+            if served[name] and stale_at is not None:
                 valid_until = min(valid_until, stale_at)
-            else:  # down or stale: its own counters stay (see the module docstring)
-                points.extend(p for p in st.points if p.name in STICKY_COUNTERS)
             overdue_at = st.overdue_at()
             if overdue_at is not None:
                 valid_until = min(valid_until, overdue_at)
-        return Snapshot(wall, points, states, monotonic=now, valid_until=valid_until, version=version)
+        return View(version, wall, now, valid_until, states, served)
+
+    def snapshot(self) -> Snapshot:
+        view = self.view()
+        points: list[Point] = []
+        for name in view.sources:
+            points.extend(view.published_points(name))
+        return Snapshot(
+            view.timestamp, points, view.sources, monotonic=view.monotonic, valid_until=view.valid_until, version=view.version
+        )
 
     def __iter__(self) -> Iterator[SourceState]:
         return iter(self.states().values())

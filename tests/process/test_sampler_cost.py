@@ -11,13 +11,16 @@ psutil-per-thread cost (6.5 ms measured) and well above the current one
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Iterator
 
 import psutil
 import pytest
 
-from bench.process_sampler_cost import cpu_per_call, many_threads
+from bench.process_sampler_cost import cpu_per_call
 from exporter.process import sampler
 from exporter.process.sampler import ProcessSource, read_thread_times
 
@@ -32,10 +35,44 @@ class FakeClock:
         return self.now
 
 
+#: a child with N threads parked on an Event; prints their native ids in creation order, exits when stdin closes
+_CHILD = """
+import sys, threading
+park = threading.Event()
+started = []
+for _ in range(int(sys.argv[1])):
+    t = threading.Thread(target=park.wait, daemon=True)
+    t.start()
+    started.append(t.native_id)
+print(" ".join(map(str, started)), flush=True)
+sys.stdin.read()
+"""
+
+
 @pytest.fixture(scope="module")
-def busy_pid():  # type: ignore[no-untyped-def]
-    with many_threads(THREADS) as pid:
-        yield pid
+def threaded_child() -> Iterator[tuple[int, list[int]]]:
+    """(pid, the native ids of the threads it started, oldest first) of a real process with THREADS parked threads."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(THREADS)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        started = [int(tid) for tid in proc.stdout.readline().split()]
+        assert len(started) == THREADS
+        yield proc.pid, started
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def busy_pid(threaded_child: tuple[int, list[int]]) -> int:
+    return threaded_child[0]
 
 
 def test_one_sample_reads_one_small_file_per_thread(busy_pid: int, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -48,10 +85,12 @@ def test_one_sample_reads_one_small_file_per_thread(busy_pid: int, monkeypatch: 
     assert len(reads) == THREADS + 1 and all(r.endswith("/schedstat") for r in reads)
 
 
-def test_threads_read_per_sample_are_capped_but_all_are_counted(busy_pid: int) -> None:
-    count, times = read_thread_times(busy_pid, limit=50)
+def test_threads_read_per_sample_are_capped_but_all_are_counted(threaded_child: tuple[int, list[int]]) -> None:
+    pid, started = threaded_child
+    count, times = read_thread_times(pid, limit=50)
     assert count == THREADS + 1 and len(times) == 50
-    assert busy_pid in times  # the main thread (TID = PID) is always kept, wherever the TIDs wrapped
+    # by identity, wherever the TIDs wrapped: the main thread (TID = PID) and the 49 it started first
+    assert set(times) == {pid, *started[:49]}
 
 
 def test_threads_kept_follow_allocation_order_across_a_tid_wrap() -> None:
