@@ -53,6 +53,9 @@ def build_kubernetes_sources(config: Config, sources: list[Source], *, nvml_modu
             ca_file=k.ca_file,
             tls_verify=k.tls_verify,
             timeout=min(3.0, 0.5 * k.discovery_interval),
+            max_body_bytes=k.pods_max_bytes,
+            # only the allow-listed pod labels are read (attribution copies no other)
+            label_keys=frozenset(key for key, _ in k.pod_labels),
         )
         directory = PodDirectory(lister)
     # the PodResources call (2 s) plus, at worst, waiting for the pod list the other source fetches (3 s)

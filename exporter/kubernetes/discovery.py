@@ -24,14 +24,21 @@ engine sources are added to and removed from the running ``RunnerGroup``
 scraping at once, a pod gone or an annotation removed stops its sources and
 drops their series, a changed annotation replaces them.
 
-Faults: a failed pod list fails this source and keeps the engines found before
-(a blip of the API server must not blank every engine); a bad annotation is one
-warning line per pod and value, logged again only after it changed, and the pod
-is skipped. At most ``MAX_TARGETS`` pods are scraped.
+Faults: a failed pod list (unreachable, over the byte cap: ``too_large``, not
+a PodList: ``parse``) fails this source and keeps the engines found before: a
+blip of the API server must not blank every engine. One bad pod is never the
+node's discovery: annotations are tenant input, so a bad one (a port that is
+not 1-65535 in ASCII digits, a relative path, an unknown engine), or a pod the
+list reader left out or read in part (``exporter/kubernetes/pods.py``), is one
+warning line per pod and problem, logged again only after it changed; the pod
+is skipped, counted in ``llm_exporter_kubernetes_pods_skipped_total{reason}``
+once per pod list read, and every other pod is still added and removed. At most
+``MAX_TARGETS`` pods are scraped.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import time
 from collections.abc import Callable
@@ -40,12 +47,12 @@ from typing import Any
 
 from exporter.config import ENGINE_TYPES, EngineConfig
 from exporter.kubernetes.cgroup import container_root_pid
-from exporter.kubernetes.pods import Pod, PodDirectory
+from exporter.kubernetes.pods import ANNOTATION_PREFIX, MAX_ANNOTATION_BYTES, Pod, PodDirectory
 from exporter.samples import HistogramSample, Point, Sample, SampleResult, SourceError
+from exporter.schema import KUBERNETES_POD_SKIP_REASONS
 
 log = logging.getLogger(__name__)
 
-ANNOTATION_PREFIX = "llm-layer-exporter.io/"
 SCRAPE = ANNOTATION_PREFIX + "scrape"
 PORT = ANNOTATION_PREFIX + "port"
 PATH = ANNOTATION_PREFIX + "path"
@@ -54,6 +61,9 @@ DEFAULT_INTERVAL_S = 30.0
 MAX_TARGETS = 64
 #: seconds between two scans of /proc for a discovered pod's process while it is not found
 FIND_EVERY_S = 10.0
+SKIPPED = "llm_exporter_kubernetes_pods_skipped_total"
+_TOO_LARGE = f"its annotations are over {MAX_ANNOTATION_BYTES // 1024} KiB and are ignored"
+_NOT_AN_IP = "is not an IP address"
 
 
 @dataclass(frozen=True)
@@ -77,6 +87,19 @@ def _truthy(value: str) -> bool:
     return value.strip().lower() in ("true", "1", "yes", "on")
 
 
+def _port(text: str) -> int | None:
+    """A port number written in ASCII digits (``str.isdigit`` also takes '８０８０', '٨٠' and '²')."""
+    if not (0 < len(text) <= 5 and text.isascii() and text.isdigit()):
+        return None
+    port = int(text)
+    return port if 0 < port < 65536 else None
+
+
+def _url_path(text: str) -> bool:
+    """An absolute URL path of printable ASCII, with no space and no fragment."""
+    return text.startswith("/") and len(text) <= 1024 and all(33 <= ord(ch) < 127 and ch != "#" for ch in text)
+
+
 def target_of(pod: Pod) -> Target | str | None:
     """The target an annotated pod asks for, a problem (one line) when its annotations are bad,
     or None when it does not ask (no ``scrape: "true"``) or is not running."""
@@ -86,24 +109,29 @@ def target_of(pod: Pod) -> Target | str | None:
     if pod.phase != "Running" or not pod.ip or pod.terminating:
         return None
     where = f"pod {pod.namespace}/{pod.name}"
+    try:
+        ip = ipaddress.ip_address(pod.ip)
+    except ValueError:
+        return f"{where}: pod IP {pod.ip[:60]!r} {_NOT_AN_IP}"
     raw_port = ann.get(PORT, "").strip()
     container = next((c for c in pod.containers if c.ports), pod.containers[0] if pod.containers else None)
     if raw_port:
-        if not raw_port.isdigit() or not 0 < int(raw_port) < 65536:
-            return f"{where}: annotation {PORT}={raw_port!r} is not a port number 1-65535"
-        port = int(raw_port)
+        found_port = _port(raw_port)
+        if found_port is None:
+            return f"{where}: annotation {PORT}={raw_port[:40]!r} is not a port number 1-65535 in ASCII digits"
+        port = found_port
         container = next((c for c in pod.containers if port in c.ports), container)
     elif container is not None and container.ports:
         port = container.ports[0]
     else:
         return f"{where}: no {PORT} annotation and no containerPort declared"
     path = ann.get(PATH, "/metrics").strip() or "/metrics"
-    if not path.startswith("/") or any(ch in path for ch in " \t\r\n#"):
+    if not _url_path(path):
         return f"{where}: annotation {PATH}={path[:80]!r} is not an absolute URL path"
     engine = ann.get(ENGINE, "auto").strip().lower() or "auto"
     if engine not in ENGINE_TYPES:
         return f"{where}: annotation {ENGINE}={engine[:40]!r} is not one of {', '.join(ENGINE_TYPES)}"
-    host = f"[{pod.ip}]" if ":" in pod.ip else pod.ip
+    host = f"[{ip}]" if ip.version == 6 else str(ip)
     return Target(pod.uid, pod.namespace, pod.name, f"http://{host}:{port}{path}", engine, container.name if container else "")
 
 
@@ -203,6 +231,12 @@ class DiscoverySource:
         self._active: dict[str, tuple[Target, list[str]]] = {}
         #: uid -> the problem last logged for it
         self._problems: dict[str, str] = {}
+        #: llm_exporter_kubernetes_pods_skipped_total, by reason
+        self.skipped: dict[str, int] = dict.fromkeys(KUBERNETES_POD_SKIP_REASONS, 0)
+        #: when the pod list last counted was fetched (a list is counted once, however often it is read)
+        self._counted: float | None = None
+        #: pods left out of the last list, by reason (logged when it changes)
+        self._left_out: dict[str, int] = {}
 
     def bind_runner_group(self, group: Any) -> None:
         """Called by ``RunnerGroup.add``: where discovered sources are started and stopped."""
@@ -215,19 +249,36 @@ class DiscoverySource:
     def sample(self) -> SampleResult:
         if self._group is None:
             raise SourceError("internal", "discovery is not attached to a runner group")
-        pods = self.directory.refresh().pods
+        listed = self.directory.refresh()
         wanted: dict[str, Target] = {}
         problems: dict[str, str] = {}
-        for pod in pods:
+        skipped = dict(listed.skipped)
+        for pod in listed.pods:
             found = target_of(pod)
             if isinstance(found, str):
                 problems[pod.uid] = found
+                reason = "malformed" if found.endswith(_NOT_AN_IP) else "bad_annotation"
+                skipped[reason] = skipped.get(reason, 0) + 1
             elif found is not None:
                 wanted[found.uid] = found
+            elif "annotations_too_large" in pod.problems:
+                problems[pod.uid] = f"pod {pod.namespace}/{pod.name}: {_TOO_LARGE}"
         for uid, problem in problems.items():
             if self._problems.get(uid) != problem:
                 log.warning("discovery: %s; pod skipped", problem)
         self._problems = problems
+        if listed.fetched_at != self._counted:
+            self._counted = listed.fetched_at
+            for reason, n in skipped.items():
+                if reason in self.skipped:
+                    self.skipped[reason] += n
+            left_out = {r: n for r, n in listed.skipped.items() if r in ("malformed", "too_many_pods")}
+            if left_out and left_out != self._left_out:
+                log.warning(
+                    "discovery: pod list: items left out (%s); the other pods are used",
+                    ", ".join(f"{r}: {n}" for r, n in left_out.items()),
+                )
+            self._left_out = left_out
         partial: list[SourceError] = []
         if len(wanted) > MAX_TARGETS:
             partial.append(SourceError("too_many_series", f"{len(wanted)} annotated pods, scraping the first {MAX_TARGETS}"))
@@ -237,7 +288,8 @@ class DiscoverySource:
         for uid, target in wanted.items():
             if uid not in self._active:
                 self._add(target)
-        return SampleResult([], partial)
+        points: list[Point] = [Sample(SKIPPED, {"reason": r}, float(n)) for r, n in self.skipped.items()]
+        return SampleResult(points, partial)
 
     def _add(self, target: Target) -> None:
         from exporter.engines.source import EngineSource

@@ -17,7 +17,7 @@ from exporter.kubernetes.podresources import PodResourcesClient
 from exporter.kubernetes.pods import PodDirectory, PodLister
 from exporter.samples import Sample, SampleResult, SourceError
 from tests.fakes.pynvml_fake import MIB, FakeNvml
-from tests.kubernetes.k8s_fakes import (
+from tests.support.k8s import (
     NODE,
     UUID,
     LocalHTTP,

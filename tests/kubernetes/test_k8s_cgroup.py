@@ -15,7 +15,7 @@ from exporter.kubernetes.cgroup import (
     read_identity,
     read_ppid,
 )
-from tests.kubernetes.k8s_fakes import FIXTURES, LLAMA, write_proc
+from tests.support.k8s import FIXTURES, LLAMA, write_proc
 
 CONTAINER = hashlib.sha256((LLAMA + "vllm").encode()).hexdigest()  # how the fixtures were made
 

@@ -18,7 +18,7 @@ from exporter.kubernetes.settings import KubernetesConfig
 from exporter.runner import RunnerGroup
 from exporter.samples import SourceError
 from exporter.store import SnapshotStore
-from tests.kubernetes.k8s_fakes import (
+from tests.support.k8s import (
     BROKEN,
     FIXTURES,
     LLAMA,
@@ -29,9 +29,9 @@ from tests.kubernetes.k8s_fakes import (
     local_pods,
     pods_json,
     runtime_id,
-    wait_until,
     write_proc,
 )
+from tests.support.waiting import wait_until
 
 ENGINE_FIXTURES = Path(__file__).resolve().parents[1] / "engines" / "fixtures"
 LLAMA_SOURCE = "engine:inference/llama-70b-0"
@@ -43,13 +43,13 @@ SGLANG_SOURCE = "engine:inference/sglang-qwen-7d9f6c5b8-tq2lm"
 
 def test_the_recorded_pod_list_parses() -> None:
     pods, skipped = parse_pod_list((FIXTURES / "kubelet_pods.json").read_bytes(), NODE)
-    assert skipped == 0 and len(pods) == 10
+    assert skipped == {} and len(pods) == 10
     llama = next(p for p in pods if p.uid == LLAMA)
     assert (llama.namespace, llama.name, llama.phase, llama.ip) == ("inference", "llama-70b-0", "Running", "10.244.3.17")
     assert [c.name for c in llama.containers] == ["vllm", "log-shipper"]
     assert llama.containers[0].ports == (8000,) and llama.containers[0].runtime_id == runtime_id(pods_json(), LLAMA, "vllm")
     assert llama.container_by_runtime_id(llama.containers[1].runtime_id) == "log-shipper"
-    assert parse_pod_list((FIXTURES / "kubelet_pods.json").read_bytes(), NODE, max_pods=3) == (pods[:3], 7)
+    assert parse_pod_list((FIXTURES / "kubelet_pods.json").read_bytes(), NODE, max_pods=3) == (pods[:3], {"too_many_pods": 7})
     assert parse_pod_list((FIXTURES / "kubelet_pods.json").read_bytes(), "another-node")[0] == []
 
 
@@ -149,7 +149,11 @@ def test_annotated_pods_become_labelled_engines_and_go_away(
     with caplog.at_level(logging.INFO, logger="exporter.kubernetes.discovery"):
         group.start()
         try:
-            assert wait_until(lambda: store.snapshot().source_up(LLAMA_SOURCE) and store.snapshot().source_up(SGLANG_SOURCE), 15)
+            wait_until(
+                lambda: store.snapshot().source_up(LLAMA_SOURCE) and store.snapshot().source_up(SGLANG_SOURCE),
+                15,
+                "both annotated engines up",
+            )
             assert {t.url.split(":")[1] for t in discovery.targets.values()} == {"//127.0.0.1"}
             snap = store.snapshot()
             running = snap.samples("llm_scheduler_requests_running", server="inference/llama-70b-0")
@@ -160,7 +164,7 @@ def test_annotated_pods_become_labelled_engines_and_go_away(
 
             # several refreshes later the bad annotation has been logged once
             calls = _pod_list_calls(api)
-            assert wait_until(lambda: _pod_list_calls(api) >= calls + 3, 10)
+            wait_until(lambda: _pod_list_calls(api) >= calls + 3, 10, "three more pod-list reads")
             bad = [r for r in caplog.records if "broken-port" in r.getMessage()]
             assert len(bad) == 1 and bad[0].levelno == logging.WARNING
 
@@ -169,21 +173,21 @@ def test_annotated_pods_become_labelled_engines_and_go_away(
             sg = next(i for i in doc["items"] if i["metadata"]["uid"] == SGLANG)
             del sg["metadata"]["annotations"]["llm-layer-exporter.io/scrape"]
             api.set("/pods", doc)
-            assert wait_until(lambda: SGLANG_SOURCE not in store.states(), 10)
+            wait_until(lambda: SGLANG_SOURCE not in store.states(), 10, "sglang's source removed")
             assert not store.snapshot().find("llm_engine_info", pod="sglang-qwen-7d9f6c5b8-tq2lm")
             assert SGLANG_SOURCE not in {r.source.name for r in group.runners}
             assert store.snapshot().source_up(LLAMA_SOURCE), "the other engine keeps running"
 
             # a pod list that fails: discovery is down, the engines found before stay
             api.set("/pods", b"oops", status=500)
-            assert wait_until(lambda: not store.snapshot().source_up("kubernetes:discovery"), 10)
+            wait_until(lambda: not store.snapshot().source_up("kubernetes:discovery"), 10, "discovery down on the failing list")
             assert store.states()["kubernetes:discovery"].last_error.reason == "http_status"
             assert store.snapshot().source_up(LLAMA_SOURCE)
 
             # the pod deleted (and the list back): its engine goes too
             doc["items"] = [i for i in doc["items"] if i["metadata"]["uid"] != LLAMA]
             api.set("/pods", doc)
-            assert wait_until(lambda: LLAMA_SOURCE not in store.states(), 10)
+            wait_until(lambda: LLAMA_SOURCE not in store.states(), 10, "llama's source removed")
         finally:
             group.stop()
     assert not [r for r in group.runners if r._thread.is_alive()]
@@ -199,13 +203,17 @@ def test_a_fixed_annotation_is_scraped_and_a_rebroken_one_logged_again(
     with caplog.at_level(logging.WARNING, logger="exporter.kubernetes.discovery"):
         group.start()
         try:
-            assert wait_until(lambda: any("broken-port" in r.getMessage() for r in caplog.records), 10)
+            wait_until(lambda: any("broken-port" in r.getMessage() for r in caplog.records), 10, "the broken-port warning")
             api.set("/pods", local_pods({BROKEN: vllm.port}))  # fixed: now points at the vLLM fixture
             broken = "engine:inference/broken-port-5c6d9f7b4-hx8wz"
-            assert wait_until(lambda: store.snapshot().source_up(broken), 10)
+            wait_until(lambda: store.snapshot().source_up(broken), 10, "the fixed pod scraped")
             api.set("/pods", local_pods())  # broken again
-            assert wait_until(lambda: broken not in store.states(), 10)
-            assert wait_until(lambda: len([r for r in caplog.records if "broken-port" in r.getMessage()]) == 2, 10)
+            wait_until(lambda: broken not in store.states(), 10, "the rebroken pod's source removed")
+            wait_until(
+                lambda: len([r for r in caplog.records if "broken-port" in r.getMessage()]) == 2,
+                10,
+                "the broken-port warning logged again",
+            )
         finally:
             group.stop()
 
@@ -224,12 +232,14 @@ def test_the_process_sampler_finds_the_pid_through_the_cgroup(
         group.start()
         try:
             name = "process:inference/llama-70b-0"
-            assert wait_until(lambda: store.snapshot().source_up(name), 15)
+            wait_until(lambda: store.snapshot().source_up(name), 15, "the process source up")
             threads = store.snapshot().samples("llm_process_threads", server="inference/llama-70b-0")
             assert threads and threads[0].value >= 1 and threads[0].labels["pod"] == "llama-70b-0"
             # sglang's container has no process under the proc root: down with process_gone, not a crash
             sg = "process:inference/sglang-qwen-7d9f6c5b8-tq2lm"
-            assert wait_until(lambda: sg in store.states() and store.states()[sg].last_error is not None, 10)
+            wait_until(
+                lambda: sg in store.states() and store.states()[sg].last_error is not None, 10, "sglang's process source failing"
+            )
             assert store.states()[sg].last_error.reason == "process_gone"
         finally:
             group.stop()

@@ -11,7 +11,7 @@ import pytest
 from exporter.kubernetes.kubelet_api import api_pb2
 from exporter.kubernetes.podresources import MAX_ALLOCATIONS, Allocation, PodResourcesClient
 from exporter.samples import SourceError
-from tests.kubernetes.k8s_fakes import MIG_LARGE, MIG_SMALL, UUID, PodResourcesServer, allocation
+from tests.support.k8s import MIG_LARGE, MIG_SMALL, UUID, PodResourcesServer, allocation
 
 
 @pytest.fixture

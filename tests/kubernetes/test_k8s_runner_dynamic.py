@@ -9,7 +9,7 @@ import threading
 from exporter.runner import RunnerGroup
 from exporter.samples import Sample, SampleResult
 from exporter.store import SnapshotStore
-from tests.kubernetes.k8s_fakes import wait_until
+from tests.support.waiting import wait_until
 
 
 class Counting:
@@ -38,7 +38,7 @@ def test_add_after_start_runs_and_remove_drops() -> None:
     try:
         late = Counting("engine:b")
         group.add(late)
-        assert wait_until(lambda: late.samples >= 2 and store.snapshot().source_up("engine:b"), 5)
+        wait_until(lambda: late.samples >= 2 and store.snapshot().source_up("engine:b"), 5, "the late source sampled and up")
         assert group.remove("engine:b", timeout=2.0)
         assert late.closed and "engine:b" not in store.states()
         assert not store.snapshot().find("llm_scheduler_requests_running", server="engine:b")
@@ -57,11 +57,11 @@ def test_a_late_result_of_a_removed_source_is_dropped() -> None:
     group.start()
     try:
         group.add(slow)
-        assert wait_until(lambda: slow.samples == 1, 5)
+        wait_until(lambda: slow.samples == 1, 5, "the slow source's first sample")
         group.remove("engine:slow", timeout=0.1)  # its sample is still running: not closed
         assert not slow.closed and "engine:slow" not in store.states()
         gate.set()  # the sample returns now and writes into a store that forgot it
-        assert wait_until(lambda: not any(r.source is slow for r in group.runners), 1)
+        wait_until(lambda: not any(r.source is slow for r in group.runners), 1, "the slow source's runner gone")
     finally:
         group.stop()
     assert "engine:slow" not in store.states()

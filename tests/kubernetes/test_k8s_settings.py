@@ -22,7 +22,8 @@ from exporter.kubernetes.settings import (
     prometheus_label,
 )
 from exporter.samples import Sample
-from tests.kubernetes.k8s_fakes import NODE, LocalHTTP, PodResourcesServer, fake_nvml, local_pods, wait_until, write_gpu_proc
+from tests.support.k8s import NODE, LocalHTTP, PodResourcesServer, fake_nvml, local_pods, write_gpu_proc
+from tests.support.waiting import wait_until
 
 
 def _load(argv: list[str], env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
@@ -78,12 +79,26 @@ def test_flags_environment_and_file(tmp_path: Path) -> None:
         (["--kubernetes=maybe"], {}, "--kubernetes"),
         (["--kubernetes", "--kubernetes-pods-url", "ftp://x"], {"NODE_NAME": NODE}, "--kubernetes-pods-url"),
         (["--kubernetes", "--kubernetes-discovery-interval", "0"], {"NODE_NAME": NODE}, "--kubernetes-discovery-interval"),
+        (["--kubernetes", "--kubernetes-pods-max-bytes", "1000"], {"NODE_NAME": NODE}, "--kubernetes-pods-max-bytes"),
+        (["--kubernetes", "--kubernetes-pods-max-bytes", "9" * 400], {"NODE_NAME": NODE}, "--kubernetes-pods-max-bytes"),
+        (["--kubernetes", "--kubernetes-pods-max-bytes", "８０００００"], {"NODE_NAME": NODE}, "--kubernetes-pods-max-bytes"),
+        ([], {"LLM_EXPORTER_KUBERNETES_PODS_MAX_BYTES": "8MiB"}, "LLM_EXPORTER_KUBERNETES_PODS_MAX_BYTES"),
     ],
 )
 def test_bad_settings_are_one_line(argv: list[str], env: dict[str, str], where: str) -> None:
     with pytest.raises(UsageError) as err:
         _load(argv, env)
     assert where in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_pod_list_cap_is_8_mib_by_default_and_settable() -> None:
+    from exporter.kubernetes.pods import MAX_BODY_BYTES
+    from exporter.kubernetes.settings import DEFAULT_PODS_MAX_BYTES
+
+    assert _load(["--kubernetes"], {"NODE_NAME": NODE}).kubernetes.pods_max_bytes == DEFAULT_PODS_MAX_BYTES == MAX_BODY_BYTES
+    assert MAX_BODY_BYTES == 8 * 1024 * 1024
+    k = _load(["--kubernetes", "--kubernetes-pods-max-bytes", "33554432"], {"NODE_NAME": NODE}).kubernetes
+    assert k.pods_max_bytes == 32 * 1024 * 1024
 
 
 def test_unknown_file_keys_are_refused(tmp_path: Path) -> None:
@@ -177,7 +192,9 @@ def test_serve_builds_attribution_and_discovery(tmp_path: Path, restore_schema: 
             group.add(s)
         group.start()
         try:
-            assert wait_until(lambda: bool(store.snapshot().find("llm_gpu_process_memory_used_bytes")), 10)
+            wait_until(
+                lambda: bool(store.snapshot().find("llm_gpu_process_memory_used_bytes")), 10, "per-process memory published"
+            )
             text = render_text(store.snapshot().points).decode()
         finally:
             group.stop()

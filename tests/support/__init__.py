@@ -8,6 +8,7 @@
 * stack.py: simulator + exporter as subprocesses, and the scenario driver on top
 * loadloop.py: the closed-loop load, the /metrics poller, the verdict reader (real engines)
 * asgi.py, browser.py: an ASGI app on a thread; headless Chromium
+* k8s.py: the Kubernetes fakes (PodResources gRPC server, kubelet /pods, cgroup proc root) and hostile pod lists
 * markers.py: how ``external`` is found for tests whose files do not say it
 * imports.py: the package's import graph from its source (function-level imports too), and its circles
 

@@ -1,7 +1,10 @@
 """What the Kubernetes tests run against: a real gRPC PodResources server on a unix socket,
-a local HTTP server for the pod list and engine /metrics, a proc root of cgroup files, and
-fake GPUs (tests/fakes/pynvml_fake.py). Everything started here is stopped by its context
-manager; every address is 127.0.0.1."""
+a local HTTP server for the pod list and engine /metrics, a proc root of cgroup files,
+fake GPUs (tests/fakes/pynvml_fake.py), and the hostile pod lists of issue 25 (a 31 MiB
+list, 110 pods with 256 KiB of annotations each, a deeply nested pod, ports in non-ASCII
+digits). Everything started here is stopped by its context manager; every address is
+127.0.0.1. Moved from tests/kubernetes/ (issue 24: one kit); waits are
+tests/support/waiting.py's."""
 
 from __future__ import annotations
 
@@ -9,7 +12,6 @@ import copy
 import json
 import threading
 import time
-from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,7 +23,7 @@ import grpc
 from exporter.kubernetes.kubelet_api import api_pb2, api_pb2_grpc
 from tests.fakes.pynvml_fake import MIB, FakeGpu, FakeMig, FakeNvml
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "kubernetes" / "fixtures"
 NODE = "gpu-node-1"
 
 # GPUs of the fixture node: 0-1 held by llama-70b-0, 2 split by MIG, 3 time-sliced, 4 idle
@@ -169,6 +171,8 @@ class Route:
     body: bytes = b""
     status: int = 200
     content_type: str = "application/json"
+    #: sent with Transfer-Encoding: chunked (as the kubelet's Go server streams a large list), 64 KiB a chunk
+    chunked: bool = False
 
 
 @dataclass
@@ -181,14 +185,21 @@ class LocalHTTP:
     _httpd: Any = None
     _thread: Any = None
 
-    def set(self, path: str, body: bytes | str | dict[str, Any], status: int = 200, content_type: str | None = None) -> None:
+    def set(
+        self,
+        path: str,
+        body: bytes | str | dict[str, Any],
+        status: int = 200,
+        content_type: str | None = None,
+        chunked: bool = False,
+    ) -> None:
         if isinstance(body, dict):
             data, ctype = json.dumps(body).encode(), "application/json"
         elif isinstance(body, str):
             data, ctype = body.encode(), "text/plain; version=0.0.4"
         else:
             data, ctype = body, "application/octet-stream"
-        self.routes[path] = Route(data, status, content_type or ctype)
+        self.routes[path] = Route(data, status, content_type or ctype, chunked)
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
@@ -208,9 +219,24 @@ class LocalHTTP:
                     return
                 self.send_response(route.status)
                 self.send_header("Content-Type", route.content_type)
-                self.send_header("Content-Length", str(len(route.body)))
+                if not route.chunked:
+                    self.send_header("Content-Length", str(len(route.body)))
+                    self.end_headers()
+                    try:
+                        self.wfile.write(route.body)
+                    except OSError:  # the client gave up (its timeout, its cap) and hung up
+                        self.close_connection = True
+                    return
+                self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
-                self.wfile.write(route.body)
+                body, step = memoryview(route.body), 64 * 1024
+                try:
+                    for at in range(0, len(body), step):
+                        piece = body[at : at + step]
+                        self.wfile.write(b"%x\r\n" % len(piece) + piece + b"\r\n")
+                    self.wfile.write(b"0\r\n\r\n")
+                except OSError:  # the client stopped reading at its cap and hung up
+                    self.close_connection = True
 
             def log_message(self, *args: object) -> None:
                 pass
@@ -276,11 +302,68 @@ def fake_nvml(gpus: list[FakeGpu] | None = None, **kw: Any) -> FakeNvml:
     return FakeNvml(gpus if gpus is not None else node_gpus(), **kw)
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, step: float = 0.05) -> bool:
-    """Poll ``predicate`` until true or ``timeout`` seconds passed (bounded)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step)
-    return predicate()
+# --------------------------------------------------------------------------- hostile pod lists (issue 25)
+
+BLOB = "tenant.example.com/blob"
+#: the issue's cases: a 31 MiB pod list, and 110 pods (the kubelet's default maximum) with 256 KiB of annotations each
+BIG_LIST_BYTES = 31 * 1024 * 1024
+FLOOD_PODS, FLOOD_ANNOTATION_BYTES = 110, 256 * 1024
+
+
+def tenant_pod(index: int, annotations: dict[str, str] | None = None, ip: str = "127.0.0.1") -> dict[str, Any]:
+    """A Running pod of the fixture's shape (llama-70b-0's), with its own UID and name and ``annotations``."""
+    item = copy.deepcopy(next(i for i in pods_json()["items"] if i["metadata"]["uid"] == LLAMA))
+    meta = item["metadata"]
+    meta["uid"] = f"00000000-0000-4000-8000-{index:012d}"
+    meta["name"] = f"tenant-{index}"
+    meta["namespace"] = "tenants"
+    meta["annotations"] = dict(annotations or {})
+    item["status"]["podIP"] = ip
+    item["status"]["podIPs"] = [{"ip": ip}]
+    return item
+
+
+def with_pods(doc: dict[str, Any], extra: list[dict[str, Any]]) -> dict[str, Any]:
+    """``doc`` (a PodList) with ``extra`` items appended (a copy)."""
+    out = dict(doc)
+    out["items"] = list(doc["items"]) + extra
+    return out
+
+
+def annotation_flood(base: dict[str, Any], pods: int = FLOOD_PODS, each: int = FLOOD_ANNOTATION_BYTES) -> bytes:
+    """``base`` plus ``pods`` annotated tenant pods carrying ``each`` bytes of annotations apiece."""
+    blob = "x" * (each - 64)
+    extra = [
+        tenant_pod(i, {"llm-layer-exporter.io/scrape": "true", "llm-layer-exporter.io/port": "9", BLOB: blob})
+        for i in range(pods)
+    ]
+    return json.dumps(with_pods(base, extra)).encode()
+
+
+def big_pod_list(base: dict[str, Any], total: int = BIG_LIST_BYTES) -> bytes:
+    """``base`` plus tenant pods with long environment values, ``total`` bytes or a little more."""
+    filler = {"name": "PAD", "value": "p" * (60 * 1024)}
+    sample = tenant_pod(10_000)
+    sample["spec"]["containers"][0]["env"] = [filler] * 8
+    each = len(json.dumps(sample)) + 2
+    n = max(0, -(-(total - len(json.dumps(base))) // each))
+    extra = []
+    for i in range(n):
+        pod = copy.deepcopy(sample)
+        pod["metadata"]["uid"] = f"00000000-0000-4000-9000-{i:012d}"
+        pod["metadata"]["name"] = f"padded-{i}"
+        extra.append(pod)
+    return json.dumps(with_pods(base, extra)).encode()
+
+
+def deep_pod_list(base: dict[str, Any], depth: int = 1_000_000) -> bytes:
+    """``base`` with one pod whose spec holds ``depth`` nested arrays (a RecursionError for json.loads)."""
+    doc = with_pods(base, [tenant_pod(20_000)])
+    text = json.dumps(doc).encode()
+    marker = b'"spec": {'
+    at = text.rindex(marker) + len(marker)
+    return text[:at] + b'"deep": ' + b"[" * depth + b"]" * depth + b", " + text[at:]
+
+
+#: port annotations that str.isdigit() accepts and int() turns into a number (or a ValueError: '²')
+NON_ASCII_PORTS = ("８０８０", "٨٠", "²")
