@@ -36,6 +36,10 @@ COMMANDS: dict[str, Command] = {
     "report": Command(
         "exporter.commands.report", "write an incident snapshot (HTML, Markdown, PNG charts, JSON) of the verdict", tool=True
     ),
+    "tune": Command(
+        "exporter.commands.tune", "tune an engine's flags guided by the bottleneck at the knee, measured per change", tool=True
+    ),
+    "compare": Command("exporter.commands.compare", "verdict diff of two ramp or tune records", tool=True),
 }
 
 __all__ = ["COMMANDS", "EXIT_USAGE", "UsageError", "build_parser", "main"]

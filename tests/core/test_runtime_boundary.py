@@ -35,6 +35,9 @@ TOOL_MODULES = (
     "exporter.commands.simulate",
     "exporter.commands.ramp",
     "exporter.commands.report",
+    "exporter.tune",
+    "exporter.commands.tune",
+    "exporter.commands.compare",
 )
 #: modules that run something on import
 ENTRY_MODULES = {"exporter.__main__"}
@@ -158,7 +161,7 @@ def test_schema_command_prints_the_schema_without_the_tools() -> None:
 
 
 def test_the_tool_commands_are_the_documented_ones() -> None:
-    assert TOOL_COMMANDS == ["demo", "ramp", "report", "simulate"]
+    assert TOOL_COMMANDS == ["compare", "demo", "ramp", "report", "simulate", "tune"]
 
 
 @pytest.mark.parametrize("command", TOOL_COMMANDS)

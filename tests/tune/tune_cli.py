@@ -1,0 +1,45 @@
+"""Run ``python -m exporter tune`` as a user does, read tune.json, and stop what it left running."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.support.ports import free_port
+from tests.support.processes import ROOT
+
+
+def sim_command(scenario: str, *knobs: str, port: int | None = None) -> list[str]:
+    """The simulator as the engine command (its settings are its flags)."""
+    where = f"127.0.0.1:{port or free_port()}"
+    return [sys.executable, "-m", "exporter", "simulate", "--scenario", scenario, "--listen-address", where, *knobs]
+
+
+def run_tune(out: Path, options: list[str], engine: list[str], timeout: float = 600.0) -> tuple[dict[str, Any], str, int]:
+    """(tune.json, stderr, exit status); whatever the tuner left running is stopped here (its own process group)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+    argv = [sys.executable, "-m", "exporter", "tune", "--out", str(out), "--no-progress", *options, "--", *engine]
+    r = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    doc: dict[str, Any] = json.loads((out / "tune.json").read_text()) if (out / "tune.json").exists() else {}
+    stop_left_running(doc)
+    return doc, r.stderr, r.returncode
+
+
+def stop_left_running(doc: dict[str, Any]) -> None:
+    left = doc.get("left_running") or {}
+    pid = left.get("pid")
+    if not pid:
+        return
+    try:
+        os.killpg(int(pid), signal.SIGTERM)  # the tuner started it in a session of its own: pid == pgid
+    except ProcessLookupError:
+        pass
+
+
+def first_cap(cfg: dict[str, Any]) -> float:
+    return float(cfg["capacity"]["requests_per_second"])
