@@ -94,6 +94,20 @@ CAUSES: tuple[Cause, ...] = (
         "SMs are busy but tensor pipes idle: the model runs in a dtype or kernel path that skips tensor cores.",
     ),
     _c(
+        "operator",
+        "cuda_graphs_not_covering_batches",
+        "LLMCUDAGraphsNotCovering",
+        "The decode runs without CUDA graphs",
+        "CUDA graphs are off (enforce_eager) or most batches are larger than the largest captured graph, and the launch-bound decode leaves SMs idle.",
+    ),
+    _c(
+        "operator",
+        "prefill_chunk_too_small",
+        "LLMPrefillChunkTooSmall",
+        "Prompts are prefilled over many small chunks",
+        "The prompt p90 is several times the per-step token budget: each prompt takes many engine steps before its first token.",
+    ),
+    _c(
         "memory",
         "kv_cache_pressure",
         "LLMKVCachePressure",
@@ -106,6 +120,13 @@ CAUSES: tuple[Cause, ...] = (
         "LLMKVFragmentation",
         "Requests wait while the KV cache is far from full",
         "Requests queue although KV usage is well below full: fragmentation, a block size or max-num-seqs limit, not memory, holds them.",
+    ),
+    _c(
+        "memory",
+        "context_reserved_not_used",
+        "LLMContextReservedNotUsed",
+        "Each sequence reserves far more context than requests use",
+        "Requests wait for a slot while each slot reserves context far above the p99 of prompt + output: the reservation, not memory, is the limit.",
     ),
     _c(
         "scheduler",

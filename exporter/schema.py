@@ -110,6 +110,22 @@ FAILED_FINISH_REASONS: tuple[str, ...] = ("abort", "error", "timeout")
 #: What a raw finish reason becomes when no row of its engine knows it.
 FINISH_REASON_FALLBACK = "other"
 
+#: The closed set of ``setting`` values of llm_engine_setting; what each means, and the flag
+#: of each engine that sets it, is in exporter/engines/settings.py (NUMBER_SETTINGS, FLAGS).
+ENGINE_SETTINGS: tuple[str, ...] = (
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "max_model_len",
+    "max_input_tokens",
+    "cuda_graph_max_batch_size",
+    "gpu_memory_utilization",
+    "slots",
+    "context_per_slot",
+    "context_size",
+    "block_size",
+    "tensor_parallel_size",
+)
+
 #: How a metric's series are reduced into one figure (across GPUs, ranks, servers).
 Reduce = Literal["sum", "max", "min", "mean"]
 #: the PromQL aggregation of each reduction (what signal names are written with)
@@ -466,11 +482,32 @@ _SPECS: list[MetricSpec] = [
     _g(
         "llm_engine_config_info",
         "",
-        "Always 1; labels carry the engine settings that shape its kernels (whatever the engine exposes; empty when unknown).",
+        "Always 1; labels carry the engine settings that shape its kernels (whatever the engine serves or its command line says; absent when unknown). enforce_eager: true when CUDA graphs are off; chunked_prefill: true/false; compile_level: the compile / optimisation level (exporter/engines/settings.py; they replace the cuda_graph and compile_mode labels no engine filled, keeping every series under 20 labels in --kubernetes mode).",
         "operator",
         _ENG
-        + ("block_size", "kv_cache_dtype", "attention_backend", "cuda_graph", "compile_mode", "prefix_caching", "spec_method"),
+        + (
+            "block_size",
+            "kv_cache_dtype",
+            "attention_backend",
+            "prefix_caching",
+            "spec_method",
+            "enforce_eager",
+            "chunked_prefill",
+            "compile_level",
+        ),
         "engine",
+    ),
+    _g(
+        "llm_engine_setting",
+        "",
+        "A numeric launch setting of the engine, by setting ("
+        + ", ".join(ENGINE_SETTINGS)
+        + "; what each means and the flag that sets it per engine: exporter/engines/settings.py): read from what the engine serves, else its command line and environment (--engine-pid); absent when unknown, never a guessed default.",
+        "operator",
+        _ENG + ("setting",),
+        "engine",
+        reduce="max",
+        values=(("setting", ENGINE_SETTINGS),),
     ),
     _h("llm_request_prefill_seconds", "Per request: time spent in prefill.", "operator", _ENG, "engine"),
     _h("llm_request_decode_seconds", "Per request: time spent in decode.", "operator", _ENG, "engine"),
@@ -576,6 +613,14 @@ _SPECS: list[MetricSpec] = [
         "engine",
         unit="tokens",
     ),
+    _h(
+        "llm_scheduler_batch_size",
+        "Requests in the running batch, sampled by the exporter at each engine scrape while the engine runs any (no engine publishes a per-step batch-size histogram; fixed buckets 1-1024, bounded).",
+        "scheduler",
+        _ENG,
+        "derived",
+        unit="",
+    ),
     _h("llm_scheduler_queue_seconds", "Per request: time spent waiting before first scheduled.", "scheduler", _ENG, "engine"),
     _g(
         "llm_process_busiest_thread_cpu_ratio",
@@ -675,6 +720,22 @@ _SPECS: list[MetricSpec] = [
     _h("llm_request_ttft_seconds", "Per request: time to first token.", "application", _ENG, "engine"),
     _h("llm_request_inter_token_seconds", "Per token: time between consecutive output tokens.", "application", _ENG, "engine"),
     _h("llm_request_e2e_seconds", "Per request: end-to-end latency.", "application", _ENG, "engine"),
+    _h(
+        "llm_request_prompt_tokens",
+        "Per request: prompt length in tokens (cached prefix included), from the engine's own histogram.",
+        "application",
+        _ENG,
+        "engine",
+        unit="tokens",
+    ),
+    _h(
+        "llm_request_generation_tokens",
+        "Per request: output length in tokens, from the engine's own histogram.",
+        "application",
+        _ENG,
+        "engine",
+        unit="tokens",
+    ),
     _c(
         "llm_prompt_tokens_total", "tokens", "Prompt tokens processed, prefix-cache hits included.", "application", _ENG, "engine"
     ),

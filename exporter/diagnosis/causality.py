@@ -48,9 +48,14 @@ EXPLAINS: dict[str, frozenset[str]] = {
     # operator
     "launch_bound_small_kernels": frozenset({ITL, SATURATED, QUEUE}),
     "tensor_cores_unused": frozenset({TTFT, ITL, SATURATED}),
+    # an eager decode pays launches every step (ITL); a prompt prefilled over many steps delays its first token
+    "cuda_graphs_not_covering_batches": frozenset({ITL, SATURATED, QUEUE}),
+    "prefill_chunk_too_small": frozenset({TTFT}),
     # memory: a full KV cache holds requests back (queue, TTFT) and recomputes preempted ones (ITL)
     "kv_cache_pressure": _ALL_LOAD,
     "kv_fragmentation_or_capacity_misjudged": frozenset({QUEUE, TTFT, SATURATED}),
+    # context reserved per slot far above use: slots, not memory, run out, and requests queue
+    "context_reserved_not_used": frozenset({QUEUE, TTFT, SATURATED}),
     # scheduler: one host thread at a core caps every step
     "serial_host_ceiling": _ALL_LOAD,
     "queue_backlog": frozenset({QUEUE, SATURATED, TTFT}),
@@ -79,10 +84,16 @@ CAUSAL_ORDER: tuple[str, ...] = (
     # the GPU idle is that thread), before any cause inside the engine, whose TTFT is fine then
     "front_end_overhead",
     "pcie_transfer_bound",
+    # graphs off or too small name why the kernels are launch-bound: before the generic launch cause
+    "cuda_graphs_not_covering_batches",
     "launch_bound_small_kernels",
-    # the KV cache: the admission limit when the GPU itself is busy
+    # the KV cache: the admission limit when the GPU itself is busy; a context reserved far above
+    # use says why slots run out with the cache free, before the generic misjudgment
+    "context_reserved_not_used",
     "kv_fragmentation_or_capacity_misjudged",
     "kv_cache_pressure",
+    # a prompt prefilled over many steps: TTFT only, after what holds requests back
+    "prefill_chunk_too_small",
     "batching_window_too_large",
     # work wasted or unevenly spread: fix it and the GPU does less for the same tokens
     "gpu_imbalance",

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from exporter.diagnosis import causality
 from exporter.diagnosis import probe as pr
@@ -559,6 +559,107 @@ def _describe_unresponsive(v: View, t: Thresholds) -> str:
 
 _THROTTLE_REASONS = tuple(f'llm_gpu_throttle_reason_active{{reason="{r}"}}' for r in HARMFUL_THROTTLE_REASONS)
 
+# ------------------------------------------------------------------ launch settings against what the engine sees
+#: a step rate at or above this is a decode that launches often (vLLM's iteration_tokens count rate)
+GRAPHS_MIN_STEPS_PER_SECOND = 20.0
+#: SM activity below this while stepping that often: each step leaves the GPU mostly idle (launch-bound)
+GRAPHS_SM_ACTIVE_MAX = 0.5
+#: "several times the per-step token budget": the prompt p90 in chunks at which TTFT is a count of chunks
+PREFILL_CHUNKS_MIN = 4.0
+#: reserved context at least this many times the p99 of prompt + output is "far above" what requests use
+RESERVED_OVER_P99_MIN = 4.0
+#: without length histograms (llama.cpp), the mean tokens per request stands in, with this stricter factor
+RESERVED_OVER_MEAN_MIN = 8.0
+
+
+def _launch_bound_steps(v: View, t: Thresholds) -> bool:
+    """A decode that launches often and leaves the SMs mostly idle per step: the engine's step rate at
+    ``GRAPHS_MIN_STEPS_PER_SECOND`` (where it publishes one; else "GPU util" at the launch-bound line)
+    with SM activity below ``GRAPHS_SM_ACTIVE_MAX``. Unknown SM activity is never idle."""
+    sm = sm_bound(v, t)
+    if sm is None or sm >= GRAPHS_SM_ACTIVE_MAX or v.get(s.RUNNING, 0.0) < 1:
+        return False
+    if s.ENGINE_STEPS_RATE in v:
+        return v[s.ENGINE_STEPS_RATE] >= GRAPHS_MIN_STEPS_PER_SECOND
+    return v.get(s.UTIL_MAX, 0.0) >= t.launch_min_utilization
+
+
+def _graphs_not_covering(v: View, t: Thresholds) -> bool:
+    return v[s.GRAPHS_UNCOVERED] >= 1 and _launch_bound_steps(v, t)
+
+
+def _graphs_severity(v: View, t: Thresholds) -> float:
+    sm = sm_bound(v, t) or 0.0
+    return ramp(GRAPHS_SM_ACTIVE_MAX - sm, 0.0, GRAPHS_SM_ACTIVE_MAX)
+
+
+def _describe_graphs(v: View, t: Thresholds) -> str:
+    if v.get(s.EAGER) == 1.0:
+        why = "CUDA graphs off (enforce_eager)"
+    else:
+        why = f"median batch {v[s.BATCH_P50]:.0f} above the largest captured graph ({v[s.CUDA_GRAPH_MAX]:.0f})"
+    pace = f"{v[s.ENGINE_STEPS_RATE]:.0f} steps/s" if s.ENGINE_STEPS_RATE in v else f'"GPU util" {pct(v.get(s.UTIL_MAX, 0.0))}'
+    return f"decode runs eager: {why}, {pace} with SMs {pct(sm_bound(v, t) or 0.0)} busy"
+
+
+def _chunks(v: View) -> float:
+    return v[s.PROMPT_P90] / max(v[s.STEP_BUDGET], 1.0)
+
+
+def _describe_chunks(v: View, t: Thresholds) -> str:
+    return (
+        f"prompt p90 {v[s.PROMPT_P90]:.0f} tokens over a {v[s.STEP_BUDGET]:.0f}-token step budget: "
+        f"{math.ceil(_chunks(v)):.0f} prefill steps before the first token"
+    )
+
+
+def _used_length(v: View) -> tuple[float, float, str] | None:
+    """(tokens requests use, the factor "far above" needs, what the figure is): the length
+    histograms' p99s, else the mean per finished request, else the most a busy slot held (llama.cpp);
+    the two stand-ins need the stricter factor. None when nothing tells."""
+    if s.LENGTH_P99 in v:
+        return v[s.LENGTH_P99], RESERVED_OVER_P99_MIN, "p99 prompt + p99 output"
+    if s.TOKENS_PER_REQUEST in v:
+        return v[s.TOKENS_PER_REQUEST], RESERVED_OVER_MEAN_MIN, "mean prompt + output"
+    if s.SLOT_HELD_MAX in v:
+        return v[s.SLOT_HELD_MAX], RESERVED_OVER_MEAN_MIN, "the most a busy slot held"
+    return None
+
+
+def _context_reserved(v: View, t: Thresholds) -> bool:
+    """Capacity holds the queue (requests really wait, held for capacity: llama.cpp's slots all busy)
+    while each sequence reserves far more context than requests use."""
+    found = _used_length(v)
+    if found is None:
+        return False
+    used, factor, _ = found
+    if used <= 0 or v[s.RESERVED_CONTEXT] < factor * used:
+        return False
+    return _requests_really_wait(v, t) and held_for_capacity(v, t) and running_seen(v, t) >= 1
+
+
+def _context_severity(v: View, t: Thresholds) -> float:
+    used, factor, _ = _used_length(v) or (0.0, RESERVED_OVER_MEAN_MIN, "")
+    return ramp(v[s.RESERVED_CONTEXT] / max(used, 1.0), factor, 4 * factor)
+
+
+def _describe_context(v: View, t: Thresholds) -> str:
+    used, _, what = _used_length(v) or (0.0, 0.0, "unknown")
+    return f"each slot reserves {v[s.RESERVED_CONTEXT]:.0f} context tokens while requests use {used:.0f} ({what}), and requests wait for a slot"
+
+
+def with_backend(describe: Callable[[View, Thresholds], str]) -> Callable[[View, Thresholds], str]:
+    """``describe`` followed by the attention backend the engine runs, where it is known: every
+    operator and memory finding names the kernels it is about (issue 23)."""
+
+    def described(v: View, t: Thresholds) -> str:
+        text = describe(v, t)
+        backend = s.attention_backend(v)
+        return text if backend is None else f"{text} (attention backend {backend})"
+
+    return described
+
+
 RULES: tuple[Rule, ...] = (
     # ------------------------------------------------------------------ hardware
     Rule(
@@ -687,6 +788,41 @@ RULES: tuple[Rule, ...] = (
         "custom kernel without tensor-core support, or matrix shapes that are not multiples of 8/16.",
         describe=_describe_tensor_unused,
     ),
+    Rule(
+        "operator",
+        "cuda_graphs_not_covering_batches",
+        "service",
+        requires=(s.GRAPHS_UNCOVERED,),
+        requires_any=(s.SM_MAX, s.UTIL_MAX),
+        condition=_graphs_not_covering,
+        severity=_graphs_severity,
+        evidence=(s.EAGER, s.CUDA_GRAPH_MAX, s.BATCH_P50, s.ENGINE_STEPS_RATE, s.SM_MAX, s.UTIL_MAX, s.RUNNING),
+        advice="The decode runs eager, paying a kernel launch per op and step: CUDA graphs are off or most steps "
+        "run at batch sizes above the largest captured graph. Turn graphs on (vLLM: drop --enforce-eager; "
+        "SGLang: drop --disable-cuda-graph; TGI: --cuda-graphs with sizes), or capture larger batches (vLLM "
+        "--max-cudagraph-capture-size / --cudagraph-capture-sizes, SGLang --cuda-graph-max-bs) up to the batch "
+        "sizes that run (llm_scheduler_batch_size). Each captured size costs GPU memory taken from the KV cache.",
+        describe=_describe_graphs,
+        proximity=lambda v, t: 1.0 if v[s.GRAPHS_UNCOVERED] >= 1 else 0.0,
+        limit="kernel launches per decode step",
+    ),
+    Rule(
+        "operator",
+        "prefill_chunk_too_small",
+        "service",
+        requires=(s.PROMPT_P90, s.STEP_BUDGET),
+        condition=lambda v, t: _chunks(v) >= PREFILL_CHUNKS_MIN,
+        severity=lambda v, t: ramp(_chunks(v), PREFILL_CHUNKS_MIN, 4 * PREFILL_CHUNKS_MIN),
+        evidence=(s.PROMPT_P90, s.STEP_BUDGET, s.TTFT_P95_RECENT, s.TTFT_P95, s.ITL_P95),
+        advice="Prompts are several times the engine's per-step token budget, so each is prefilled over many "
+        "steps and TTFT is a count of chunks. Raise the budget (vLLM --max-num-batched-tokens, SGLang "
+        "--chunked-prefill-size, TGI --max-batch-prefill-tokens, trtllm-serve --max_num_tokens, llama.cpp -b) "
+        "toward the prompt p90. The trade-off: a larger chunk makes the decode steps it shares longer, so the "
+        "running requests' ITL rises while a long prompt prefills; keep it where the ITL SLO still holds.",
+        describe=_describe_chunks,
+        proximity=lambda v, t: min(1.0, _chunks(v) / PREFILL_CHUNKS_MIN),
+        limit="the per-step token budget",
+    ),
     # ------------------------------------------------------------------ memory (KV cache)
     Rule(
         "memory",
@@ -752,6 +888,34 @@ RULES: tuple[Rule, ...] = (
         describe=_describe_kv_misjudged,
         proximity=lambda v, t: min(1.0, v[s.SLOTS_BUSY] / v[s.SLOTS]) if v.get(s.SLOTS) and s.SLOTS_BUSY in v else 0.0,
         limit="sequence slots",
+    ),
+    Rule(
+        "memory",
+        "context_reserved_not_used",
+        "service",
+        requires=(s.RESERVED_CONTEXT, s.WAITING),
+        requires_any=(s.LENGTH_P99, s.TOKENS_PER_REQUEST, s.SLOT_HELD_MAX),
+        condition=_context_reserved,
+        severity=_context_severity,
+        evidence=(
+            s.RESERVED_CONTEXT,
+            s.LENGTH_P99,
+            s.TOKENS_PER_REQUEST,
+            s.SLOT_HELD_MAX,
+            s.SLOTS,
+            s.SLOTS_BUSY,
+            s.SLOT_CONTEXT_USAGE,
+            s.WAITING,
+            s.QUEUE_P95_RECENT,
+        ),
+        advice="The engine reserves KV memory per sequence for the configured maximum context, far above what "
+        "requests use, so capacity runs out in slots while most of the reserved context stays empty. Serve "
+        "more sequences in the same memory: llama.cpp raise -np keeping -c (each slot gets -c / -np), or lower "
+        "-c per slot toward the p99 of prompt + output; engines that reserve by max length: lower max_model_len "
+        "(vLLM --max-model-len, trtllm-serve --max_seq_len) toward that p99, leaving headroom for the longest requests.",
+        describe=_describe_context,
+        proximity=lambda v, t: min(1.0, v[s.SLOTS_BUSY] / v[s.SLOTS]) if v.get(s.SLOTS) and s.SLOTS_BUSY in v else 0.0,
+        limit="context reserved per sequence",
     ),
     # ------------------------------------------------------------------ scheduler
     Rule(
@@ -930,6 +1094,12 @@ RULES: tuple[Rule, ...] = (
         describe=_describe_unresponsive,
         warns_alone=lambda v, t: True,  # an outage is news even when no other symptom can be judged
     ),
+)
+
+#: operator and memory findings name the attention backend in their link of the chain
+RULES = tuple(
+    replace(r, describe=with_backend(r.describe)) if r.layer in ("operator", "memory") and r.describe is not None else r
+    for r in RULES
 )
 
 #: every cause id by layer, in table order (a contract with dashboards and alerts)

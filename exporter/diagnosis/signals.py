@@ -124,6 +124,28 @@ SLOT_CONTEXT_USAGE = f"{reduced_name(KV_USED_METRIC)} / ({SLOTS} * {SLOT_CONTEXT
 #: the scheduler loop's pace and batch (vLLM iteration_tokens histogram)
 ENGINE_STEPS_RATE = "rate(llm_scheduler_iteration_tokens_count)"
 TOKENS_PER_STEP = "increase(llm_scheduler_iteration_tokens_sum) / increase(llm_scheduler_iteration_tokens_count)"
+#: the engine's launch settings (exporter/engines/settings.py) against what it really sees:
+#: the largest captured CUDA graph against the running batch (sampled per scrape,
+#: exporter/engines/batchsize.py), the per-step token budget against the prompt lengths, and the
+#: context each slot reserves against the lengths requests use (prompt p99 + output p99 bounds
+#: the p99 of their sum from above, so "far above it" holds for the sum too)
+SETTING_METRIC = "llm_engine_setting"
+CONFIG_METRIC = "llm_engine_config_info"
+CUDA_GRAPH_MAX = reduced_name(SETTING_METRIC, '{setting="cuda_graph_max_batch_size"}')
+STEP_BUDGET = reduced_name(SETTING_METRIC, '{setting="max_num_batched_tokens"}')
+RESERVED_CONTEXT = reduced_name(SETTING_METRIC, '{setting="context_per_slot"}')
+EAGER = 'llm_engine_config_info{enforce_eager="true"}'
+BATCH_P50 = "p50(llm_scheduler_batch_size)"
+#: 1 when the decode runs without CUDA graphs (graphs off, or the median batch above the largest
+#: captured graph), 0 when the graphs are known to cover it; absent when that cannot be told
+GRAPHS_UNCOVERED = "cuda_graphs_uncovered"
+PROMPT_P90 = "p90(llm_request_prompt_tokens)"
+LENGTH_P99 = "p99(llm_request_prompt_tokens) + p99(llm_request_generation_tokens)"
+#: llama.cpp has neither length histograms nor finished-request counters: the most context one
+#: busy slot held on average at any scrape of the window (/slots), a lower bound of what requests use
+SLOT_HELD_MAX = f"max_over_window({reduced_name('llm_kv_cache_used_tokens')} / {reduced_name('llm_scheduler_slots_busy')})"
+#: the attention backend the engine runs, as a signal named after it (value 1): the chain names it
+ATTENTION_BACKEND_PREFIX = 'llm_engine_config_info{attention_backend="'
 #: the engine's own cost model (vLLM enable_mfu_metrics), next to what the GPU measured
 EST_FLOPS_RATE = "rate(llm_engine_estimated_gpu_flops_total)"
 EST_READ_RATE = "rate(llm_engine_estimated_gpu_read_bytes_total)"
@@ -192,6 +214,11 @@ _READ_NAMES: frozenset[str] = frozenset(
         "llm_spec_decode_accepted_tokens_total",
         "llm_requests_finished_total",
         "llm_requests_rejected_total",
+        "llm_engine_setting",
+        "llm_engine_config_info",
+        "llm_request_prompt_tokens",
+        "llm_request_generation_tokens",
+        "llm_scheduler_batch_size",
     }
 )
 
@@ -416,6 +443,7 @@ def service_signals(window: Window, gpus: Mapping[str, Mapping[str, float]], rec
         if accepted is not None and drafted > 0:
             v[SPEC_ACCEPTANCE] = accepted / drafted
     _failures(window, v)
+    _settings(window, v)
     probe_signals(window, v)  # the canary probe's figures (exporter/diagnosis/probe.py)
     return v
 
@@ -461,6 +489,52 @@ def _kv_model(window: Window, v: dict[str, float]) -> None:
     generated = window.counter_delta("llm_generation_tokens_total")
     if finished and prompt is not None and generated is not None and prompt + generated > 0:
         v[TOKENS_PER_REQUEST] = (prompt + generated) / finished
+
+
+def _settings(window: Window, v: dict[str, float]) -> None:
+    """The launch settings and the distributions they are compared with (see CUDA_GRAPH_MAX above)."""
+    snap = window.latest
+    assert snap is not None
+    for key, setting in ((CUDA_GRAPH_MAX, "cuda_graph_max_batch_size"), (STEP_BUDGET, "max_num_batched_tokens")):
+        _put(v, key, figure(snap, SETTING_METRIC, setting=setting))
+    _put(v, RESERVED_CONTEXT, figure(snap, SETTING_METRIC, setting="context_per_slot"))
+    eager = {p.labels.get("enforce_eager", "") for p in snap.samples(CONFIG_METRIC)}
+    if "true" in eager:
+        v[EAGER] = 1.0
+    elif "false" in eager:
+        v[EAGER] = 0.0
+    backends = sorted({b for p in snap.samples(CONFIG_METRIC) if _backend_ok(b := p.labels.get("attention_backend", ""))})
+    if backends:
+        v[ATTENTION_BACKEND_PREFIX + backends[0] + '"}'] = 1.0
+    _put(v, BATCH_P50, window.quantile("llm_scheduler_batch_size", 0.5))
+    if v.get(EAGER) == 1.0:
+        v[GRAPHS_UNCOVERED] = 1.0
+    elif CUDA_GRAPH_MAX in v and BATCH_P50 in v:
+        v[GRAPHS_UNCOVERED] = 1.0 if v[BATCH_P50] > v[CUDA_GRAPH_MAX] else 0.0
+    _put(v, PROMPT_P90, window.quantile("llm_request_prompt_tokens", 0.9))
+    prompt99 = window.quantile("llm_request_prompt_tokens", 0.99)
+    output99 = window.quantile("llm_request_generation_tokens", 0.99)
+    if prompt99 is not None and output99 is not None:
+        v[LENGTH_P99] = prompt99 + output99
+
+    def held(snap: Snapshot) -> float | None:
+        used, busy = figure(snap, KV_USED_METRIC), figure(snap, SLOTS_BUSY_METRIC)
+        return used / busy if used is not None and busy else None
+
+    _put(v, SLOT_HELD_MAX, max(window.gauge_history(held), default=None))
+
+
+def _backend_ok(name: str) -> bool:
+    """A backend name fit for a signal name: short, no quote or brace (engines' names are identifiers)."""
+    return 0 < len(name) <= 64 and all(c.isalnum() or c in "_.:+-" for c in name)
+
+
+def attention_backend(v: Mapping[str, float]) -> str | None:
+    """The attention backend named in the view (``ATTENTION_BACKEND_PREFIX``), or None."""
+    for key in v:
+        if key.startswith(ATTENTION_BACKEND_PREFIX):
+            return key[len(ATTENTION_BACKEND_PREFIX) : -2]
+    return None
 
 
 def _first(pair: tuple[float, float] | None) -> float | None:

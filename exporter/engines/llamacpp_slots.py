@@ -10,7 +10,8 @@ the load: ``-np``) cannot be told from it. The server answers it directly:
 
 Published (labels as the engine's other series): ``llm_scheduler_slots``,
 ``llm_scheduler_slots_busy``, ``llm_kv_cache_slot_context_tokens`` and
-``llm_kv_cache_used_tokens``. A server started with ``--no-slots`` answers
+``llm_kv_cache_used_tokens``, and the same /props values as launch settings
+(``llm_engine_setting{setting="slots"|"context_per_slot"}``, exporter/engines/settings.py). A server started with ``--no-slots`` answers
 /slots with an error: then only the /props values are published; absent stays
 absent, never 0.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from exporter.engines import settings as launch_settings
 from exporter.jsonsafe import loads_bounded
 from exporter.samples import Sample
 
@@ -49,6 +51,11 @@ def _json(body: bytes | str | None) -> Any:
         return None
 
 
+def decoded(body: bytes | str | None) -> Any:
+    """A small JSON body decoded within this module's size and depth bounds (None when it is not JSON)."""
+    return _json(body)
+
+
 def _number(x: Any) -> float | None:
     """A JSON number as a float; None for anything else, an integer too large for a float included."""
     if isinstance(x, bool) or not isinstance(x, (int, float)):
@@ -76,6 +83,11 @@ def props_points(body: bytes | str | None, labels: Mapping[str, str]) -> list[Sa
     if n_ctx is not None and n_ctx > 0:
         out.append(Sample("llm_kv_cache_slot_context_tokens", dict(labels), n_ctx))
     return out
+
+
+def props_and_setting_points(body: bytes | str | None, labels: Mapping[str, str]) -> list[Sample]:
+    """``props_points`` plus the same /props values as launch settings (``llm_engine_setting``)."""
+    return props_points(body, labels) + launch_settings.setting_points(launch_settings.from_llamacpp_props(_json(body)), labels)
 
 
 def slots_points(body: bytes | str | None, labels: Mapping[str, str]) -> list[Sample]:

@@ -37,7 +37,9 @@ import time
 from typing import TYPE_CHECKING
 
 from exporter import __version__
-from exporter.engines import llamacpp_slots, normalize_exposition
+from exporter.engines import llamacpp_slots, normalize_exposition, settings
+from exporter.engines.batchsize import SERIES_COST as BATCH_SERIES_COST
+from exporter.engines.batchsize import BatchSizeSampler
 from exporter.engines.budget import cut_value, family_share, input_limit, published_series
 from exporter.engines.fetch import Request, get
 from exporter.engines.textparse import ParseError, SeriesLimitError
@@ -66,6 +68,8 @@ SIDE_FETCH_SHARE = 0.75
 MIN_SIDE_FETCH_SECONDS = 0.02
 #: longest family name in the ``family`` label and the log (longer ones are cut, budget.cut_value)
 MAX_FAMILY_LABEL = 128
+#: how long the settings read from the serving process (/proc/PID/cmdline, environ) are kept
+SETTINGS_REREAD_SECONDS = 60.0
 #: failures that mean a large body was read or parsed before it was refused
 _LARGE_REASONS = frozenset({"too_large", "too_many_series"})
 
@@ -95,6 +99,12 @@ class EngineSource:
         self._secrets: list[str] = [s for s in (self._url_auth or ()) if len(s) >= 3]
         self._tls: tuple[tuple[str | None, int], ssl.SSLContext] | None = None
         self._body_bytes = 0
+        #: (family, monotonic time read, settings) of the serving process (cfg.pid), re-read every SETTINGS_REREAD_SECONDS
+        self._process_settings: tuple[str, float, settings.EngineSettings] | None = None
+        #: the same for the engine's info route (SGLang /get_server_info, TGI /info)
+        self._info_settings: tuple[str, float, settings.EngineSettings] | None = None
+        #: the running batch size per scrape, as a bounded histogram (exporter/engines/batchsize.py)
+        self._batch_sizes = BatchSizeSampler()
         if not cfg.tls_verify and not cfg.ca_bundle:
             log.warning("%s: TLS certificate verification is off (tls_verify: false)", self.name)
 
@@ -144,6 +154,7 @@ class EngineSource:
             ) from None
         except ParseError as err:
             raise SourceError("parse", f"{self._url}: {str(err)[:200]}") from None
+        served = settings.from_exposition(result.family, text)
         del text
         if (result.family, result.generation) != (self.family, self.generation):
             log.info("%s: detected %s, metric generation %s", self.name, result.family, result.generation)
@@ -156,6 +167,12 @@ class EngineSource:
         points: list[Point] = result.points
         if result.family == "llamacpp":
             points.extend(self._llamacpp_slots(points, started + cfg.timeout * SIDE_FETCH_SHARE, partial))
+        # what the exporter adds itself (settings, the sampled batch size) lives inside the same budget
+        points = self._with_settings(
+            points, result.family, served, budget - published_series(points), started + cfg.timeout * SIDE_FETCH_SHARE
+        )
+        room = max(0, budget - published_series(points))
+        points.extend(self._batch_sizes.observe(points, limit=room // BATCH_SERIES_COST))
         points.extend(
             Sample(DROPPED, {"source": self.name, "reason": r}, float(n)) for r, n in self.dropped.items() if r != "family_budget"
         )
@@ -205,6 +222,86 @@ class EngineSource:
                 self._dropping.discard(reason)
                 log.info("%s: no more series %s (reason %s)", self.name, _DROP_WORDS[reason], reason)
 
+    # ------------------------------------------------------------------ launch settings
+
+    def _with_settings(
+        self, points: list[Point], family: str, served: settings.EngineSettings, room: int, deadline: float
+    ) -> list[Point]:
+        """``points`` with the engine's launch settings (exporter/engines/settings.py): served values
+        first (the exposition, llama.cpp's /props already among ``points``), then the serving
+        process's command line and environment when its PID is configured. Numbers become
+        ``llm_engine_setting``; texts are added to ``llm_engine_config_info`` (a label the
+        engine's own info already carries is kept). Nothing is added when its series would not fit
+        in ``room`` (what is left of the series budget)."""
+        found = served.merged(self._read_info_settings(family, deadline)).merged(self._read_process_settings(family))
+        have = {p.labels.get("setting") for p in points if p.name == "llm_engine_setting"}
+        for name in have:
+            found.numbers.pop(name or "", None)
+        info = next((p for p in points if p.name == "llm_engine_info"), None)
+        labels = {"server": self.server, "engine": family, "model": info.labels.get("model", "") if info else "", "rank": ""}
+        numbers = settings.setting_points(found, labels)
+        texts = settings.config_labels(found)
+        configs = [i for i, p in enumerate(points) if p.name == "llm_engine_config_info" and isinstance(p, Sample)]
+        if len(numbers) + (1 if texts and not configs else 0) > room:
+            return points
+        out: list[Point] = list(points)
+        out.extend(numbers)
+        if not texts:
+            return out
+        if not configs:
+            out.append(Sample("llm_engine_config_info", {**labels, **texts}, 1.0))
+        for i in configs:
+            old = out[i]
+            assert isinstance(old, Sample)
+            out[i] = Sample(old.name, {**texts, **{k: v for k, v in old.labels.items() if v}}, old.value)
+        return out
+
+    def _read_info_settings(self, family: str, deadline: float) -> settings.EngineSettings:
+        """SGLang's /get_server_info or TGI's /info (settings.INFO_ROUTES), fetched at most every
+        ``SETTINGS_REREAD_SECONDS`` (a failure too: settings are evidence, not the scrape; a route
+        that is not there, as on TGI's separate Prometheus port, publishes nothing). It lives inside
+        the scrape's one deadline (``deadline``, monotonic): without time left it waits for a later scrape."""
+        route = settings.INFO_ROUTES.get(family)
+        if route is None:
+            return settings.EngineSettings()
+        now = time.monotonic()
+        cached = self._info_settings
+        if cached is not None and cached[0] == family and now - cached[1] < SETTINGS_REREAD_SECONDS:
+            return cached[2]
+        left = deadline - now
+        if left < MIN_SIDE_FETCH_SECONDS:
+            return cached[2] if cached is not None and cached[0] == family else settings.EngineSettings()
+        found = settings.EngineSettings()
+        base = llamacpp_slots.base_of(self._url)
+        try:
+            response = get(
+                Request(
+                    url=base + route[0],
+                    timeout=left,
+                    max_body_bytes=min(self.cfg.max_body_bytes, llamacpp_slots.MAX_BODY_BYTES),
+                    headers=self._headers(),
+                    tls=self._tls_context() if base.startswith("https:") else None,
+                )
+            )
+            if 200 <= response.status < 300:
+                found = settings.from_info(family, llamacpp_slots.decoded(bytes(response.body)))
+        except SourceError as err:
+            log.debug("%s: %s unavailable (%s)", self.name, route[0], err.reason)
+        self._info_settings = (family, now, found)
+        return found
+
+    def _read_process_settings(self, family: str) -> settings.EngineSettings:
+        """The serving process's settings (``cfg.pid``), read at most every ``SETTINGS_REREAD_SECONDS``."""
+        if self.cfg.pid is None:
+            return settings.EngineSettings()
+        now = time.monotonic()
+        cached = self._process_settings
+        if cached is not None and cached[0] == family and now - cached[1] < SETTINGS_REREAD_SECONDS:
+            return cached[2]
+        found = settings.read_process(self.cfg.pid, family)
+        self._process_settings = (family, now, found)
+        return found
+
     # ------------------------------------------------------------------ llama.cpp slots
 
     def _llamacpp_slots(self, points: list[Point], deadline: float, partial: list[SourceError]) -> list[Sample]:
@@ -222,7 +319,7 @@ class EngineSource:
         base = llamacpp_slots.base_of(self._url)
         out: list[Sample] = []
         fetches = (
-            (llamacpp_slots.PROPS_PATH, llamacpp_slots.props_points),
+            (llamacpp_slots.PROPS_PATH, llamacpp_slots.props_and_setting_points),
             (llamacpp_slots.SLOTS_PATH, llamacpp_slots.slots_points),
         )
         for i, (path, parse) in enumerate(fetches):

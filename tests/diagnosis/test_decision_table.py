@@ -11,6 +11,7 @@ from the queue-time histogram with the window's maxima when the gauges read 0 / 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -20,8 +21,9 @@ from exporter.diagnosis import signals as s
 from exporter.diagnosis.causality import SYMPTOM_CAUSES
 from exporter.diagnosis.engine import Verdict
 from exporter.diagnosis.thresholds import Thresholds
+from exporter.engines import batchsize
 from exporter.samples import Point
-from tests.diagnosis.diag_points import ENG, GIB, _s, engine, gpu, histogram, primary, process, run
+from tests.diagnosis.diag_points import ENG, GIB, _s, engine, gpu, healthy_gpu, histogram, primary, process, run
 
 Build = Callable[[int], list[Point]]
 
@@ -58,6 +60,58 @@ def latency(i: int, *, ttft: float | None = None, itl: float | None = None, queu
         if value is not None:
             out.append(histogram(name, [value] * (n * i)))
     return out
+
+
+#: token-length buckets (prompt, output, tokens per step) and the exporter's batch-size buckets
+TOKEN_BOUNDS = (16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, math.inf)
+
+
+def config(**labels: str) -> Point:
+    """``llm_engine_config_info`` with the text settings read from the engine (exporter/engines/settings.py)."""
+    return _s("llm_engine_config_info", {**ENG, **labels}, 1.0)
+
+
+def setting(name: str, value: float) -> Point:
+    return _s("llm_engine_setting", {**ENG, "setting": name}, value)
+
+
+def steps(i: int, per_second: int, tokens_per_step: float) -> Point:
+    """vLLM's iteration_tokens after ``i`` one-second cycles of ``per_second`` engine steps."""
+    return histogram("llm_scheduler_iteration_tokens", [tokens_per_step] * (per_second * i), TOKEN_BOUNDS)
+
+
+def batches(i: int, size: float) -> Point:
+    """The exporter's sampled running batch size after ``i`` scrapes that each saw ``size`` running."""
+    return histogram("llm_scheduler_batch_size", [size] * i, batchsize.BOUNDS)
+
+
+def lengths(i: int, prompt: float, output: float, n: int = 30) -> list[Point]:
+    """The engine's prompt and output length histograms after ``i`` cycles of ``n`` requests."""
+    return [
+        histogram("llm_request_prompt_tokens", [prompt] * (n * i), TOKEN_BOUNDS),
+        histogram("llm_request_generation_tokens", [output] * (n * i), TOKEN_BOUNDS),
+    ]
+
+
+#: a decode leaving the SMs mostly idle: kernels launched one by one
+LAUNCHING = {"util": 0.6, "sm": 0.15, "tensor": 0.05, "dram": 0.1, "pcie": 0.1e9}
+
+
+def slots_reserving(i: int, per_slot: float, used: float) -> list[Point]:
+    """llama.cpp with 4 slots of ``per_slot`` context each, all busy holding ``used`` tokens, six waiting."""
+    return (
+        engine(waiting=6, running=4, kv=None)
+        + [
+            _s("llm_scheduler_slots", ENG, 4),
+            _s("llm_scheduler_slots_busy", ENG, 4),
+            _s("llm_kv_cache_slot_context_tokens", ENG, per_slot),
+            _s("llm_kv_cache_used_tokens", ENG, 4 * used),
+            setting("context_per_slot", per_slot),
+            setting("slots", 4),
+        ]
+        + tokens(i, 2, prompt=used / 3, output=2 * used / 3)
+        + latency(i, ttft=3.0, queue=2.5, n=2)
+    )
 
 
 CAPPED = {"power": 699.0, "reasons": ["sw_power_cap"]}
@@ -103,6 +157,108 @@ def _one_slot_flicker(i: int) -> list[Point]:
 
 
 ROWS = [
+    # ---------------------------------------------------------------- launch settings against what the engine sees (issue 23)
+    Row(
+        "an eager decode (enforce_eager) at 50 steps/s with SMs 15 % busy: CUDA graphs, backend named",
+        lambda i: (
+            gpu(**LAUNCHING)
+            + process(0.5)
+            + engine(waiting=0, running=16, kv=0.4)
+            + [config(enforce_eager="true", attention_backend="FLASH_ATTN"), steps(i, 50, 16)]
+            + latency(i, itl=0.3)
+        ),
+        "cuda_graphs_not_covering_batches",
+        check=lambda v: _assert(
+            v.primary is not None and "enforce_eager" in v.primary.chain and "attention backend FLASH_ATTN" in v.primary.chain,
+            v.primary,
+        ),
+    ),
+    Row(
+        "graphs on, but the median batch (96) above the largest captured graph (32): CUDA graphs",
+        lambda i: (
+            gpu(**LAUNCHING)
+            + process(0.5)
+            + engine(waiting=0, running=96, kv=0.4)
+            + [config(enforce_eager="false"), setting("cuda_graph_max_batch_size", 32), batches(i, 96), steps(i, 50, 96)]
+            + latency(i, itl=0.3)
+        ),
+        "cuda_graphs_not_covering_batches",
+        check=lambda v: _assert(v.primary is not None and "largest captured graph (32)" in v.primary.chain, v.primary),
+    ),
+    Row(
+        "graphs capture the batches that run (16 of up to 64): the generic launch-bound cause",
+        lambda i: (
+            gpu(**LAUNCHING)
+            + process(0.5)
+            + engine(waiting=0, running=16, kv=0.4)
+            + [config(enforce_eager="false"), setting("cuda_graph_max_batch_size", 64), batches(i, 16), steps(i, 50, 16)]
+            + latency(i, itl=0.3)
+        ),
+        "launch_bound_small_kernels",
+        not_holding=("cuda_graphs_not_covering_batches",),
+    ),
+    Row(
+        "prompts of ~12k tokens over a 512-token step budget: TTFT is a count of prefill chunks",
+        lambda i: (
+            gpu(**BUSY)
+            + engine(waiting=0, running=4, kv=0.4)
+            + [setting("max_num_batched_tokens", 512)]
+            + lengths(i, prompt=12000, output=200)
+            + latency(i, ttft=3.0, itl=0.03)
+        ),
+        "prefill_chunk_too_small",
+        check=lambda v: _assert(v.primary is not None and "ITL" in v.primary.advice and "steps" in v.primary.chain, v.primary),
+    ),
+    Row(
+        "the same prompts under a 16k-token step budget: not the chunk size",
+        lambda i: (
+            gpu(**BUSY)
+            + engine(waiting=0, running=4, kv=0.4)
+            + [setting("max_num_batched_tokens", 16384)]
+            + lengths(i, prompt=12000, output=200)
+            + latency(i, ttft=0.3, itl=0.03)
+        ),
+        None,
+        not_holding=("prefill_chunk_too_small",),
+    ),
+    Row(
+        "llama.cpp slots reserving 8192 tokens each while requests use 300, six waiting: context reserved",
+        lambda i: slots_reserving(i, per_slot=8192, used=300),
+        "context_reserved_not_used",
+        check=lambda v: _assert(v.primary is not None and "8192" in v.primary.chain and "-np" in v.primary.advice, v.primary),
+    ),
+    Row(
+        "llama.cpp as it serves (no finished counter, no length histograms): the most a busy slot held",
+        lambda i: [p for p in slots_reserving(i, per_slot=8192, used=300) if p.name != "llm_requests_finished_total"],
+        "context_reserved_not_used",
+        check=lambda v: _assert(v.primary is not None and "the most a busy slot held" in v.primary.chain, v.primary),
+    ),
+    Row(
+        "llama.cpp slots whose requests use half their context: slots are the limit, not over-reserved",
+        lambda i: slots_reserving(i, per_slot=8192, used=4000),
+        "kv_fragmentation_or_capacity_misjudged",
+        not_holding=("context_reserved_not_used",),
+    ),
+    Row(
+        "healthy with every setting known and fitting: none of the setting causes",
+        lambda i: (
+            healthy_gpu()
+            + engine(waiting=0, running=16, kv=0.4)
+            + [
+                config(enforce_eager="false", attention_backend="FLASHINFER"),
+                setting("cuda_graph_max_batch_size", 64),
+                setting("max_num_batched_tokens", 8192),
+                setting("context_per_slot", 4096),
+                batches(i, 16),
+                steps(i, 30, 40),
+            ]
+            + lengths(i, prompt=600, output=200)
+            + latency(i, ttft=0.2, itl=0.02)
+        ),
+        None,
+        not_holding=("cuda_graphs_not_covering_batches", "prefill_chunk_too_small", "context_reserved_not_used"),
+        check=lambda v: _assert(v.state == "healthy", (v.state, v.holding)),
+    ),
     # ---------------------------------------------------------------- the pick follows the evidence
     Row(
         "preallocated framebuffer with a full KV cache: the KV cache, not the framebuffer",

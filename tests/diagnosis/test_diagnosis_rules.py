@@ -38,8 +38,14 @@ def test_contract_cause_ids_per_layer():
             "power_or_thermal_throttling",
             "memory_capacity_exhausted",
         ),
-        "operator": ("launch_bound_small_kernels", "tensor_cores_unused"),
-        "memory": ("kv_cache_pressure", "kv_fragmentation_or_capacity_misjudged"),
+        # the launch settings against what the engine sees (issue 23)
+        "operator": (
+            "launch_bound_small_kernels",
+            "tensor_cores_unused",
+            "cuda_graphs_not_covering_batches",
+            "prefill_chunk_too_small",
+        ),
+        "memory": ("kv_cache_pressure", "kv_fragmentation_or_capacity_misjudged", "context_reserved_not_used"),
         "scheduler": ("serial_host_ceiling", "queue_backlog"),
         "parallel": ("gpu_imbalance",),
         "speculative_decoding": ("low_acceptance",),

@@ -188,7 +188,7 @@ def test_the_slim_window_judges_exactly_what_the_whole_snapshots_would():
                 Sample("llm_scheduler_requests_waiting_by_reason", {**ENG, "reason": "capacity"}, 3.0 + i),
                 Sample("llm_prefix_cache_hit_tokens_total", ENG, 100.0 * i),
             ]  # not read: dropped by the slim window
-            + [Sample("llm_engine_config_info", {**ENG, "block_size": str(n)}, 1.0) for n in range(50)]
+            + [Sample("llm_engine_info", {**ENG, "generation": str(n)}, 1.0) for n in range(50)]
         )
         return Snapshot(1000.0 + i, pts, {})
 

@@ -247,6 +247,8 @@ def expected_vllm(text: str) -> Expected:
         "llm_request_decode_seconds": hist("vllm:request_decode_time_seconds"),
         "llm_request_preemptions": hist("vllm:request_num_preemptions"),
         "llm_scheduler_iteration_tokens": hist("vllm:iteration_tokens_total"),
+        "llm_request_prompt_tokens": hist("vllm:request_prompt_tokens"),
+        "llm_request_generation_tokens": hist("vllm:request_generation_tokens"),
     }
     hists = {name: values for name, values in hists.items() if values or not name.startswith(_OPTIONAL)}
     return Expected(

@@ -48,6 +48,8 @@ MAPPING = EngineMapping(
             note="0.3/0.4 observed the per-token gap as time_per_output_token_seconds (count == tokens)",
         ),
         Row("llm_request_e2e_seconds", (Series("sglang:e2e_request_latency_seconds"),)),
+        Row("llm_request_prompt_tokens", (Series("sglang:prompt_tokens_histogram"),), note="includes cached tokens"),
+        Row("llm_request_generation_tokens", (Series("sglang:generation_tokens_histogram"),)),
         Row("llm_prompt_tokens_total", (Series("sglang:prompt_tokens_total"),), note="includes cached tokens"),
         Row("llm_generation_tokens_total", (Series("sglang:generation_tokens_total"),)),
         Row(

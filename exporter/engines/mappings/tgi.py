@@ -60,6 +60,8 @@ MAPPING = EngineMapping(
     rows=(
         # --- application
         Row("llm_request_e2e_seconds", (Series("tgi_request_duration"),)),
+        Row("llm_request_prompt_tokens", (Series("tgi_request_input_length"),)),
+        Row("llm_request_generation_tokens", (Series("tgi_request_generated_tokens"),)),
         Row("llm_prompt_tokens_total", (Series("tgi_request_input_length_sum"),), note="full input incl. cached prefix"),
         Row("llm_generation_tokens_total", (Series("tgi_request_generated_tokens_sum"),)),
         Row("llm_requests_finished_total", (Series("tgi_request_success", labels={"reason": "success"}),)),

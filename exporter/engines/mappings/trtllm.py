@@ -66,6 +66,8 @@ MAPPING = EngineMapping(
             note="Triton's is opt-in (--metrics-config histogram_latencies=true), in ms",
         ),
         Row("llm_request_e2e_seconds", (Series("trtllm_e2e_request_latency_seconds"),)),
+        Row("llm_request_prompt_tokens", (Series("nv_llm_input_token_len"),), note="Triton backend histograms"),
+        Row("llm_request_generation_tokens", (Series("nv_llm_output_token_len"),)),
         Row(
             "llm_prompt_tokens_total",
             (Series("nv_llm_input_token_len_sum"), Series("trtllm_prompt_tokens_total")),

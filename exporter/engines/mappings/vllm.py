@@ -47,6 +47,8 @@ MAPPING = EngineMapping(
             note="time_per_output_token_seconds was the per-token gap until 0.11 renamed it",
         ),
         Row("llm_request_e2e_seconds", (Series("vllm:e2e_request_latency_seconds"),)),
+        Row("llm_request_prompt_tokens", (Series("vllm:request_prompt_tokens"),), note="includes prefix-cache hits"),
+        Row("llm_request_generation_tokens", (Series("vllm:request_generation_tokens"),)),
         Row("llm_prompt_tokens_total", (Series("vllm:prompt_tokens_total"),), note="includes prefix-cache hits"),
         Row("llm_generation_tokens_total", (Series("vllm:generation_tokens_total"),)),
         Row(
