@@ -15,6 +15,7 @@ new version only re-renders the source that wrote (issue 25).
 
 from __future__ import annotations
 
+import functools
 import gzip as _gzip
 import logging
 import platform
@@ -225,35 +226,47 @@ class _Fragment:
     is the fragments joined family by family.
     """
 
-    __slots__ = ("by_family", "chunks", "keys", "labels_version")
+    __slots__ = ("chunks", "keys", "labels_version")
 
     def __init__(self, points: Iterable[Point], unknown: Callable[[str], None] | None) -> None:
         sorted_labels = _sorted_labels()
         self.labels_version = schema.LABELS_VERSION
-        self.by_family = _by_family(points, unknown)
         self.chunks: dict[str, bytes] = {}
         self.keys: dict[str, set[tuple[str, ...]]] = {}
-        for name, fam in self.by_family.items():
+        # the points themselves are not kept: a fragment outlives the store's list it was made
+        # from until the next render, and holding it kept two generations of points alive
+        for name, fam in _by_family(points, unknown).items():
             seen: set[tuple[str, ...]] = set()
             self.chunks[name] = _render_family(name, fam, sorted_labels, seen).encode()
             self.keys[name] = seen
 
 
-def _compose(fragments: list[_Fragment]) -> bytes:
+def _family_points(points: Iterable[Point], name: str) -> list[Point]:
+    """The points of schema family ``name`` among ``points``, in their order."""
+    out = []
+    for point in points:
+        spec = SPECS.get(point.name)
+        if spec is not None and spec.name == name:
+            out.append(point)
+    return out
+
+
+def _compose(fragments: list[tuple[_Fragment, Callable[[], Iterable[Point]]]]) -> bytes:
     """The exposition of ``fragments`` in order: what ``render_text`` writes for their points concatenated.
 
-    A series two sources both claim is written once, from the first of them (as
+    Each fragment comes with how to get the points it was rendered from. A series
+    two sources both claim is written once, from the first of them (as
     ``render_text`` does); that family of the later source is rendered again
     without it (rare: the usual check is one set-disjointness test per family).
     """
     names: set[str] = set()
-    for frag in fragments:
+    for frag, _ in fragments:
         names.update(frag.chunks)
     parts: list[bytes] = []
     for name in sorted(names, key=_ORDER.__getitem__):
         parts.append(_HEADER_BYTES[name])
         claimed: list[set[tuple[str, ...]]] = []
-        for frag in fragments:
+        for frag, points_of in fragments:
             chunk = frag.chunks.get(name)
             if chunk is None:
                 continue
@@ -263,7 +276,7 @@ def _compose(fragments: list[_Fragment]) -> bytes:
                 claimed.append(mine)
                 continue
             seen: set[tuple[str, ...]] = set().union(*claimed)
-            parts.append(_render_family(name, frag.by_family[name], _sorted_labels(), seen).encode())
+            parts.append(_render_family(name, _family_points(points_of(), name), _sorted_labels(), seen).encode())
             claimed = [seen]
     return b"".join(parts)
 
@@ -307,7 +320,7 @@ class ExpositionCache:
         #: (openmetrics?, gzip?) -> (store version, monotonic expiry, body)
         self._cached: dict[tuple[bool, bool], _Entry] = {}
         #: source -> (the points list rendered, whether they were served whole, its fragment)
-        self._fragments: dict[str, tuple[list[Point], bool, _Fragment]] = {}
+        self._fragments: dict[str, tuple[int, bool, _Fragment]] = {}
         self._unknown_logged: set[str] = set()
         #: renderings made (not served from the cache), per (openmetrics?, gzip?): what the tests count
         self.renders: dict[tuple[bool, bool], int] = {}
@@ -363,16 +376,17 @@ class ExpositionCache:
 
     def _text_locked(self, view: View) -> bytes:
         """The text exposition of ``view``, re-rendering only the sources whose published points changed."""
-        fragments = [_Fragment(meta_points(view.sources.values()), self._note_unknown)]
-        kept: dict[str, tuple[list[Point], bool, _Fragment]] = {}
+        meta = meta_points(view.sources.values())
+        fragments: list[tuple[_Fragment, Callable[[], Iterable[Point]]]] = [(_Fragment(meta, self._note_unknown), lambda: meta)]
+        kept: dict[str, tuple[int, bool, _Fragment]] = {}
         for name, st in view.sources.items():
             served = view.served[name]
             have = self._fragments.get(name)
-            # a store's points lists are replaced on every success, never mutated: identity says "unchanged"
-            if have is None or have[0] is not st.points or have[1] != served or have[2].labels_version != schema.LABELS_VERSION:
-                have = (st.points, served, _Fragment(view.published_points(name), self._note_unknown))
+            # the store bumps a source's generation whenever it replaces its points: equal means unchanged
+            if have is None or have[0] != st.generation or have[1] != served or have[2].labels_version != schema.LABELS_VERSION:
+                have = (st.generation, served, _Fragment(view.published_points(name), self._note_unknown))
             kept[name] = have
-            fragments.append(have[2])
+            fragments.append((have[2], functools.partial(view.published_points, name)))
         self._fragments = kept  # a source that left the store leaves the cache
         return _compose(fragments)
 

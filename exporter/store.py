@@ -69,6 +69,10 @@ class SourceState:
     last_error: SourceError | None = None
     errors: dict[str, int] = field(default_factory=dict)
     points: list[Point] = field(default_factory=list)
+    #: the store version that last replaced ``points``: unique across sources, so the /metrics
+    #: renderer can tell "unchanged" without holding on to an old list (that kept two
+    #: generations of an engine's 20,000 points alive between scrapes)
+    generation: int = 0
     #: monotonic start of the attempt running now (None between attempts)
     in_flight_since: float | None = None
     #: the running attempt outlived its timeout (already counted as a ``timeout``)
@@ -252,6 +256,7 @@ class SnapshotStore:
             st.last_success_mono = self._mono()
             st.last_error = None
             st.points = points
+            st.generation = self._version + 1
             st.in_flight_since, st.overdue = None, False
             for err in partial_errors:
                 st.errors[err.reason] = st.errors.get(err.reason, 0) + 1
