@@ -46,10 +46,15 @@ every 0.25 s and /healthz probed every 0.25 s (5 s client timeout, so slow
 answers are measured, not just counted as misses). The contract checked, all at
 the end so one run reports every figure:
 
-* the max RSS over phases 2-4 stays under ``MAX_RSS_MIB`` (200 MiB: the ceiling this
-  build proves with the default 20 000-series budget; measured 149 MiB. The issue's
-  target is 150 MB; the remaining peak is the over-budget body parsed whole before the
-  budget cuts it, see README "Faults and hostile inputs");
+* the max RSS over phases 2-4 stays under ``MAX_RSS_MIB`` (230 MiB: the ceiling this
+  build proves with the default 20 000-series budget, a regression guard, not issue 25's
+  150 MB target, which the engine phases do not meet yet. Measured 2026-12-01 on the CI
+  machine: peak 210 MiB over three rounds, baseline 77 MiB. It was 200 MiB for a lighter
+  attack: since the family budget drops a single runaway family before it is built, the
+  over-budget phase spreads 57 000 series over three families the diagnosis reads, and
+  those are parsed whole before the published-series budget cuts them to 20 000 — the
+  remaining peak; the baseline also grew from 58 to 77 MiB with this round's runtime
+  modules. See README "Faults and hostile inputs");
 * after 30 s of recovery RSS has stopped growing: at most the hostile phases' peak, and
   not above where the recovery started (+5 MiB slack). It does not return to the
   baseline: CPython's allocator keeps arenas that a few long-lived objects still use
@@ -116,7 +121,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(900
 
 MIB = 1024 * 1024
 #: the RSS ceiling this build proves over the hostile phases (the issue's target, 150 MB, is not met yet)
-MAX_RSS_MIB = 200.0
+MAX_RSS_MIB = 230.0
 #: recovery: no growth beyond this absolute slack (allocator noise)
 RECOVERY_SLACK_MIB = 5.0
 BUDGET = DEFAULT_MAX_SERIES
