@@ -58,8 +58,16 @@ class EngineView:
 
 
 def _progress_name(name: str) -> bool:
+    """A counter or histogram the engine itself moves: not our own bookkeeping, and not a series
+    the exporter derives at each scrape (``llm_scheduler_batch_size`` samples the running gauge of
+    every scrape, so it moved while a hung engine's front end served the same text)."""
     spec = SPECS.get(name)
-    return spec is not None and spec.type in ("counter", "histogram") and not name.startswith("llm_exporter_")
+    return (
+        spec is not None
+        and spec.type in ("counter", "histogram")
+        and spec.origin != "derived"
+        and not name.startswith("llm_exporter_")
+    )
 
 
 def engine_view(store: SnapshotStore, source: str) -> EngineView | None:

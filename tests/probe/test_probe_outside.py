@@ -58,6 +58,8 @@ def test_engine_view_reads_progress_and_is_none_while_the_source_is_down() -> No
             Sample("llm_scheduler_requests_running", labels, 3.0),  # a gauge: not progress
             Sample("llm_exporter_series_dropped_total", {"source": "engine:a", "reason": "budget"}, 2.0),  # ours: not progress
             HistogramSample("llm_request_ttft_seconds", labels, ((1.0, 2.0), (float("inf"), 3.0)), 0.9, 3.0),
+            # sampled by the exporter at every scrape: it moves while a hung engine serves the same text
+            HistogramSample("llm_scheduler_batch_size", labels, ((4.0, 5.0), (float("inf"), 5.0)), 15.0, 5.0),
         ],
         duration=0.1,
     )
