@@ -13,24 +13,17 @@ refusal counted every line of the body with a regex first).
 from __future__ import annotations
 
 import json
-import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
+from bench.normalize_cost import median_seconds
 from tests.support.exposition import vllm_exposition
 
 BUDGET = 20_000
 
 
 def _median_ms(fn: Callable[[], object], repeat: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+    return median_seconds(fn, repeat) * 1e3
 
 
 def run(repeat: int = 7) -> dict[str, Any]:

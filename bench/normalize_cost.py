@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.support.exposition import sample_count, vllm_exposition
 
 
-def _median_seconds(fn: Callable[[], object], repeat: int) -> float:
+def median_seconds(fn: Callable[[], object], repeat: int) -> float:
     fn()  # warm-up
     times = []
     for _ in range(repeat):
@@ -31,8 +31,8 @@ def _measure(text: str, repeat: int) -> dict[str, float]:
     from exporter.engines import normalize_exposition
 
     result = normalize_exposition(text, "bench")
-    ours = _median_seconds(lambda: normalize_exposition(text, "bench"), repeat)
-    reference = _median_seconds(lambda: list(text_string_to_metric_families(text)), max(3, repeat // 2))
+    ours = median_seconds(lambda: normalize_exposition(text, "bench"), repeat)
+    reference = median_seconds(lambda: list(text_string_to_metric_families(text)), max(3, repeat // 2))
     return {
         "exposition_kib": len(text) / 1024,
         "samples": float(sample_count(text)),

@@ -18,19 +18,9 @@ from typing import Any
 import httpx
 
 from exporter.exposition import read_metrics
+from exporter.httpget import base_url
 from exporter.ramp.aggregate import Scrape
 from exporter.ramp.model import RampError
-
-
-def base_url(url: str) -> str:
-    """The exporter's root URL: a trailing /metrics or /diagnosis is dropped."""
-    url = url.rstrip("/")
-    for suffix in ("/metrics", "/diagnosis"):
-        if url.endswith(suffix):
-            url = url[: -len(suffix)]
-    if "://" not in url:
-        url = "http://" + url
-    return url
 
 
 class ExporterProbe:
