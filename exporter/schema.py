@@ -52,6 +52,12 @@ KUBERNETES_POD_SKIP_REASONS: tuple[str, ...] = (
 )
 # --- end kubernetes -----------------------------------------------------------------
 
+#: The kinds of operator an on-demand profile's GPU kernels are classified into
+#: (exporter/profile/classify.py): the values of ``llm_operator_time_share{kind}``.
+OPERATOR_KINDS: tuple[str, ...] = ("attention", "gemm", "communication", "memory_copy", "sampling", "other")
+#: The workload dimensions ``llm_capacity_workload_drift_ratio{dimension}`` compares.
+CAPACITY_DRIFT_DIMENSIONS: tuple[str, ...] = ("prompt_tokens", "output_tokens")
+
 
 @dataclass(frozen=True)
 class ThrottleReason:
@@ -509,6 +515,24 @@ _SPECS: list[MetricSpec] = [
         reduce="max",
         values=(("setting", ENGINE_SETTINGS),),
     ),
+    _g(
+        "llm_operator_time_share",
+        "",
+        "Share (0-1) of the GPU kernel time of the engine's last on-demand profile (POST /profile, exporter/profile/) spent in one kind of operator: attention, gemm, communication, memory_copy, sampling or other; the kinds of one profile add up to 1. Absent until a profile was taken.",
+        "operator",
+        ("engine", "kind"),
+        "profile",
+        reduce="max",
+        values=(("kind", OPERATOR_KINDS),),
+    ),
+    _g(
+        "llm_operator_profile_timestamp_seconds",
+        "seconds",
+        "Unix time the engine's last on-demand profile (POST /profile) ended: how old llm_operator_time_share is.",
+        "operator",
+        ("engine",),
+        "profile",
+    ),
     _h("llm_request_prefill_seconds", "Per request: time spent in prefill.", "operator", _ENG, "engine"),
     _h("llm_request_decode_seconds", "Per request: time spent in decode.", "operator", _ENG, "engine"),
     # --- memory --------------------------------------------------------------------
@@ -757,6 +781,81 @@ _SPECS: list[MetricSpec] = [
         _ENG + ("reason",),
         "engine",
     ),
+    # --- application: the measured capacity at SLO (exporter/capacity, docs/capacity.md) ---
+    _g(
+        "llm_capacity_concurrency_at_slo",
+        "",
+        "Concurrent requests the engine was measured to carry within its SLO (the knee of the capacity profile: a tune.json recommendation, else its baseline, or a ramp report.json; --capacity-profile).",
+        "application",
+        ("engine",),
+        "profile",
+        reduce="sum",
+    ),
+    _g(
+        "llm_capacity_requests_per_second_at_slo",
+        "",
+        "Finished requests per second the engine was measured to carry within its SLO (capacity profile).",
+        "application",
+        ("engine",),
+        "profile",
+        reduce="sum",
+    ),
+    _g(
+        "llm_capacity_tokens_per_second_at_slo",
+        "",
+        "Generated tokens per second the engine was measured to carry within its SLO (capacity profile).",
+        "application",
+        ("engine",),
+        "profile",
+        reduce="sum",
+    ),
+    _g(
+        "llm_capacity_used_ratio",
+        "ratio",
+        "Live load over the measured capacity at SLO: the larger of in-flight requests over llm_capacity_concurrency_at_slo and the finished-request rate over llm_capacity_requests_per_second_at_slo (1 = at the measured knee; above 1 = past it).",
+        "application",
+        ("engine",),
+        "derived",
+        reduce="max",
+    ),
+    _g(
+        "llm_capacity_recommended_max_concurrency",
+        "",
+        "Concurrency ceiling to set per replica in the gateway: the profile's knee concurrency less the headroom (--capacity-headroom, default 20 %), at least 1.",
+        "application",
+        ("engine",),
+        "profile",
+        reduce="sum",
+    ),
+    _g(
+        "llm_capacity_profile_age_seconds",
+        "seconds",
+        "Seconds since the capacity profile was measured.",
+        "application",
+        ("engine",),
+        "profile",
+        reduce="max",
+    ),
+    _g(
+        "llm_capacity_profile_stale",
+        "",
+        "1 when the engine's configuration (the settings it publishes and, with a known PID, its command line) differs from the one the capacity profile measured, else 0: re-measure before trusting the capacity gauges.",
+        "application",
+        ("engine",),
+        "derived",
+        reduce="max",
+    ),
+    _g(
+        "llm_capacity_workload_drift_ratio",
+        "ratio",
+        "How far the live workload drifted from the profile's, by dimension (prompt or output tokens per request): live mean over the profile's mean (1 = the workload the profile measured; 8 = prompts eight times longer).",
+        "application",
+        ("engine", "dimension"),
+        "derived",
+        reduce="max",
+        values=(("dimension", CAPACITY_DRIFT_DIMENSIONS),),
+    ),
+    # --- end capacity --------------------------------------------------------------------
     # --- application: the canary probe (exporter/probe, docs/probe.md) -----------------
     _h(
         "llm_probe_ttft_seconds",
