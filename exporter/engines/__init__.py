@@ -60,13 +60,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cache
 
-from exporter.engines.budget import MAX_LABEL_LENGTH, cut_long_labels, family_share, input_limit, within_budget
+from exporter.engines.budget import (
+    MAX_LABEL_LENGTH,
+    LineOrder,
+    LinePlace,
+    cut_long_labels,
+    family_share,
+    input_limit,
+    line_quotas,
+    rank_of,
+    within_budget,
+)
 from exporter.engines.detect import detect_family, detect_generation, family_counts, served_variant
 from exporter.engines.mappings import FAMILIES, MAPPINGS
 from exporter.engines.normalize import apply, provided, wanted_names
-from exporter.engines.table import Series
-from exporter.engines.textparse import ParseError, SeriesLimitError, parse
+from exporter.engines.table import EngineMapping, InfoLabel, Series, Source
+from exporter.engines.textparse import ParseError, SeriesLimitError, lines_by_name, parse
 from exporter.samples import Point
+from exporter.schema import SPECS
 
 __all__ = [
     "FAMILIES",
@@ -96,14 +107,50 @@ class NormalizedResult:
 @cache
 def _wanted(family: str) -> frozenset[str]:
     """Names the parser keeps for ``family`` (every served-prefix variant), or all families."""
-    families = FAMILIES if family == "auto" else (family,)
-    names: set[str] = set()
-    for fam in families:
+    return frozenset(name for mapping in _mappings(family) for name in wanted_names(mapping))
+
+
+def _mappings(family: str) -> list[EngineMapping]:
+    """The tables of ``family`` (all families for auto), every served-prefix variant included."""
+    out = []
+    for fam in FAMILIES if family == "auto" else (family,):
         mapping = MAPPINGS[fam]
-        names |= wanted_names(mapping)
-        for prefix, _ in mapping.prefix_styles[1:]:
-            names |= wanted_names(mapping.with_prefix(mapping.prefix_styles[0][0], prefix))
-    return frozenset(names)
+        out.append(mapping)
+        out.extend(mapping.with_prefix(mapping.prefix_styles[0][0], prefix) for prefix, _ in mapping.prefix_styles[1:])
+    return out
+
+
+@cache
+def _line_order(family: str) -> LineOrder:
+    """Every wanted wire name -> its :class:`LinePlace`, for the budget's quotas."""
+    order: dict[str, LinePlace] = {}
+
+    def add(name: str, place: LinePlace) -> None:
+        if name not in order or place.rank < order[name].rank:
+            order[name] = place
+
+    def leaves(src: Source, histogram: bool) -> list[tuple[str, str]]:
+        """(wire name, unit) of every name ``src`` reads."""
+        if isinstance(src, Series) and histogram:
+            return [(src.name + suffix, src.name) for suffix in ("_bucket", "_sum", "_count")]
+        if isinstance(src, (Series, InfoLabel)):
+            return [(src.name, src.name)]
+        return [leaf for part in src.parts for leaf in leaves(part, histogram)]
+
+    for mapping in _mappings(family):
+        for row in mapping.rows:
+            rank, histogram = rank_of(row.neutral), SPECS[row.neutral].type == "histogram"
+            before: list[str] = []
+            for src in row.sources:
+                read = leaves(src, histogram)
+                for name, unit in read:
+                    add(name, LinePlace(rank, unit, tuple(before)))
+                before += [name for name, _ in read]
+        for cf in mapping.config:
+            for leaf in cf.sources:
+                for name, unit in leaves(leaf, False):
+                    add(name, LinePlace(rank_of("llm_engine_config_info"), unit))
+    return order
 
 
 def normalize_exposition(
@@ -124,7 +171,11 @@ def normalize_exposition(
     if max_family_series is None and max_series is not None:
         max_family_series = family_share(max_series)
     wanted = _wanted(engine_type)
-    exp = parse(text, wanted, max_input_series, max_family_series)
+    quotas = None
+    if max_series is not None and text.count("\n") > max_series:  # a cheap bound on the sample lines first
+        quotas = line_quotas(lines_by_name(text), _line_order(engine_type), max_series, max_family_series)
+    exp = parse(text, wanted, max_input_series, max_family_series, quotas.quotas if quotas else None)
+    unread = sum(n for name, n in exp.cut.items() if quotas is None or name not in quotas.unused)
     if exp.dropped_families and not exp.samples:
         # every family a mapping reads is over its share (or absent): nothing worth publishing is left
         worst = max(exp.dropped_families, key=exp.dropped_families.__getitem__)
@@ -154,8 +205,8 @@ def normalize_exposition(
             dropped["label_too_long"] = cut
     if max_series is not None:
         points, over = within_budget(points, max_series)
-        if over:
-            dropped["budget"] = over
+        if over + unread:
+            dropped["budget"] = over + unread
     if exp.dropped_families:
         dropped["family_budget"] = sum(exp.dropped_families.values())
     return NormalizedResult(

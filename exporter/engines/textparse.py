@@ -23,7 +23,8 @@ does not (and does not end with ``# EOF``) was cut off and is rejected.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Set
+from collections import Counter
+from collections.abc import Iterator, Mapping, Set
 from dataclasses import dataclass, field
 
 #: Labels of one sample (a fresh dict per sample; callers may keep it).
@@ -81,9 +82,17 @@ class Exposition:
     names: set[str] = field(default_factory=set)
     series: int = 0
     dropped_families: dict[str, int] = field(default_factory=dict)
+    #: wanted sample lines left unread because their name's ``quota`` was used up, per name
+    cut: dict[str, int] = field(default_factory=dict)
 
 
-def parse(text: str, wanted: Set[str], max_series: int | None = None, family_share: int | None = None) -> Exposition:
+def parse(
+    text: str,
+    wanted: Set[str],
+    max_series: int | None = None,
+    family_share: int | None = None,
+    quota: Mapping[str, int] | None = None,
+) -> Exposition:
     """Parse ``text``, keeping only samples whose name is in ``wanted``.
 
     Raises :class:`ParseError` on invalid input and :class:`SeriesLimitError` when
@@ -97,6 +106,13 @@ def parse(text: str, wanted: Set[str], max_series: int | None = None, family_sha
     (which then bounds what is kept). Why: one family whose labels explode (a
     request id, a LoRA adapter per user) must not take the engine's other
     families, the ones the diagnosis reads, down with it.
+
+    ``quota``: wanted sample name -> the most of its lines materialised (the first
+    ones served); later lines are validated by name only and counted in ``cut``
+    (per name).
+    Why: a body whose wanted families together exceed what the exporter may
+    publish need not be built whole to be cut (exporter/engines/budget.py
+    ``line_quotas`` decides which lines could be published at all).
     """
     if (
         family_share is None
@@ -128,6 +144,9 @@ def parse(text: str, wanted: Set[str], max_series: int | None = None, family_sha
     #: lines skipped in runs (line numbers stay right), and a compiled run per dropped sample name
     skipped = 0
     runs: dict[str, re.Pattern[str]] = {}
+    #: wanted lines materialised per name under ``quota``, and the lines cut by it
+    taken: dict[str, int] = {}
+    cut: dict[str, int] = {}
 
     for index, line in enumerate(lines):
         if not line:
@@ -192,6 +211,14 @@ def parse(text: str, wanted: Set[str], max_series: int | None = None, family_sha
             raise SeriesLimitError(limit)
         if name not in wanted:
             continue
+        if quota is not None:
+            allowed = quota.get(name)
+            if allowed is not None:
+                had = taken.get(name, 0)
+                if had >= allowed:
+                    cut[name] = cut.get(name, 0) + 1
+                    continue
+                taken[name] = had + 1
         lineno = index + 1 + skipped
         if brace != -1 and (space == -1 or brace < space):
             labels, rest = _labels_and_rest(line, brace, lineno, label_ok)
@@ -205,7 +232,7 @@ def parse(text: str, wanted: Set[str], max_series: int | None = None, family_sha
                 raise ParseError(later, "content after # EOF")
     names = {n for n, family in name_family.items() if family}
     dropped = {family: share + n for family, n in over.items()}
-    return Exposition(samples=samples, names=names, series=series, dropped_families=dropped)
+    return Exposition(samples=samples, names=names, series=series, dropped_families=dropped, cut=cut)
 
 
 def _lines(text: str, cursor: list[int]) -> Iterator[str]:
@@ -232,6 +259,19 @@ _SAMPLE_LINE_RE = re.compile(r"^[ \t]*[^#\s]", re.MULTILINE)
 def _quick_sample_lines(text: str) -> int:
     """An upper bound on the sample lines of ``text``, at C speed (lines minus ``#`` lines)."""
     return text.count("\n") + 1 - text.count("\n#") - (1 if text.startswith("#") else 0)
+
+
+#: the metric name at the start of a sample line (comment lines start with ``#``, which no name does)
+_SAMPLE_NAME_RE = re.compile(r"^[ \t]*([a-zA-Z_:][a-zA-Z0-9_:]*)", re.MULTILINE)
+
+
+def lines_by_name(text: str) -> Counter[str]:
+    """Sample lines of ``text`` per metric name, at C speed (no label is parsed).
+
+    Why: the budget's quotas (exporter/engines/budget.py) need each family's size
+    before its first line is materialised; invalid lines are left to :func:`parse`.
+    """
+    return Counter(_SAMPLE_NAME_RE.findall(text))
 
 
 def count_sample_lines(text: str) -> int:

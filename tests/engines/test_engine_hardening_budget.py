@@ -13,9 +13,10 @@ import logging
 import pytest
 
 from exporter.config import EngineConfig
-from exporter.engines import normalize_exposition
-from exporter.engines.budget import MAX_LABEL_LENGTH, PRIORITY, cut_value, published_series
+from exporter.engines import _line_order, _wanted, normalize_exposition
+from exporter.engines.budget import MAX_LABEL_LENGTH, PRIORITY, cut_value, family_share, line_quotas, published_series
 from exporter.engines.source import EngineSource
+from exporter.engines.textparse import lines_by_name, parse
 from exporter.samples import HistogramSample
 from tests.engines.engine_helpers import fixture
 from tests.support.fake_engine import FakeEngine
@@ -63,6 +64,49 @@ def test_over_budget_the_core_families_are_kept_and_the_rest_counted() -> None:
             assert cut.get(name) == full[name], f"core family {name} was cut"
     assert cut["llm_engine_info"]  # the engine is still identified
     assert 0 < len(cut["llm_request_e2e_seconds"]) < len(full["llm_request_e2e_seconds"])
+
+
+def gauge_floods(n: int, names: tuple[str, ...]) -> str:
+    """``n`` series of each gauge in ``names`` (each family under its share, together over the budget)."""
+    return "".join(f'{name}{{engine="o{i}",model_name="m"}} 1\n' for name in names for i in range(n))
+
+
+def test_a_body_over_budget_is_not_materialised_past_what_can_be_published() -> None:
+    # three mapped gauges of 3 000 series each against a 4 000-series budget: before the quotas the
+    # parser built all 9 000 label dicts and the budget then threw 5 000 away (issue 25's memory peak)
+    flood = gauge_floods(3_000, ("vllm:num_requests_waiting", "vllm:kv_cache_usage_perc", "vllm:num_requests_running"))
+    text = VLLM + flood
+    budget = 4_000
+    quotas = line_quotas(lines_by_name(text), _line_order("vllm"), budget, family_share(budget))
+    assert quotas is not None
+    exp = parse(text, _wanted("vllm"), family_share=family_share(budget), quota=quotas.quotas)
+    materialised = sum(len(v) for v in exp.samples.values())
+    assert materialised <= budget
+    result = normalize_exposition(text, "srv", max_series=budget)
+    free = normalize_exposition(text, "srv")
+    kept, full = by_name(result.points), by_name(free.points)
+    # the first family of the priority order is kept whole, the next one cut, the last one unread
+    assert len(kept["llm_kv_cache_usage_ratio"]) == len(full["llm_kv_cache_usage_ratio"])
+    assert 0 < len(kept["llm_scheduler_requests_running"]) < len(full["llm_scheduler_requests_running"])
+    assert "llm_scheduler_requests_waiting" not in kept or len(kept["llm_scheduler_requests_waiting"]) < 100
+    assert published_series(result.points) <= budget
+    # every series left out is counted, once per unread line: only a series an unread line of the
+    # engine's own would also have fed (its waiting gauge feeds two) can go uncounted
+    left_out = published_series(free.points) - published_series(result.points)
+    own_waiting_lines = lines_by_name(VLLM)["vllm:num_requests_waiting"]
+    assert left_out - own_waiting_lines <= result.dropped["budget"] <= left_out
+
+
+def test_an_older_name_a_row_will_not_read_is_not_counted_as_dropped() -> None:
+    # the legacy KV gauge beside the current one: the row reads the current one only
+    flood = gauge_floods(3_000, ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:num_requests_running"))
+    quotas = line_quotas(lines_by_name(VLLM + flood), _line_order("vllm"), 4_000, family_share(4_000))
+    assert quotas is not None and "vllm:gpu_cache_usage_perc" in quotas.unused
+    assert quotas.quotas["vllm:gpu_cache_usage_perc"] == 0
+
+
+def test_under_the_budget_no_quota_is_set() -> None:
+    assert line_quotas(lines_by_name(VLLM), _line_order("auto"), 20_000, family_share(20_000)) is None
 
 
 def test_the_budget_keeps_the_same_points_every_scrape() -> None:
