@@ -14,23 +14,34 @@ import os
 import re
 import shlex
 from dataclasses import dataclass, field
+from functools import cache
 
+from exporter.engines import settings
 from exporter.tune.knobs import Move
 
-#: per engine: canonical flag -> other spellings the engine accepts
-ALIASES: dict[str, dict[str, tuple[str, ...]]] = {
-    "llamacpp": {
-        "-np": ("--parallel",),
-        "-c": ("--ctx-size",),
-        "-b": ("--batch-size",),
-        "-ub": ("--ubatch-size",),
-        "-t": ("--threads",),
-        "-fa": ("--flash-attn",),
-        "--cache-type-k": ("-ctk",),
-        "--cache-type-v": ("-ctv",),
-    },
-    "vllm": {"--max-num-seqs": ("--max_num_seqs",), "--max-model-len": ("--max_model_len",)},
+#: flags ``tune`` moves that are no launch setting the runtime reads, with their other spellings;
+#: every other flag's spellings come from the runtime's one flag table (exporter/engines/settings.py
+#: FLAGS, through ``settings.aliases``), so the tuner and the exporter agree on what a flag is called
+TUNE_ONLY_SPELLINGS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "llamacpp": (("-ub", "--ubatch-size"), ("-t", "--threads"), ("--cache-type-v", "-ctv")),
 }
+
+
+@cache
+def flag_aliases(engine: str) -> dict[str, tuple[str, ...]]:
+    """Every spelling of ``engine``'s flags -> its other spellings (``-np`` -> ``--parallel``)."""
+    out = dict(settings.aliases(engine))
+    for names in TUNE_ONLY_SPELLINGS.get(engine, ()):
+        for sp in names:
+            out[sp] = tuple(n for n in names if n != sp)
+    return out
+
+
+def _representative(engine: str, name: str) -> str:
+    """One spelling per flag, so a flag written two ways in two commands is one change (the shortest)."""
+    return min((name, *flag_aliases(engine).get(name, ())), key=lambda n: (len(n), n))
+
+
 #: default port when the command does not give one
 DEFAULT_PORTS = {"vllm": 8000, "sglang": 30000, "tgi": 3000, "trtllm": 8000, "llamacpp": 8080, "simulator": 8000}
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
@@ -67,7 +78,7 @@ class EngineCommand:
     # ------------------------------------------------------------------ reading
 
     def _spellings(self, flag: str) -> tuple[str, ...]:
-        return (flag, *ALIASES.get(self.engine, {}).get(flag, ()))
+        return (flag, *flag_aliases(self.engine).get(flag, ()))
 
     def _find(self, flag: str) -> tuple[int, str | None] | None:
         """(index of the flag, its value or None when bare/joined-less) — the last occurrence wins."""
@@ -288,13 +299,10 @@ def _flag_names(cmd: EngineCommand) -> list[str]:
     names: list[str] = []
     for tok in cmd.argv[1:]:
         if _is_flag(tok):
-            name = tok.partition("=")[0]
-            for canon, others in ALIASES.get(cmd.engine, {}).items():
-                if name in others:
-                    name = canon
+            name = _representative(cmd.engine, tok.partition("=")[0])
             if name not in names:
                 names.append(name)
     return names
 
 
-__all__ = ["ALIASES", "ArgvError", "Change", "EngineCommand", "apply_move", "changes_between", "identify"]
+__all__ = ["TUNE_ONLY_SPELLINGS", "ArgvError", "Change", "EngineCommand", "apply_move", "changes_between", "identify"]
