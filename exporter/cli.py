@@ -40,6 +40,9 @@ COMMANDS: dict[str, Command] = {
         "exporter.commands.tune", "tune an engine's flags guided by the bottleneck at the knee, measured per change", tool=True
     ),
     "compare": Command("exporter.commands.compare", "verdict diff of two ramp or tune records", tool=True),
+    "plan": Command(
+        "exporter.commands.plan", "replicas for peak and trough from Prometheus' demand and the measured capacity", tool=True
+    ),
 }
 
 __all__ = ["COMMANDS", "EXIT_USAGE", "UsageError", "build_parser", "main"]

@@ -38,6 +38,8 @@ TOOL_MODULES = (
     "exporter.tune",
     "exporter.commands.tune",
     "exporter.commands.compare",
+    "exporter.plan",
+    "exporter.commands.plan",
 )
 #: modules that run something on import
 ENTRY_MODULES = {"exporter.__main__"}
@@ -161,7 +163,7 @@ def test_schema_command_prints_the_schema_without_the_tools() -> None:
 
 
 def test_the_tool_commands_are_the_documented_ones() -> None:
-    assert TOOL_COMMANDS == ["compare", "demo", "ramp", "report", "simulate", "tune"]
+    assert TOOL_COMMANDS == ["compare", "demo", "plan", "ramp", "report", "simulate", "tune"]
 
 
 @pytest.mark.parametrize("command", TOOL_COMMANDS)
