@@ -459,8 +459,17 @@ def _source_stale_alert(s: Settings) -> Alert:
 
 
 def alerts(s: Settings) -> list[Alert]:
-    """Every alert: the page, one ticket per diagnosis cause, then the symptom alerts."""
-    return [_service_degraded_alert(s)] + _cause_alerts(s) + _burn_alerts(s) + _symptom_alerts(s) + [_source_stale_alert(s)]
+    """Every alert: the page, one ticket per diagnosis cause, the symptom alerts, then the capacity tickets."""
+    from alerts import capacity  # alerts/capacity.py builds on this module's Alert and Case
+
+    return (
+        [_service_degraded_alert(s)]
+        + _cause_alerts(s)
+        + _burn_alerts(s)
+        + _symptom_alerts(s)
+        + [_source_stale_alert(s)]
+        + capacity.alerts(s)
+    )
 
 
 def groups(s: Settings) -> list[dict[str, Any]]:
@@ -482,6 +491,8 @@ def groups(s: Settings) -> list[dict[str, Any]]:
             "rules": [rule(a) for a in all_alerts if a.labels["kind"] in ("incident", "diagnosis", OUTAGE_KIND)],
         },
         {"name": "llm-layer-exporter.symptoms", "rules": [rule(a) for a in all_alerts if a.labels["kind"] == "symptom"]},
+        # issue 22: the measured capacity at SLO (alerts/capacity.py)
+        {"name": "llm-layer-exporter.capacity", "rules": [rule(a) for a in all_alerts if a.labels["kind"] == "capacity"]},
     ]
 
 

@@ -25,6 +25,11 @@ carry the engine's name as ``engine`` for this, alerts/recording.py with_engine)
   * TTFT/ITL burn-rate symptoms, muted by LLMServiceDegraded (the page names the
     cause instead of the symptom). Not by a per-cause ticket: with no primary
     (nothing explains the burn, or the primary keeps changing) the burn alert is the page;
+  * LLMCapacityHeadroomLow (alerts/capacity.py), muted by LLMServiceDegraded: "plan replicas
+    before the SLO breaks" is moot once the SLO broke and the page is the incident; it comes
+    back as a ticket if the load stays high after the page resolves. LLMCapacityProfileStale
+    is not muted: a profile to re-measure is no part of the incident; LLMCapacityNearlyUsed
+    (the diagnosis's capacity_nearly_used ticket) mutes it too: the same news with evidence;
   * KV-near-full symptom, muted by the kv_cache_pressure diagnosis alert (an
     inhibited alert still inhibits, so this holds under the page too);
   * source-errors, muted while the same source is down (the down alert says it all).
@@ -32,6 +37,7 @@ carry the engine's name as ``engine`` for this, alerts/recording.py with_engine)
 
 from __future__ import annotations
 
+from alerts import capacity
 from alerts.alerting import PAGE
 from alerts.causes import CAUSES
 from alerts.recording import ENGINE
@@ -46,6 +52,7 @@ def _webhook(name: str, url: str) -> dict[str, object]:
 
 def document(s: Settings) -> dict[str, object]:
     kv_pressure = next(c for c in CAUSES if c.cause == "kv_cache_pressure")
+    nearly_used = next(c for c in CAUSES if c.cause == "capacity_nearly_used")
     per_engine = ["job", "instance", ENGINE]
     teams = sorted(set(s.layer_receivers.values()) | {PAGER})
     layer_routes: list[dict[str, object]] = []
@@ -86,6 +93,17 @@ def document(s: Settings) -> dict[str, object]:
             {
                 "source_matchers": [f'alertname="{PAGE}"'],
                 "target_matchers": ['alertname=~"LLM(TTFT|ITL)BudgetBurn.*"'],
+                "equal": list(per_engine),
+            },
+            {
+                "source_matchers": [f'alertname="{PAGE}"'],
+                "target_matchers": [f'alertname="{capacity.HEADROOM_LOW}"'],
+                "equal": list(per_engine),
+            },
+            # the diagnosis's capacity ticket says the same with its evidence: one ticket, as for the KV cache
+            {
+                "source_matchers": [f'alertname="{nearly_used.alert}"'],
+                "target_matchers": [f'alertname="{capacity.HEADROOM_LOW}"'],
                 "equal": list(per_engine),
             },
             {

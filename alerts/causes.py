@@ -193,6 +193,16 @@ CAUSES: tuple[Cause, ...] = (
         "The canary probe timed out while the engine's /metrics still answered with every counter frozen: the engine core is hung. An outage, not a slowdown.",
         pages=True,
     ),
+    # --- the measured capacity at SLO (exporter/capacity, issue 22) ---
+    _c(
+        "application",
+        "capacity_nearly_used",
+        "LLMCapacityNearlyUsed",
+        "The load is near the measured capacity at SLO",
+        "The engine carries nearly as much as its capacity profile (tune or ramp, --capacity-profile) measured it can "
+        "within the SLO, or more: past that knee latency climbs and requests queue. Add a replica or cap concurrency at "
+        "the gateway at llm_capacity_recommended_max_concurrency.",
+    ),
 )
 
 

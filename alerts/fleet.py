@@ -76,7 +76,11 @@ CAPACITY: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "gpu_compute": ("GPU throughput (compute or HBM bandwidth): more GPUs", ("compute_bound", "memory_bandwidth_bound")),
     "host_cpu": ("host CPU (the serial scheduler loop): more replicas, each its own engine process", ("serial_host_ceiling",)),
-    "replicas": ("replicas of the same shape: no layer is at its limit, there is simply too much load", ("queue_backlog",)),
+    # capacity_nearly_used (issue 22): past the measured capacity at SLO, the load itself is the cause
+    "replicas": (
+        "replicas of the same shape: no layer is at its limit, there is simply too much load",
+        ("queue_backlog", "capacity_nearly_used"),
+    ),
 }
 
 
@@ -93,6 +97,8 @@ class FleetSettings:
     imbalance_for: str
     capacity_min_replicas: int
     capacity_share: float
+    #: capacity="measured" (issue 22): demand over the profiled replicas' summed capacity at SLO above this
+    capacity_measured_ratio: float
     capacity_for: str
     skew_ratio: float
     skew_min_sm_active: float
@@ -124,6 +130,7 @@ def fleet_settings(s: Settings, for_override: str | None = None) -> FleetSetting
         imbalance_for=for_(f"{base}.for"),
         capacity_min_replicas=_int(d, "fleet.capacity_short.min_replicas", 2, 100_000),
         capacity_share=_number(d, "fleet.capacity_short.share", 0.5, 0.99),
+        capacity_measured_ratio=_number(d, "fleet.capacity_short.measured_ratio", 0.1, 10),
         capacity_for=for_("fleet.capacity_short.for"),
         skew_ratio=_number(d, "fleet.group_skew.ratio", 1.01, 100),
         skew_min_sm_active=_number(d, "fleet.group_skew.min_sm_active", 0, 1),
@@ -227,7 +234,63 @@ def recording_rules(s: Settings) -> list[Rule]:
             f"or on (group)\n(0 * max by (group) (group:llm_gpu_sm_active:avg_over_time{w}) + 1)",
         ),
     ]
-    return replica + model + group
+    return replica + model + capacity_records(s) + group
+
+
+#: the per-engine capacity gauges (issue 22) each replica carries onto its own labels
+CAPACITY_GAUGES = (
+    "llm_capacity_concurrency_at_slo",
+    "llm_capacity_requests_per_second_at_slo",
+    "llm_capacity_used_ratio",
+    "llm_capacity_recommended_max_concurrency",
+    "llm_capacity_profile_age_seconds",
+    "llm_capacity_profile_stale",
+)
+MEASURED_USED = "model:llm_capacity_used_ratio:max"
+
+
+def capacity_records(s: Settings) -> list[Rule]:
+    """The measured capacity at SLO per replica and per model, against the demand of the same replicas.
+
+    Why only profiled replicas on both sides: a replica without a profile has an unknown
+    capacity; counting its load against the others' capacity would call a fleet short that is
+    not, and leaving it out of both keeps the ratio right under even balancing. The capacity
+    gauges carry ``engine`` (the engine's name), so they join a replica like its verdict.
+    """
+    w = s.rate_window
+    replica = [Rule(f"server_model:{g}:max", _per_replica(f"max by ({INSTANCE_ENGINE}) ({g})")) for g in CAPACITY_GAUGES]
+    # in flight = running + waiting: a closed-loop client at the measured concurrency has one request in either
+    running = f"sum by ({SERVER_MODEL}) (llm_scheduler_requests_running)"
+    replica.append(
+        Rule(
+            "server_model:llm_scheduler_requests_in_flight:sum",
+            f"{running}\n+ on ({SERVER_MODEL})\nserver_model:llm_scheduler_requests_waiting:sum\nor\n{running}",
+        )
+    )
+    profiled = f"and on ({SERVER_MODEL})\nserver_model:llm_capacity_requests_per_second_at_slo:max"
+
+    def ratio(name: str, demand: str, capacity: str) -> str:
+        return f'label_replace(\n{demand}\n/ on (model)\n({capacity} > 0),\n"signal", "{name}", "", ""\n)'
+
+    demand_rps, demand_conc = f"model:llm_capacity_requests_finished:rate{w}", "model:llm_capacity_requests_in_flight:sum"
+    cap_rps, cap_conc = "model:llm_capacity_requests_per_second_at_slo:sum", "model:llm_capacity_concurrency_at_slo:sum"
+    model = [
+        Rule(
+            "model:llm_capacity_profiled_replicas:count",
+            "count by (model) (server_model:llm_capacity_requests_per_second_at_slo:max)",
+        ),
+        Rule(cap_rps, "sum by (model) (server_model:llm_capacity_requests_per_second_at_slo:max)"),
+        Rule(cap_conc, "sum by (model) (server_model:llm_capacity_concurrency_at_slo:max)"),
+        Rule(demand_rps, f"sum by (model) (\nserver_model:llm_requests_finished:rate{w}\n{profiled}\n)"),
+        Rule(demand_conc, f"sum by (model) (\nserver_model:llm_scheduler_requests_in_flight:sum\n{profiled}\n)"),
+        # the larger of the two sides, as llm_capacity_used_ratio is per engine; "signal" only keeps the
+        # two sides apart before max drops it (a label that swapped sides would restart an alert's for:)
+        Rule(
+            MEASURED_USED,
+            f"max by (model) (\n{ratio('requests', demand_rps, cap_rps)}\nor\n{ratio('concurrency', demand_conc, cap_conc)}\n)",
+        ),
+    ]
+    return replica + model
 
 
 def record_names(s: Settings) -> set[str]:
@@ -501,7 +564,83 @@ def _capacity_alerts(s: Settings, f: FleetSettings) -> list[Alert]:
                 eval_time=_minutes(f.capacity_for, 4),
             )
         )
-    return out
+    return out + [_measured_capacity_alert(s, f)]
+
+
+def _profiled(fx: _Fleet, inst: str, model: str, rps: float, conc: float, finished_per_s: float, running: float | str) -> None:
+    """A replica with a capacity profile (``rps``, ``conc`` at SLO) carrying the given load."""
+    eng = fx.replica(inst, model)
+    fx.add("llm_capacity_requests_per_second_at_slo", fx.const(rps), instance=inst, **{ENGINE: "s"})
+    fx.add("llm_capacity_concurrency_at_slo", fx.const(conc), instance=inst, **{ENGINE: "s"})
+    fx.add("llm_requests_finished_total", f"0+{finished_per_s * 60:g}x{fx.n}", **eng, reason="stop")
+    fx.gauge("llm_scheduler_requests_running", eng, running)
+    fx.gauge("llm_scheduler_requests_waiting", eng, 0)
+
+
+def _measured_capacity_alert(s: Settings, f: FleetSettings) -> Alert:
+    """LLMFleetCapacityShort capacity=measured: the demand of the profiled replicas over their summed capacity at SLO.
+
+    Why beside the cause-based rules: those need most replicas already degraded; a fleet with
+    capacity profiles (issue 22) says it is short while the SLO still holds, from numbers.
+    """
+    job, limit = s.exporter_job, f.capacity_measured_ratio
+    # the demand is a rate: it reaches its level one rate window after the counters start
+    for_min, w_min = int(duration_seconds(f.capacity_for) // 60), int(duration_seconds(s.rate_window) // 60)
+    eval_min = for_min + w_min + 4
+    n = eval_min + 4
+    over, under = round(limit * 1.5, 4), round(limit * 0.6, 4)
+    fire = _Fleet(job, n)
+    # "rps": two replicas of capacity 1 req/s each finish 1.5x that; "conc": requests in flight over the concurrency
+    for i in (1, 2):
+        _profiled(fire, _inst(f"1.{i}"), "rps", rps=1, conc=100, finished_per_s=over, running=1)
+        _profiled(fire, _inst(f"2.{i}"), "conc", rps=100, conc=4, finished_per_s=1, running=4 * over)
+    quiet = _Fleet(job, n)
+    late = eval_min - max(1, for_min // 2)  # over only since half of for: at the evaluation
+    for i in (1, 2):
+        _profiled(quiet, _inst(f"3.{i}"), "under", rps=1, conc=4, finished_per_s=under, running=4 * under)
+        # over only lately: shorter than for:
+        _profiled(
+            quiet, _inst(f"4.{i}"), "brief", rps=100, conc=4, finished_per_s=1, running=f"1x{late} {4 * over:g}x{n - late - 1}"
+        )
+        # no profile at all: no measured capacity, whatever the load (the cause-based rules judge it)
+        eng = quiet.replica(_inst(f"5.{i}"), "unprofiled")
+        quiet.add("llm_requests_finished_total", f"0+600x{n}", **eng, reason="stop")
+        quiet.gauge("llm_scheduler_requests_running", eng, 50)
+    # a single profiled replica over its capacity: its own LLMCapacityHeadroomLow, not a fleet shortage
+    _profiled(quiet, _inst("6.1"), "one", rps=1, conc=4, finished_per_s=over, running=1)
+    # two profiled replicas with room and one without a profile carrying a flood: only the profiled count
+    for i in (1, 2):
+        _profiled(quiet, _inst(f"7.{i}"), "partial", rps=1, conc=4, finished_per_s=under, running=1)
+    eng = quiet.replica(_inst("7.3"), "partial")
+    quiet.add("llm_requests_finished_total", f"0+600x{n}", **eng, reason="stop")
+    quiet.gauge("llm_scheduler_requests_running", eng, 50)
+    return Alert(
+        name=CAPACITY_SHORT,
+        expr=(f"{MEASURED_USED} > {limit:g}\nand on (model)\nmodel:llm_serving_replicas:count >= {f.capacity_min_replicas}"),
+        for_=f.capacity_for,
+        labels={
+            "severity": s.severity_ticket,
+            "layer": "application",
+            "kind": KIND,
+            "cause": "fleet_capacity_short",
+            "capacity": "measured",
+        },
+        summary="The {{ $labels.model }} fleet carries more than its measured capacity at SLO",
+        description=(
+            f"The demand on the profiled replicas of {{{{ $labels.model }}}} is above {limit:.0%} of their summed capacity at "
+            "SLO (issue 22: serve --capacity-profile), on the larger of two sides (finished requests per second against "
+            "requests/s at SLO, requests in flight against the concurrency at SLO): the fleet as a whole is past the "
+            "load its profiles measured within the SLO, and balancing cannot help. Add replicas for the demand over the "
+            "measured capacity per replica, with headroom, and cap each at the gateway to llm_capacity_recommended_max_concurrency. "
+            "Confirm on 'LLM / Fleet' (row Measured capacity at SLO)."
+        ),
+        fire=Case(
+            tuple(fire.series),
+            ({"model": "rps"}, {"model": "conc"}),
+        ),
+        quiet=Case(tuple(quiet.series)),
+        eval_time=f"{eval_min}m",
+    )
 
 
 def _group_skew_alert(s: Settings, f: FleetSettings) -> Alert:
@@ -752,6 +891,7 @@ def _value_tests(s: Settings) -> list[dict[str, object]]:
         ]
 
     return [
+        _capacity_value_test(s),
         {
             "name": "fleet records: per replica and per model, quantiles from summed buckets",
             "interval": "1m",
@@ -765,6 +905,68 @@ def _value_tests(s: Settings) -> list[dict[str, object]]:
             "promql_expr_test": tests(group_exprs),
         },
     ]
+
+
+def _capacity_value_test(s: Settings) -> dict[str, object]:
+    """The measured capacity records (issue 22): per replica by its engine's name, per model over profiled replicas only.
+
+    Fleet m: two profiled replicas and one without a profile carrying the most load (left out of
+    both sides); fleet duo: two engines of one exporter, each with its own profile.
+    """
+    w, job = s.rate_window, s.exporter_job
+    fx = _Fleet(job, VALUE_SAMPLES)
+    #: (instance, server, model, profile gauges or None, finished/s, running, waiting or None)
+    replicas: list[tuple[str, str, str, tuple[float, ...] | None, float, float, float | None]] = [
+        (_inst("8.1"), "s", "m", (8, 2, 0.5, 6, 3600, 0), 1, 3, 1),
+        (_inst("8.2"), "s", "m", (16, 4, 0.25, 12, 7200, 1), 2, 4, 0),
+        (_inst("8.3"), "s", "m", None, 5, 10, 5),
+        (_inst("8.4"), "e1", "duo", (2, 1, 0.9, 1, 60, 0), 0.5, 2, None),  # no waiting series: running alone
+        (_inst("8.4"), "e2", "duo", (6, 3, 0.1, 4, 60, 0), 1.5, 5, 1),
+    ]
+    per_replica: dict[str, list[tuple[str, float]]] = {f"server_model:{g}:max": [] for g in CAPACITY_GAUGES}
+    in_flight: list[tuple[str, float]] = []
+    for inst, server, fleet_model, profile, finished, running, waiting in replicas:
+        eng = fx.replica(inst, fleet_model, server=server)
+        fx.add("llm_requests_finished_total", f"0+{finished * 60:g}x{fx.n}", **eng, reason="stop")
+        fx.gauge("llm_scheduler_requests_running", eng, running)
+        if waiting is not None:
+            fx.gauge("llm_scheduler_requests_waiting", eng, waiting)
+        labels = {"job": job, "instance": inst, "server": server, "model": fleet_model}
+        in_flight.append(("{" + ", ".join(f'{k}="{v}"' for k, v in labels.items()) + "}", running + (waiting or 0)))
+        if profile is None:
+            continue
+        named = "{" + ", ".join(f'{k}="{v}"' for k, v in {**labels, ENGINE: server}.items()) + "}"
+        for gauge, value in zip(CAPACITY_GAUGES, profile):
+            fx.add(gauge, fx.const(value), instance=inst, **{ENGINE: server})
+            per_replica[f"server_model:{gauge}:max"].append((named, value))
+
+    def model(m: str) -> str:
+        return f'{{model="{m}"}}'
+
+    exprs: list[tuple[str, list[tuple[str, float]]]] = list(per_replica.items()) + [
+        ("server_model:llm_scheduler_requests_in_flight:sum", in_flight),
+        ("model:llm_capacity_profiled_replicas:count", [(model("m"), 2), (model("duo"), 2)]),
+        ("model:llm_capacity_requests_per_second_at_slo:sum", [(model("m"), 6), (model("duo"), 4)]),
+        ("model:llm_capacity_concurrency_at_slo:sum", [(model("m"), 24), (model("duo"), 8)]),
+        # the unprofiled replica's 5 req/s and 15 in flight count on neither side
+        (f"model:llm_capacity_requests_finished:rate{w}", [(model("m"), 3), (model("duo"), 2)]),
+        ("model:llm_capacity_requests_in_flight:sum", [(model("m"), 8), (model("duo"), 8)]),
+        # m: requests 3/6 over in flight 8/24; duo: in flight 8/8 over requests 2/4
+        (MEASURED_USED, [(model("m"), 0.5), (model("duo"), 1)]),
+    ]
+    return {
+        "name": "fleet records: measured capacity at SLO against the demand of the profiled replicas",
+        "interval": "1m",
+        "input_series": unittests._series(tuple(fx.series)),
+        "promql_expr_test": [
+            {
+                "eval_time": "10m",
+                "expr": _round(expr),
+                "exp_samples": [{"labels": labels, "value": _go_round(value)} for labels, value in expected],
+            }
+            for expr, expected in exprs
+        ],
+    }
 
 
 def _go_round(value: float) -> float:

@@ -30,6 +30,8 @@ FOR_KEYS = (
     "exporter_down",
     "source_stale",
     "engine_unresponsive",  # the canary probe's outage page (alerts/alerting.py _outage_alert)
+    "capacity_headroom_low",  # issue 22: load near the measured capacity at SLO (alerts/capacity.py)
+    "capacity_profile_stale",
 )
 
 
@@ -73,6 +75,8 @@ class Settings:
     kv_preemptions_per_second: float
     source_errors_per_second: float
     source_stale_seconds: float
+    #: LLMCapacityHeadroomLow: llm_capacity_used_ratio above this (issue 22, alerts/capacity.py)
+    capacity_used_ratio: float
     for_: dict[str, str]
     #: severity label value of a page (the on-call pager) and of a ticket (the layer's team)
     severity_page: str
@@ -178,6 +182,7 @@ def from_dict(data: dict[str, Any]) -> Settings:
         kv_preemptions_per_second=_number(data, "kv_cache.preemptions_per_second", 0, 1e6),
         source_errors_per_second=_number(data, "exporter.source_errors_per_second", 0, 1e6),
         source_stale_seconds=_number(data, "exporter.source_stale_seconds", 1, 86400),
+        capacity_used_ratio=_number(data, "capacity.headroom_low_used_ratio", 0.05, 5),
         for_=for_,
         severity_page=page,
         severity_ticket=ticket,

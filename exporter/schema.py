@@ -531,7 +531,7 @@ _SPECS: list[MetricSpec] = [
         "Unix time the engine's last on-demand profile (POST /profile) ended: how old llm_operator_time_share is.",
         "operator",
         ("engine",),
-        "profile",
+        "profile",    reduce="max",
     ),
     _h("llm_request_prefill_seconds", "Per request: time spent in prefill.", "operator", _ENG, "engine"),
     _h("llm_request_decode_seconds", "Per request: time spent in decode.", "operator", _ENG, "engine"),

@@ -14,6 +14,7 @@ from typing import Any
 
 from alerts.fleet import fleet_settings
 from alerts.settings import Settings
+from dashboards.boards import capacity
 from dashboards.grafana import ENGINE, INSTANCE, Dashboard, Panel, Row, Target, dashboard_link
 
 UID = "llm-fleet"
@@ -245,6 +246,8 @@ def build(s: Settings) -> Dashboard:
             width=24,
             field_overrides=[_dashed("^max replica .*")],
         ),
+        # issue 22: demand against the measured capacity at SLO (dashboards/boards/capacity.py)
+        *capacity.fleet_panels(s, REPLICA_VERDICT, MODEL),
         Row("Imbalance: each replica against the fleet median"),
         Panel(
             "Waiting per replica vs fleet median",

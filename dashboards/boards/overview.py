@@ -10,6 +10,7 @@ says which layer dashboard to open next, and the latency-vs-queue panels tell lo
 from __future__ import annotations
 
 from alerts.settings import Settings
+from dashboards.boards import capacity
 from dashboards.grafana import (
     ENGINE,
     INSTANCE,
@@ -279,6 +280,8 @@ def build(s: Settings) -> Dashboard:
             base_color="red",
             thresholds=[(0.95, "orange"), (0.99, "green")],
         ),
+        # issue 22: the measured capacity at SLO (dashboards/boards/capacity.py)
+        *capacity.overview_panels(s),
         Row("Exporter health"),
         Panel(
             "Exporter sources up",

@@ -39,6 +39,18 @@ def http_json(url: str, data: object | None = None, timeout: float = 5.0) -> Any
     return json.loads(text) if text else None
 
 
+def reads_capacity(expr: str) -> bool:
+    """Whether a panel query reads the measured capacity at SLO (issue 22: ``llm_capacity_*`` or a record of it).
+
+    Why the integration tests ask: their exporters run without ``--capacity-profile``, so those
+    queries have no data there; tests/monitoring/test_capacity_prometheus.py serves the gauges
+    and requires data for exactly these queries.
+    """
+    from alerts.promql import metric_names
+
+    return any("llm_capacity_" in name for name in metric_names(expr))
+
+
 def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.5) -> Any:
     """Poll until predicate() returns something truthy; return it, or the last falsy value after timeout."""
     deadline = time.monotonic() + timeout

@@ -147,6 +147,8 @@ def test_the_page_mutes_per_cause_tickets_and_burn_alerts_of_the_same_exporter()
     assert from_page == {
         ('kind="diagnosis"',): ["job", "instance", "engine"],
         ('alertname=~"LLM(TTFT|ITL)BudgetBurn.*"',): ["job", "instance", "engine"],
+        # issue 22: "plan replicas before the SLO breaks" is moot under the page of the same engine
+        ('alertname="LLMCapacityHeadroomLow"',): ["job", "instance", "engine"],
     }
     # a ticket alone must not mute a burn alert: with no primary, the burn alert is the page
     assert not [r for r in doc["inhibit_rules"] if r["source_matchers"] == ['kind="diagnosis"']]
@@ -181,6 +183,7 @@ def test_one_alert_per_diagnosis_cause() -> None:
         ("application", "retries_and_timeouts"),
         ("application", "slo_breach"),
         ("application", "front_end_overhead"),  # the canary probe; engine_unresponsive is kind="outage"
+        ("application", "capacity_nearly_used"),  # issue 22: the measured capacity at SLO
     }
     found = set()
     for rule in (r for g in groups for r in g["rules"] if r["labels"].get("kind") == "diagnosis"):
@@ -234,6 +237,27 @@ def test_one_alert_per_diagnosis_cause() -> None:
         ),
         # the burn alert without the engine's name: the page of that engine could not mute it
         ("LLMTTFTBudgetBurnFast", '"engine", "$1", "server", "(.*)"', '"engine", "", "server", "(.*)"'),
+        # issue 22: at the threshold is not above it ("exactly at the threshold" quiet case)
+        ("LLMCapacityHeadroomLow", "(llm_capacity_used_ratio) > 0.8", "(llm_capacity_used_ratio) >= 0.8"),
+        # one ticket per exporter: the busy engine and its idle neighbour fold into one alert without an engine
+        (
+            "LLMCapacityHeadroomLow",
+            "max by (job, instance, engine) (llm_capacity_used_ratio)",
+            "max by (job, instance) (llm_capacity_used_ratio)",
+        ),
+        # the short busy spell fires without for: (the "shorter than for:" quiet case)
+        (
+            "LLMCapacityHeadroomLow",
+            "(llm_capacity_used_ratio) > 0.8\n    for: 15m",
+            "(llm_capacity_used_ratio) > 0.8\n    for: 1m",
+        ),
+        ("LLMCapacityProfileStale", "(llm_capacity_profile_stale) == 1", "(llm_capacity_profile_stale) >= 0"),
+        # a mismatch shorter than for: is not stale yet (the "recent" quiet case)
+        (
+            "LLMCapacityProfileStale",
+            "(llm_capacity_profile_stale) == 1\n    for: 10m",
+            "(llm_capacity_profile_stale) == 1\n    for: 0m",
+        ),
     ],
 )
 def test_unit_tests_fail_when_a_rule_is_broken(tmp_path: Path, alert: str, old: str, new: str) -> None:
@@ -293,6 +317,9 @@ def test_amtool_check_config() -> None:
         (["alertname=LLMGPUThrottling", "severity=warning", "layer=hardware"], "team-gpu-platform"),
         (["alertname=LLMSpecDecodeLowAcceptance", "severity=warning", "layer=speculative_decoding"], "team-serving"),
         (["alertname=LLMExporterDown", "severity=critical", "layer=exporter"], "team-observability"),
+        # issue 22: capacity tickets go to the serving team, never the pager
+        (["alertname=LLMCapacityHeadroomLow", "severity=warning", "layer=application", "kind=capacity"], "team-serving"),
+        (["alertname=LLMCapacityProfileStale", "severity=warning", "layer=application", "kind=capacity"], "team-serving"),
     ],
 )
 def test_routing_by_severity_and_layer(labels: list[str], receiver: str) -> None:

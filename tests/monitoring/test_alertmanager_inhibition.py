@@ -180,3 +180,59 @@ def test_diagnosis_alerts_inhibit_matching_symptoms(tmp_path: Path) -> None:
         assert got[("LLMKVCachePressure", "d:9750/a")], "engine a's ticket is muted by engine a's page"
         assert got[("LLMGPUThrottling", "d:9750/b")] == [], "engine a's page must not mute engine b's ticket"
         assert got[("LLMTTFTBudgetBurnFast", "d:9750/b")] == [], "engine a's page must not mute engine b's burn alert"
+
+
+def test_capacity_tickets_are_muted_by_the_page_and_the_diagnosis_of_the_same_engine(tmp_path: Path) -> None:
+    """Issue 22: the headroom ticket is moot under the engine's page and repeats LLMCapacityNearlyUsed; a stale profile is news."""
+    capacity = {"severity": "warning", "layer": "application", "kind": "capacity"}
+    with (
+        Webhook() as hook,
+        Alertmanager(tmp_path, alertmanager_config(ROOT / "alerts/alertmanager.yml", hook.url), free_port()) as am,
+    ):
+        am.post(
+            [
+                # e: engine a paged (the SLO broke); engine b of the same exporter only near its capacity
+                alert(
+                    "LLMServiceDegraded",
+                    "e:9750",
+                    engine="a",
+                    severity="critical",
+                    kind="incident",
+                    layer="application",
+                    cause="capacity_nearly_used",
+                ),
+                alert("LLMCapacityHeadroomLow", "e:9750", engine="a", **capacity),
+                alert("LLMCapacityProfileStale", "e:9750", engine="a", **capacity),
+                alert("LLMCapacityHeadroomLow", "e:9750", engine="b", **capacity),
+                # f: the diagnosis's warning and the headroom ticket of one engine: one ticket
+                alert(
+                    "LLMCapacityNearlyUsed",
+                    "f:9750",
+                    severity="warning",
+                    layer="application",
+                    kind="diagnosis",
+                    cause="capacity_nearly_used",
+                ),
+                alert("LLMCapacityHeadroomLow", "f:9750", **capacity),
+                # g: the headroom ticket alone
+                alert("LLMCapacityHeadroomLow", "g:9750", **capacity),
+            ]
+        )
+
+        def states() -> dict[tuple[str, str], list[str]]:
+            got = {
+                (a["labels"]["alertname"], a["labels"]["instance"] + "/" + a["labels"]["engine"]): a["status"]["inhibitedBy"]
+                for a in am.alerts()
+            }
+            return got if len(got) == 7 else {}
+
+        assert wait_until(lambda: any(states().values()), timeout=20), "alertmanager muted none of the posted alerts"
+        time.sleep(1.0)
+        got = states()
+        assert got, "alertmanager did not list the seven posted alerts"
+        assert got[("LLMCapacityHeadroomLow", "e:9750/a")], "the page of engine a mutes its headroom ticket"
+        assert got[("LLMCapacityProfileStale", "e:9750/a")] == [], "a stale profile is no part of the incident"
+        assert got[("LLMCapacityHeadroomLow", "e:9750/b")] == [], "engine a's page must not mute engine b's ticket"
+        assert got[("LLMCapacityNearlyUsed", "f:9750/s")] == []
+        assert got[("LLMCapacityHeadroomLow", "f:9750/s")], "LLMCapacityNearlyUsed says the same, with evidence"
+        assert got[("LLMCapacityHeadroomLow", "g:9750/s")] == []

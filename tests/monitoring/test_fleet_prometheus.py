@@ -14,7 +14,8 @@ has data (three replicas, a median, headroom), no fleet alert is even pending; (
 closed loop of extra clients hits the third replica alone, LLMFleetReplicaImbalance fires
 naming that replica (its instance and server) and no other, while LLMFleetCapacityShort
 stays quiet (the others keep headroom); (3) every rule of the fleet file evaluates without
-error and every panel of the Fleet dashboard returns data.
+error and every panel of the Fleet dashboard returns data (but the measured-capacity ones, issue 22:
+these exporters run without a capacity profile; tests/monitoring/test_capacity_prometheus.py).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from monitoring_stack import PROMETHEUS, Process, Prometheus, wait_until
+from monitoring_stack import PROMETHEUS, Process, Prometheus, reads_capacity, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -80,7 +81,13 @@ def grafana_to_promql(expr: str) -> str:
 
 def fleet_panel_queries() -> list[tuple[str, str]]:
     board = json.loads((ROOT / "dashboards" / "json" / "llm-fleet.json").read_text())
-    return [(f"{p['title']} / {t['refId']}", grafana_to_promql(t["expr"])) for p in board["panels"] for t in p.get("targets", [])]
+    # the measured capacity at SLO (issue 22) needs a capacity profile: tests/monitoring/test_capacity_prometheus.py
+    return [
+        (f"{p['title']} / {t['refId']}", grafana_to_promql(t["expr"]))
+        for p in board["panels"]
+        for t in p.get("targets", [])
+        if not reads_capacity(t["expr"])
+    ]
 
 
 def fleet_alerts(prom: Prometheus) -> list[dict[str, str]]:

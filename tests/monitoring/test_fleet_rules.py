@@ -156,6 +156,35 @@ def test_alerts_are_fleet_tickets_with_their_concept_as_cause() -> None:
             "(min by (job, instance) (llm_layer_headroom_ratio) + on (job, instance) group_right () "
             "(0 * min by (job, instance, engine) (llm_layer_headroom_ratio)))",
         ),
+        # issue 22, capacity=measured: a fleet well within its measured capacity ("under") would fire
+        ("model:llm_capacity_used_ratio:max > 1\n", "model:llm_capacity_used_ratio:max > 0.5\n"),
+        # a single profiled replica past its capacity ("one") is its own LLMCapacityHeadroomLow
+        (
+            "model:llm_capacity_used_ratio:max > 1\n      and on (model)\n      model:llm_serving_replicas:count >= 2",
+            "model:llm_capacity_used_ratio:max > 1\n      and on (model)\n      model:llm_serving_replicas:count >= 1",
+        ),
+        # no for: a fleet over its capacity only lately ("brief") would fire
+        (
+            "model:llm_capacity_used_ratio:max > 1\n      and on (model)\n      model:llm_serving_replicas:count >= 2\n    for: 5m",
+            "model:llm_capacity_used_ratio:max > 1\n      and on (model)\n      model:llm_serving_replicas:count >= 2\n    for: 0m",
+        ),
+        # the demand of every replica against the capacity of the profiled ones: "partial" would fire
+        (
+            "server_model:llm_requests_finished:rate5m\n      and on (job, instance, server, model)\n"
+            "      server_model:llm_capacity_requests_per_second_at_slo:max",
+            "server_model:llm_requests_finished:rate5m",
+        ),
+        # in flight without the queue: the value test wants running + waiting
+        (
+            "+ on (job, instance, server, model)\n      server_model:llm_scheduler_requests_waiting:sum",
+            "+ on (job, instance, server, model)\n      0 * server_model:llm_scheduler_requests_waiting:sum",
+        ),
+        # the capacity of the exporter, not of the engine: the duo's two engines would read each other's
+        (
+            "max by (job, instance, engine) (llm_capacity_concurrency_at_slo)",
+            "max by (job, instance) (llm_capacity_concurrency_at_slo) + on (job, instance) group_right () "
+            "(0 * max by (job, instance, engine) (llm_capacity_concurrency_at_slo))",
+        ),
     ],
 )
 def test_unit_tests_fail_when_a_fleet_rule_is_broken(tmp_path: Path, old: str, new: str) -> None:
@@ -198,6 +227,11 @@ def test_unit_tests_fail_when_a_fleet_rule_is_broken(tmp_path: Path, old: str, n
         (
             ["alertname=LLMFleetGroupSkew", "severity=warning", "layer=parallel", "kind=fleet", "cause=group_skew"],
             "team-gpu-platform",
+        ),
+        # issue 22: the fleet past its measured capacity at SLO
+        (
+            ["alertname=LLMFleetCapacityShort", "severity=warning", "layer=application", "kind=fleet", "capacity=measured"],
+            "team-serving",
         ),
     ],
 )
