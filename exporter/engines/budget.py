@@ -93,7 +93,8 @@ class LineQuotas:
     """What :func:`line_quotas` decided: lines to materialise per name, and names no row will read."""
 
     quotas: dict[str, int]
-    #: names whose preferred source is served: unread, and not counted as dropped
+    #: names left unread that are not the budget's to count: a preferred source of their row is
+    #: served, or their family is over its share (the parser counts those as ``family_budget``)
     unused: frozenset[str]
 
 
@@ -113,7 +114,9 @@ def line_quotas(lines: Mapping[str, int], order: LineOrder, budget: int, share: 
     is cut, except where a mapping merges series (replicas, partitions): there the
     quotas cut a little early. Each unread line counts once as ``budget`` in the
     dropped counter; names a row never reads because a preferred name is served do
-    not count. Families over their ``share`` are dropped by the parser anyway.
+    not count. Families over their ``share`` get no line at all (the parser drops and
+    counts them; without the quota it built a share's worth of them first: 20 000
+    label dicts of a 200 000-line flood).
     """
     shares: dict[str, int] = {}
     if share is not None:
@@ -122,19 +125,23 @@ def line_quotas(lines: Mapping[str, int], order: LineOrder, budget: int, share: 
             shares[family] = shares.get(family, 0) + n
     units: dict[tuple[int, str], list[str]] = {}
     unused: set[str] = set()
+    flooded: set[str] = set()
     total = 0
     for name, n in lines.items():
         place = order.get(name)
-        if place is None or (share is not None and shares[family_name(name)] > share):
+        if place is None:
             continue
-        if any(lines.get(p) for p in place.preferred):
+        if share is not None and shares[family_name(name)] > share:
+            flooded.add(name)
+        elif any(lines.get(p) for p in place.preferred):
             unused.add(name)
-            continue
-        units.setdefault((place.rank, place.unit), []).append(name)
-        total += n
+        else:
+            units.setdefault((place.rank, place.unit), []).append(name)
+            total += n
     if total <= budget:
-        return None
-    quotas = dict.fromkeys(unused, 0)
+        # a family over its share is never built, not even the share's worth before the parser sees it cross
+        return LineQuotas(dict.fromkeys(flooded, 0), frozenset(flooded)) if flooded else None
+    quotas = dict.fromkeys(unused | flooded, 0)
     left = budget
     for (_, unit), names in sorted(units.items()):
         size = sum(lines[n] for n in names)
@@ -149,7 +156,7 @@ def line_quotas(lines: Mapping[str, int], order: LineOrder, budget: int, share: 
             left = 0
         else:
             quotas.update(dict.fromkeys(names, 0))
-    return LineQuotas(quotas, frozenset(unused))
+    return LineQuotas(quotas, frozenset(unused | flooded))
 
 
 def input_limit(max_series: int) -> int:
