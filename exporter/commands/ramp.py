@@ -204,7 +204,9 @@ def run(args: argparse.Namespace) -> int:
     report_dir: Path = args.report
 
     def save(outcome: RampOutcome, final: bool) -> None:
-        report = build_report(outcome.steps, outcome.knee, outcome.saturation, config, outcome.error, complete=final)
+        report = build_report(
+            outcome.steps, outcome.knee, outcome.saturation, config, outcome.error, complete=final, fingerprint=probe.fingerprint
+        )
         if final:
             write_all(report_dir, report, outcome.steps, outcome.knee, outcome.saturation)
         else:

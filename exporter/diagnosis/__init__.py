@@ -61,6 +61,10 @@ def build_diagnosis(config: Config, store: SnapshotStore) -> DiagnosisBundle:
         DiagnosisSource(store, engine, interval, timeout=max(1.0, interval)),
         CapacitySource(store, config.engine_interval, timeout=max(1.0, config.engine_interval)),
     ]
+    # the measured capacity at SLO of engines with a profile (exporter/capacity, docs/capacity.md)
+    from exporter.capacity import build_capacity_sources
+
+    sources += build_capacity_sources(config, store)
     return DiagnosisBundle(sources=sources, router=build_router(engine), engine=engine)
 
 

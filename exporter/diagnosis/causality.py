@@ -71,11 +71,17 @@ EXPLAINS: dict[str, frozenset[str]] = {
     # the first token only; a hung engine is an outage behind every symptom at once
     "front_end_overhead": frozenset({TTFT}),
     "engine_unresponsive": _ALL_LOAD | {FAILURES},
+    # application, the capacity profile (exporter/capacity): load past the measured knee is what
+    # slows every request down, queued or decoding (rules.py _capacity_shares: only past it)
+    "capacity_nearly_used": _ALL_LOAD,
 }
 
 CAUSAL_ORDER: tuple[str, ...] = (
     # an outage outranks every slowdown (and OUTAGE_CAUSES makes it the primary whenever it holds)
     "engine_unresponsive",
+    # load past the measured capacity at SLO: every layer at its limit is its consequence
+    # (OVERLOAD_CAUSES makes it the primary whenever it explains a symptom)
+    "capacity_nearly_used",
     "memory_capacity_exhausted",
     # the GPU starved by something outside its math: every step takes longer, so requests
     # hold their KV blocks longer and the cache fills as a consequence
@@ -115,6 +121,9 @@ SYMPTOM_CAUSES: frozenset[str] = frozenset({"queue_backlog", "slo_breach"})
 #: outages: when one holds and explains a symptom it is the primary, whatever else holds (a hung
 #: engine's frozen gauges can keep a full KV cache or a queue "holding" that are not the story)
 OUTAGE_CAUSES: frozenset[str] = frozenset({"engine_unresponsive"})
+#: load past the measured knee: when it explains a symptom (only past the knee, with a profile that
+#: is not stale) it is the primary over any layer at its limit, which is what overload looks like
+OVERLOAD_CAUSES: frozenset[str] = frozenset({"capacity_nearly_used"})
 
 #: what a symptom-only primary tells the user to do
 CAPACITY_ADVICE = (

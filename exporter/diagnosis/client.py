@@ -203,6 +203,9 @@ def render(verdict: dict[str, Any], out: TextIO) -> None:
         lines += _evidence_rows(primary.get("evidence") or {})
     elif state == "healthy":
         lines.append("No symptom: TTFT, ITL, queue and failures are within bounds. Headroom per layer below.")
+    capacity = verdict.get("capacity")
+    if isinstance(capacity, dict) and capacity.get("text"):
+        lines.append(f"Capacity: {capacity['text']}.")
     symptoms = verdict.get("symptoms") or []
     if symptoms and lines[-1]:
         lines.append("")

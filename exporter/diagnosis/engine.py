@@ -45,6 +45,7 @@ from dataclasses import dataclass, replace
 
 from exporter.diagnosis import causality
 from exporter.diagnosis import signals as sig
+from exporter.diagnosis.capacity_profile import capacity_body
 from exporter.diagnosis.notices import DERIVED_SOURCES, notices_for
 from exporter.diagnosis.ranking import Holding, pick_primary, score
 from exporter.diagnosis.rules import RULES, Rule
@@ -200,6 +201,7 @@ class DiagnosisEngine:
             notices=notices,
             holding=tuple(h.rule.cause for h in holding),
             signals={k: _short(x) for k, x in signals.service.items()},
+            capacity=capacity_body(signals.service),
         )
 
     def _evaluate(self, rule: Rule, signals: sig.Signals) -> _Judged:

@@ -91,7 +91,7 @@ def missing_inputs(v: View, t: Thresholds) -> list[Missing]:
 
 
 #: sources that read the store themselves: their health says nothing about the inputs
-DERIVED_SOURCES = frozenset({"diagnosis", "parallel", "capacity"})
+DERIVED_SOURCES = frozenset({"diagnosis", "parallel", "capacity", "capacity_profile"})
 
 
 def notices_for(

@@ -148,8 +148,11 @@ def pick_primary(candidates: Sequence[tuple[Holding, frozenset[str], float]], t:
     if not pool:
         return None
     outages = [c for c in pool if c[0].rule.cause in causality.OUTAGE_CAUSES]
+    overload = [c for c in pool if c[0].rule.cause in causality.OVERLOAD_CAUSES]
     if outages:  # an outage outranks every slowdown (causality.OUTAGE_CAUSES)
         pool = outages
+    elif overload:  # load past the measured knee explains the layers at their limits (OVERLOAD_CAUSES)
+        pool = overload
     amounts = [amount(c[0], c[1], t) for c in pool]
     most = max(amounts)
     widest = [c for c, a in zip(pool, amounts, strict=True) if a >= most - _AMOUNT_EPS]

@@ -23,6 +23,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
+from exporter.diagnosis import capacity_profile as cp
 from exporter.diagnosis import causality
 from exporter.diagnosis import probe as pr
 from exporter.diagnosis import signals as s
@@ -626,6 +627,27 @@ def _used_length(v: View) -> tuple[float, float, str] | None:
     return None
 
 
+def _capacity_nearly_used(v: View, t: Thresholds) -> bool:
+    """The load is near (or past) the measured capacity at SLO, and the profile still describes the engine."""
+    return v.get(cp.STALE) != 1.0 and v[cp.USED] >= t.capacity_nearly_used_ratio
+
+
+def _capacity_shares(v: View, t: Thresholds, symptoms: frozenset[str]) -> dict[str, float]:
+    """Past the measured knee (used >= 1) the load explains every load symptom; short of it, none."""
+    return {sym: 1.0 for sym in symptoms} if v.get(cp.USED, 0.0) >= 1.0 else {}
+
+
+def _describe_capacity(v: View, t: Thresholds) -> str:
+    used = v[cp.USED]
+    knee = f"knee {v[cp.CONCURRENCY]:.0f} concurrent" if cp.CONCURRENCY in v else "the measured knee"
+    if cp.RPS in v:
+        knee += f", {v[cp.RPS]:.3g} req/s"
+    age = f"; profile {cp.age_text(v[cp.AGE])} old" if cp.AGE in v else ""
+    if used >= 1.0:
+        return f"load {100 * used:.0f} % of the measured capacity at SLO: past the measured knee ({knee}{age})"
+    return f"load {100 * used:.0f} % of the measured capacity at SLO ({knee}{age})"
+
+
 def _context_reserved(v: View, t: Thresholds) -> bool:
     """Capacity holds the queue (requests really wait, held for capacity: llama.cpp's slots all busy)
     while each sequence reserves far more context than requests use."""
@@ -1093,6 +1115,25 @@ RULES: tuple[Rule, ...] = (
         "the engine and file the dump with the engine's project.",
         describe=_describe_unresponsive,
         warns_alone=lambda v, t: True,  # an outage is news even when no other symptom can be judged
+    ),
+    # ------------------------------------------------------------------ application: the capacity profile
+    Rule(
+        "application",
+        "capacity_nearly_used",
+        "service",
+        requires=(cp.USED,),
+        condition=_capacity_nearly_used,
+        severity=lambda v, t: ramp(v[cp.USED], t.capacity_nearly_used_ratio, 1.0),
+        evidence=(cp.USED, cp.CONCURRENCY, cp.RPS, cp.RECOMMENDED, s.RUNNING, s.WAITING, s.FINISHED_RATE, cp.AGE, cp.STALE),
+        advice="The engine carries nearly as much as its capacity profile measured it can within the SLO (tune or "
+        "ramp, --capacity-profile), or more: past that knee latency climbs and requests queue. Add a replica "
+        "before the SLO breaks, or cap concurrency at the gateway at llm_capacity_recommended_max_concurrency. "
+        "If the workload drifted (llm_capacity_workload_drift_ratio far from 1) or the profile is old, re-measure.",
+        describe=_describe_capacity,
+        proximity=lambda v, t: min(1.0, v[cp.USED]),
+        limit="the measured capacity at SLO",
+        warns_alone=lambda v, t: True,  # nobody suffers yet: that is the point of the warning
+        share=_capacity_shares,
     ),
 )
 

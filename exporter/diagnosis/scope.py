@@ -294,12 +294,18 @@ class Partition:
     node: list[Point]
 
 
+#: families labelled ``engine`` (the engine's name) rather than ``server``: they belong to that engine's scope
+ENGINE_KEYED_PREFIXES: tuple[str, ...] = ("llm_capacity_",)
+
+
 def partition(snap: Snapshot) -> Partition:
     by_server: dict[str, list[Point]] = {}
     by_gpu: dict[str, list[Point]] = {}
     node: list[Point] = []
     for p in snap.points:
         server = p.labels.get("server")
+        if server is None and p.name.startswith(ENGINE_KEYED_PREFIXES):
+            server = p.labels.get("engine")  # published per engine under its name (exporter/capacity)
         if server is not None:
             by_server.setdefault(server, []).append(p)
             continue

@@ -24,6 +24,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from exporter.diagnosis.capacity_profile import capacity_signals
 from exporter.diagnosis.probe import probe_signals
 from exporter.diagnosis.window import Window
 from exporter.schema import FAILED_FINISH_REASONS, HARMFUL_THROTTLE_REASONS, reduce_series, reduced_name
@@ -187,7 +188,8 @@ _READ_PREFIXES: tuple[str, ...] = (
     "llm_parallel_",
     "llm_process_",
     "llm_probe_",
-)  # llm_probe_: exporter/diagnosis/probe.py
+    "llm_capacity_",
+)  # llm_probe_: exporter/diagnosis/probe.py; llm_capacity_: exporter/diagnosis/capacity_profile.py
 _READ_NAMES: frozenset[str] = frozenset(
     {
         "llm_scheduler_requests_waiting",
@@ -445,6 +447,7 @@ def service_signals(window: Window, gpus: Mapping[str, Mapping[str, float]], rec
     _failures(window, v)
     _settings(window, v)
     probe_signals(window, v)  # the canary probe's figures (exporter/diagnosis/probe.py)
+    capacity_signals(window, v)  # the capacity profile's (exporter/diagnosis/capacity_profile.py)
     return v
 
 

@@ -27,7 +27,7 @@ from exporter.samples import SampleResult
 from exporter.store import SnapshotStore
 
 #: sources that themselves read the store (never worth waiting for)
-DERIVED_SOURCES: frozenset[str] = frozenset({"diagnosis", "parallel", "capacity"})
+DERIVED_SOURCES: frozenset[str] = frozenset({"diagnosis", "parallel", "capacity", "capacity_profile"})
 #: wait for an input whose next sample is due within this share of its interval and of ours
 ALIGN_SHARE = 0.5
 #: how late a due sample may land (share of its interval, at least ALIGN_MIN_SLACK_S)

@@ -149,6 +149,10 @@ class Thresholds:
     front_end_overhead_seconds: float = 0.5
     #: ... and that time outside the engine is at least this share of what the client waited
     front_end_overhead_share: float = 0.5
+    # --- application: the measured capacity at SLO (exporter/capacity, docs/capacity.md) ---
+    #: llm_capacity_used_ratio at or above this, with no symptom yet, is the warning
+    #: capacity_nearly_used (past 1, with a symptom, the load past the knee explains it)
+    capacity_nearly_used_ratio: float = 0.9
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any] | None) -> Thresholds:
@@ -195,6 +199,7 @@ class Thresholds:
             "primary_confident",
             "throttle_min_share",
             "front_end_overhead_share",
+            "capacity_nearly_used_ratio",
         )
         for name in ratios:
             v = getattr(self, name)

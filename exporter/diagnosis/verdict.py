@@ -96,6 +96,8 @@ class Verdict:
     holding: tuple[str, ...] = ()
     #: the service-scope signals the cycle judged (``GET /diagnosis?signals=1``)
     signals: dict[str, float] = field(default_factory=dict)
+    #: the load against the measured capacity at SLO (exporter/diagnosis/capacity_profile.py); None: no profile
+    capacity: dict[str, Any] | None = None
 
     @property
     def contributing(self) -> list[Cause]:
@@ -117,6 +119,7 @@ class Verdict:
             },
             "bottlenecks": [c.as_dict() for c in self.bottlenecks],
             "holding": list(self.holding),
+            "capacity": self.capacity,
         }
 
     def active(self) -> set[tuple[str, str]]:

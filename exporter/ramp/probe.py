@@ -30,6 +30,9 @@ class ExporterProbe:
         self.url = base_url(url)
         self._client = httpx.Client(timeout=timeout)
         self.has_diagnosis = True
+        #: the engine configuration the exporter published at ``check()`` (exporter/capacity/fingerprint.py):
+        #: what a capacity profile built from this run was measured on; None when it publishes none
+        self.fingerprint: dict[str, Any] | None = None
 
     def close(self) -> None:
         self._client.close()
@@ -64,6 +67,10 @@ class ExporterProbe:
         except ValueError as err:
             raise RampError(f"exporter {self.url}/metrics is not a Prometheus exposition: {err}") from None
         warnings: list[str] = []
+        from exporter.capacity.fingerprint import from_series
+
+        found = from_series(first)
+        self.fingerprint = found.as_dict() if found is not None else None
         if not first.get("llm_engine_info"):
             warnings.append(f"exporter {self.url} publishes no engine metrics yet: is its --engine the target?")
         try:

@@ -29,12 +29,17 @@ def build_report(
     config: dict[str, Any],
     error: str | None = None,
     complete: bool = True,
+    fingerprint: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The report.json document (keys ``steps``, ``knee``, ``first_saturated_layer``, ``cause`` and context).
 
     Per step, ``steps[].diagnosis`` carries ``state``, ``states``, ``primary`` (with its
     ``chain``) and ``primaries``; ``baseline_state``, ``knee_state``, ``knee_primary``
     and ``chain`` repeat what matters at the baseline and at the knee.
+
+    For a capacity profile (exporter/capacity): ``fingerprint``, the engine configuration the
+    exporter published when the ramp began (``ExporterProbe.fingerprint``; null when unknown), and
+    ``workload``, the mean prompt / output tokens per request the run made (``workload_means``).
     """
     return {
         "version": REPORT_VERSION,
@@ -63,12 +68,34 @@ def build_report(
             }
             for s in steps
         ],
+        "fingerprint": fingerprint,
+        "workload": workload_means(steps, config),
         "totals": {
             "requests": sum(s.client.requests for s in steps),
             "errors": sum(s.client.errors for s in steps),
             "timeouts": sum(s.client.timeouts for s in steps),
             "output_tokens": sum(s.client.output_tokens for s in steps),
         },
+    }
+
+
+def workload_means(steps: Sequence[Step], config: dict[str, Any]) -> dict[str, Any] | None:
+    """Mean prompt / output tokens per request: the engine's own counts where it publishes them (its token
+    counters over its finished requests, all steps together), else what the client asked for and received
+    (``config["prompt_tokens"]``, output tokens over completed requests); None when nothing finished."""
+    finished = sum(s.exporter.counters.get("requests_finished", 0.0) for s in steps)
+    prompt = sum(s.exporter.counters.get("prompt_tokens", 0.0) for s in steps)
+    output = sum(s.exporter.counters.get("generation_tokens", 0.0) for s in steps)
+    if finished > 0 and prompt > 0 and output > 0:
+        return {"prompt_tokens_mean": prompt / finished, "output_tokens_mean": output / finished, "source": "engine"}
+    requests = sum(s.client.requests for s in steps)
+    if requests <= 0:
+        return None
+    asked = config.get("prompt_tokens")
+    return {
+        "prompt_tokens_mean": float(asked) if isinstance(asked, (int, float)) and asked > 0 else None,
+        "output_tokens_mean": sum(s.client.output_tokens for s in steps) / requests,
+        "source": "client",
     }
 
 

@@ -82,6 +82,7 @@ _COMMON: dict[str, Knob] = {
     "slo_breach": _cap("a symptom with no cause behind it"),
     "retries_and_timeouts": _cap("clients give up and retry; their timeouts, not the engine's flags"),
     "front_end_overhead": _cap("time spent in front of the engine (gateway, proxy, network)"),
+    "capacity_nearly_used": _cap("load at or past the capacity the profile measured: replicas, not flags"),
     "engine_unresponsive": Knob("none", "no knob: outage — the engine accepts requests but answers none", limit="outage"),
     "memory_capacity_exhausted": _hw("the framebuffer is full: a smaller model, quantised weights or more GPUs"),
     "pcie_transfer_bound": _hw("host<->device copies at the link's bandwidth"),

@@ -8,6 +8,7 @@ redone later without re-measuring. Non-finite numbers become null (exporter/json
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +32,35 @@ def _primary(m: Measurement, slo: SLO) -> dict[str, str] | None:
     return None if p is None else {"layer": p.layer, "cause": p.cause, "chain": p.chain}
 
 
+def _fingerprint(m: Measurement) -> dict[str, Any] | None:
+    """The configuration measured, for a capacity profile (exporter/capacity): what its exporter published
+    during the last run that saw any, with the command line the tuner started it with."""
+    found = next((r["fingerprint"] for r in reversed(m.runs) if isinstance(r.get("fingerprint"), dict)), None)
+    out = dict(found) if found is not None else {"engine": None, "model": None, "settings": {}}
+    out["argv"] = m.cmd.full()
+    return out
+
+
+def _workload(m: Measurement) -> dict[str, Any] | None:
+    """Mean prompt / output tokens per request over the runs (each run's ``workload``, exporter/ramp/report.py)."""
+    seen = [r["workload"] for r in m.runs if isinstance(r.get("workload"), dict)]
+    out: dict[str, Any] = {}
+    for key in ("prompt_tokens_mean", "output_tokens_mean"):
+        values = [w[key] for w in seen if isinstance(w.get(key), (int, float))]
+        if values:
+            out[key] = sum(values) / len(values)
+    if not out:
+        return None
+    out["source"] = seen[-1].get("source")
+    return out
+
+
 def _config(m: Measurement, slo: SLO) -> dict[str, Any]:
     return {
         "argv": m.cmd.full(),
         "capacity": m.capacity(slo).as_dict(),
+        "fingerprint": _fingerprint(m),
+        "workload": _workload(m),
         "knee": _knee(m),
         "primary": _primary(m, slo),
         "runs": m.runs,
@@ -55,6 +81,8 @@ def build(result: TuneResult, slo: SLO, engine: str, mode: str) -> dict[str, Any
             "gain": best.capacity(slo).requests_per_second / b_rps if b_rps > 0 else None,
             "primary_after": _primary(best, slo),
             "capacity": best.capacity(slo).as_dict(),
+            "fingerprint": _fingerprint(best),
+            "workload": _workload(best),
         }
     trials = []
     for t in result.trials:
@@ -75,6 +103,7 @@ def build(result: TuneResult, slo: SLO, engine: str, mode: str) -> dict[str, Any
         )
     return {
         "version": VERSION,
+        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "engine": engine,
         "mode": mode,
         "slo": {"ttft_s": slo.ttft_s, "itl_s": slo.itl_s},

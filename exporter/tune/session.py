@@ -146,8 +146,10 @@ class Tuner:
     def _ramp(self, exporter_url: str, label: str, repeat: int) -> dict[str, Any]:
         model = check_target(self.url, None, timeout=self.s.request_timeout_s)
         probe = ExporterProbe(exporter_url)
+        fingerprint = None
         try:
             probe.check()
+            fingerprint = probe.fingerprint
             loader = make_step_loader(
                 LoadSettings(
                     base_url=self.url,
@@ -175,7 +177,7 @@ class Tuner:
         if outcome.interrupted:
             raise KeyboardInterrupt
         config = _ramp_config(self.s, self.url, exporter_url, model)
-        return build_report(outcome.steps, outcome.knee, outcome.saturation, config, outcome.error)
+        return build_report(outcome.steps, outcome.knee, outcome.saturation, config, outcome.error, fingerprint=fingerprint)
 
     # ------------------------------------------------------------------ one configuration
 

@@ -104,7 +104,9 @@ def test_json_body_has_exactly_the_contract_keys():
         "layers",
         "bottlenecks",
         "holding",
+        "capacity",  # null without a capacity profile (exporter/diagnosis/capacity_profile.py)
     }
+    assert body["capacity"] is None
     assert body["schema_version"] == 2 and body["state"] == "unknown" and body["primary"] is None
     assert any("no engine metrics" in n for n in body["notices"])
     assert list(body["layers"]) == list(LAYERS)

@@ -56,6 +56,8 @@ def test_contract_cause_ids_per_layer():
             # the canary probe (issue 16, exporter/probe)
             "front_end_overhead",
             "engine_unresponsive",
+            # the measured capacity at SLO (issue 22, exporter/capacity)
+            "capacity_nearly_used",
         ),
     }
     assert {r.layer for r in RULES} == set(LAYERS)

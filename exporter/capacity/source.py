@@ -1,0 +1,172 @@
+"""Source ``capacity_profile``: each engine's measured capacity at SLO against its live load.
+
+Why a derived source: everything it needs beside the profile file is already
+in the store (the engine's requests, token series and published settings), so
+like exporter/diagnosis/capacity.py it reads ``store.snapshot()`` and never
+talks to the engine. The diagnosis reads what it publishes (the used ratio,
+the profile's age and staleness) a cycle later, exactly like any other input.
+
+Per engine with a profile (``--capacity-profile``, ``engines[].capacity_profile``),
+labelled ``engine`` (its name, as the diagnosis series are):
+
+* the profile's figures: ``llm_capacity_concurrency_at_slo``,
+  ``..._requests_per_second_at_slo``, ``..._tokens_per_second_at_slo``,
+  ``llm_capacity_recommended_max_concurrency`` (floor(knee x (1 - headroom)), >= 1)
+  and ``llm_capacity_profile_age_seconds``: always, from the last good profile;
+* ``llm_capacity_used_ratio``: max(in flight / concurrency, finished rate /
+  requests per second) over the parts the engine publishes; absent when none;
+* ``llm_capacity_profile_stale``: 1 / 0 when the profile's fingerprint and the
+  live one share a setting or the model to compare; absent while unknown (a
+  profile from before fingerprints, an engine not read yet);
+* ``llm_capacity_workload_drift_ratio{dimension}``: live mean over the profile's,
+  where both are known.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from exporter.capacity import fingerprint as fpr
+from exporter.capacity.live import WINDOW_SECONDS, LiveLoad, LiveWindow
+from exporter.capacity.profile import Profile
+from exporter.capacity.watch import ProfileWatcher
+from exporter.samples import Point, Sample, SampleResult, SourceError
+from exporter.store import SnapshotStore
+
+log = logging.getLogger(__name__)
+
+NAME = "capacity_profile"
+CONCURRENCY = "llm_capacity_concurrency_at_slo"
+RPS = "llm_capacity_requests_per_second_at_slo"
+TPS = "llm_capacity_tokens_per_second_at_slo"
+USED = "llm_capacity_used_ratio"
+RECOMMENDED = "llm_capacity_recommended_max_concurrency"
+AGE = "llm_capacity_profile_age_seconds"
+STALE = "llm_capacity_profile_stale"
+DRIFT = "llm_capacity_workload_drift_ratio"
+#: the default share of the knee kept free by the recommended gateway ceiling
+DEFAULT_HEADROOM = 0.2
+
+
+def recommended_max_concurrency(concurrency: int, headroom: float) -> int:
+    """The knee less the headroom, rounded down, at least 1."""
+    return max(1, math.floor(concurrency * (1.0 - headroom) + 1e-9))
+
+
+def used_ratio(profile: Profile, live: LiveLoad) -> float | None:
+    """The larger of in flight over the concurrency and the finished rate over the requests/s (None: neither known)."""
+    parts = []
+    if live.in_flight is not None and profile.concurrency > 0:
+        parts.append(live.in_flight / profile.concurrency)
+    if live.finished_per_second is not None and profile.requests_per_second > 0:
+        parts.append(live.finished_per_second / profile.requests_per_second)
+    return max(parts) if parts else None
+
+
+def drift(profile: Profile, live: LiveLoad) -> dict[str, float]:
+    """dimension -> live mean tokens per request over the profile's (only where both are known)."""
+    out: dict[str, float] = {}
+    for dim, measured, now in (
+        ("prompt_tokens", profile.prompt_tokens_mean, live.prompt_tokens_mean),
+        ("output_tokens", profile.output_tokens_mean, live.output_tokens_mean),
+    ):
+        if measured and now is not None:
+            out[dim] = now / measured
+    return out
+
+
+@dataclass
+class _Engine:
+    name: str
+    watcher: ProfileWatcher
+    live: LiveWindow
+    #: the differences logged last (a flip to stale is logged once, not per sample)
+    logged: tuple[str, ...] = field(default_factory=tuple)
+
+
+class CapacityProfileSource:
+    """Publishes the capacity gauges of every engine that has a profile."""
+
+    name = NAME
+
+    def __init__(
+        self,
+        store: SnapshotStore,
+        profiles: Sequence[tuple[str, Profile]],
+        interval: float,
+        timeout: float,
+        headroom: float = DEFAULT_HEADROOM,
+        window_seconds: float = WINDOW_SECONDS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.interval = interval
+        self.timeout = timeout
+        self.headroom = headroom
+        self._clock = clock
+        self.engines = [_Engine(name, ProfileWatcher(p), LiveWindow(window_seconds)) for name, p in profiles]
+
+    def sample(self) -> SampleResult:
+        snap = self.store.snapshot()
+        points: list[Point] = []
+        errors: list[SourceError] = []
+        for e in self.engines:
+            profile, problem = e.watcher.current()
+            if problem is not None:
+                errors.append(SourceError(problem.reason, f"engine {e.name}: {problem.message}"))
+            live = e.live.add(snap, e.name)
+            points += self._points(e, profile, live, fpr.from_snapshot(snap, e.name))
+        return SampleResult(points, errors)
+
+    def _points(self, e: _Engine, p: Profile, live: LiveLoad, now: fpr.Fingerprint | None) -> list[Point]:
+        labels = {"engine": e.name}
+        out: list[Point] = [
+            Sample(CONCURRENCY, labels, float(p.concurrency)),
+            Sample(RPS, labels, p.requests_per_second),
+            Sample(TPS, labels, p.tokens_per_second),
+            Sample(RECOMMENDED, labels, float(recommended_max_concurrency(p.concurrency, self.headroom))),
+            Sample(AGE, labels, max(0.0, self._clock() - p.measured_at)),
+        ]
+        used = used_ratio(p, live)
+        if used is not None:
+            out.append(Sample(USED, labels, used))
+        stale = self._stale(e, p, now)
+        if stale is not None:
+            out.append(Sample(STALE, labels, stale))
+        out += [Sample(DRIFT, {**labels, "dimension": dim}, ratio) for dim, ratio in drift(p, live).items()]
+        return out
+
+    def _stale(self, e: _Engine, p: Profile, now: fpr.Fingerprint | None) -> float | None:
+        """1 / 0, or None while it cannot be told; a change to stale is logged once with what differs."""
+        if p.fingerprint is None or now is None or not fpr.comparable(p.fingerprint, now):
+            return None
+        diffs = tuple(fpr.differences(p.fingerprint, now))
+        if diffs != e.logged:
+            if diffs:
+                log.warning(
+                    "engine %s runs another configuration than its capacity profile %s measured (%s): re-measure it",
+                    e.name,
+                    p.path,
+                    "; ".join(diffs),
+                )
+            else:
+                log.info("engine %s runs the configuration its capacity profile %s measured", e.name, p.path)
+            e.logged = diffs
+        return 1.0 if diffs else 0.0
+
+    def close(self) -> None:
+        """Holds nothing open (the file is read and closed each time it changes)."""
+
+
+__all__ = [
+    "DEFAULT_HEADROOM",
+    "NAME",
+    "CapacityProfileSource",
+    "drift",
+    "recommended_max_concurrency",
+    "used_ratio",
+]
