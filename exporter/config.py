@@ -18,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
+from exporter.capacity.config import headroom_ratio
 from exporter.errors import UsageError
 
 ENV_PREFIX = "LLM_EXPORTER_"
@@ -72,6 +73,8 @@ class EngineConfig:
     #: the GPUs it runs on (`gpus:`, `--engine-gpus`): index labels or UUIDs; empty: found
     #: by Kubernetes or the process, else every GPU (exporter/diagnosis/scope.py)
     gpus: tuple[str, ...] = ()
+    #: capacity profile file (`capacity_profile:`, `--capacity-profile`; exporter/capacity/config.py)
+    capacity_profile: str | None = None
 
 
 @dataclass
@@ -100,6 +103,12 @@ class Config:
     kubernetes: Any = None
     #: source switches (exporter/registry.py): name -> on; a name left out takes its default
     sources: dict[str, bool] = field(default_factory=dict)
+    #: --capacity-headroom: share of the knee the recommended ceiling keeps free (exporter/capacity)
+    capacity_headroom: float = 0.2
+    #: engine name -> its loaded capacity profile (exporter/capacity/profile.py: Profile), by load_config
+    capacity_profiles: dict[str, Any] = field(default_factory=dict)
+    #: --enable-profile / --profile-dir (exporter/profile/config.py: ProfileConfig); None before load_config
+    profile: Any = None
     #: settings given by file, environment or flag (the others are defaults), e.g. "gpu_timeout"
     explicit: set[str] = field(default_factory=set, repr=False, compare=False)
 
@@ -387,6 +396,12 @@ SERVE_FLAGS: list[tuple[str, str, Callable[[Any], Any], str]] = [
         group_name,
         "name of the multi-node parallel (TP/PP) group this node belongs to, the same on every node of it; published as llm_parallel_node_group_info{group} for the fleet rules (default: none)",
     ),
+    (
+        "--capacity-headroom",
+        "capacity_headroom",
+        headroom_ratio,
+        "share of the capacity profile's knee concurrency that llm_capacity_recommended_max_concurrency keeps free, 0-1 (default 0.2)",
+    ),
 ]
 
 
@@ -422,10 +437,18 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     from exporter.probe.config import add_probe_arguments
 
     add_probe_arguments(parser)
+    # --- capacity profile: --capacity-profile lives in exporter/capacity/config.py
+    from exporter.capacity.config import add_capacity_arguments
+
+    add_capacity_arguments(parser)
     # --- kubernetes: its flags live in exporter/kubernetes/settings.py
     from exporter.kubernetes.settings import add_arguments as add_kubernetes_arguments
 
     add_kubernetes_arguments(parser)
+    # --- on-demand profile: --enable-profile / --profile-dir live in exporter/profile/config.py
+    from exporter.profile.config import add_profile_arguments
+
+    add_profile_arguments(parser)
     # --- sources: --source.NAME / --no-source.NAME live in exporter/registry.py
     from exporter.registry import add_arguments as add_source_arguments
 
@@ -502,10 +525,18 @@ def load_config(args: argparse.Namespace, environ: dict[str, str] | None = None)
     cfg.diagnosis = diag
     _check_thresholds(diag, config_path)
     _check_gpu_source(cfg.gpu_source, origin.get("gpu_source", "--gpu-source"))
+    # --- capacity profiles: --capacity-profile / LLM_EXPORTER_CAPACITY_PROFILE, each engine's file read now
+    from exporter.capacity.config import apply_capacity_flags
+
+    apply_capacity_flags(cfg, args, env)
     # --- kubernetes: flags, environment and the `kubernetes:` section (exporter/kubernetes/settings.py)
     from exporter.kubernetes.settings import load as load_kubernetes
 
     cfg.kubernetes = load_kubernetes(args, env, raw.get("kubernetes"), config_path)
+    # --- on-demand profile: flags and environment (exporter/profile/config.py)
+    from exporter.profile.config import load_profile
+
+    cfg.profile = load_profile(args, env)
     # --- sources: flags, environment and the `sources:` section; last, as `needs` reads the rest
     from exporter import registry
 
@@ -609,6 +640,7 @@ _ENGINE_KEYS = {
     "basic_auth",
     "probe",  # exporter/probe/config.py
     "gpus",  # exporter/diagnosis/scope.py
+    "capacity_profile",  # exporter/capacity/config.py
 }
 
 
@@ -691,7 +723,17 @@ def _engine_from_mapping(item: Any, cfg: Config, where: str) -> EngineConfig:
         process=str(item["process"]) if item.get("process") else None,
         probe=_probe(item.get("probe"), f"{where}: probe"),
         gpus=_parse(gpu_list, item["gpus"], f"{where}: gpus") if item.get("gpus") is not None else (),
+        capacity_profile=_capacity_profile(item.get("capacity_profile"), f"{where}: capacity_profile"),
     )
+
+
+def _capacity_profile(value: Any, where: str) -> str | None:
+    """The `capacity_profile:` path (read once the whole configuration is known)."""
+    if value is None:
+        return None
+    from exporter.capacity.config import profile_path
+
+    return profile_path(value, where)
 
 
 def _probe(value: Any, where: str) -> Any:

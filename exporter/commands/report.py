@@ -79,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
     from exporter.report import Context, write_report
     from exporter.report.charts import draw_all
     from exporter.report.collect import fetch_verdict, query_prometheus, sample_exporter
+    from exporter.report.operator import fetch_profiles
     from exporter.report.render import ChartRef
     from exporter.report.series import charts
 
@@ -109,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
         end=collected.end,
         charts=[ChartRef(f.file, f.title, f.layer, f.empty) for f in files],
         notes=collected.notes,
+        profiles=fetch_profiles(session, exporter, args.timeout),  # the last POST /profile (docs/profile.md)
     )
     write_report(out_dir, collected.verdict, ctx)
     primary = collected.verdict.get("primary")

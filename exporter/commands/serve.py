@@ -127,6 +127,12 @@ def run(args: argparse.Namespace) -> int:
 
     store = SnapshotStore()
     sources, routers = build_sources(config, store)
+    # the on-demand profile (exporter/profile, docs/profile.md): its routes always (off: a 404 that says
+    # so), its publishing source only with --enable-profile
+    from exporter.profile import build_profile
+
+    profile = build_profile(config, store)
+    sources, routers = sources + profile.sources, [*routers, profile.router]
     # bound here, handed to uvicorn below: an unusable address is one line and exit 4 before any
     # runner starts and before the "serving on" line (uvicorn would log it and exit 3 much later)
     try:

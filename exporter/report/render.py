@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from exporter.schema import LAYERS
+from exporter.report.operator import share_rows
+from exporter.schema import LAYERS, OPERATOR_KINDS
 
 NOT_AVAILABLE = "n/a"
 NOT_MEASURED = "not measured"
@@ -59,6 +60,8 @@ class Context:
     notes: list[str] = field(default_factory=list)
     #: where the PNGs lie (for embedding them in the HTML); None: reference them relatively
     out_dir: Path | None = None
+    #: engine -> its last on-demand operator profile (GET /profile; exporter/report/operator.py)
+    profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def source_sentence(self) -> str:
         if not self.source:
@@ -274,6 +277,17 @@ def _md_cause(c: dict[str, Any]) -> list[str]:
     return out + _md_evidence(c.get("evidence") or {})
 
 
+def _md_profiles(ctx: Context) -> list[str]:
+    """The last operator profile of each engine: where its GPU kernel time went (none: no section)."""
+    if not ctx.profiles:
+        return []
+    out = ["## Operator profile (last POST /profile)", "", "| engine | ended (UTC) | " + " | ".join(OPERATOR_KINDS) + " |"]
+    out.append("|---|---|" + "---:|" * len(OPERATOR_KINDS))
+    for engine, ended, values in share_rows(ctx.profiles):
+        out.append(f"| {md(engine)} | {utc(ended)} | " + " | ".join(percent(v) for v in values) + " |")
+    return out + [""]
+
+
 def render_markdown(verdict: dict[str, Any], ctx: Context) -> str:
     state = str(verdict.get("state") or "unknown")
     primary = verdict.get("primary")
@@ -328,6 +342,7 @@ def render_markdown(verdict: dict[str, Any], ctx: Context) -> str:
             f"{percent(info.get('headroom'))} | {_cell(info.get('limit') or '')} |"
         )
     out.append("")
+    out += _md_profiles(ctx)
     contributing, rest = others(verdict)
     out += ["## Contributing causes", ""]
     if contributing:
@@ -412,6 +427,23 @@ def _img(chart: ChartRef, out_dir: Path | None) -> str:
     return f'<img alt="{_e(chart.title)}" src="{_e(chart.file)}">'
 
 
+def _html_profiles(ctx: Context) -> str:
+    """The operator profile table (empty string without a profile)."""
+    if not ctx.profiles:
+        return ""
+    head = "".join(f"<th>{_e(k)}</th>" for k in OPERATOR_KINDS)
+    rows = "".join(
+        f"<tr><td>{_e(engine)}</td><td>{_e(utc(ended))}</td>"
+        + "".join(f'<td class="value">{_e(percent(v))}</td>' for v in values)
+        + "</tr>"
+        for engine, ended, values in share_rows(ctx.profiles)
+    )
+    return (
+        '<section id="operator-profile"><h2>Operator profile (last POST /profile)</h2>'
+        f'<table id="operator-shares"><tr><th>engine</th><th>ended (UTC)</th>{head}</tr>{rows}</table></section>'
+    )
+
+
 def render_html(verdict: dict[str, Any], ctx: Context) -> str:
     state = str(verdict.get("state") or "unknown")
     primary = verdict.get("primary")
@@ -474,6 +506,7 @@ def render_html(verdict: dict[str, Any], ctx: Context) -> str:
             f'<td class="limit">{_e(info.get("limit") or "")}</td></tr>'
         )
     p.append("</table></section>")
+    p.append(_html_profiles(ctx))
     contributing, rest = others(verdict)
     p.append('<section id="contributing"><h2>Contributing causes</h2>')
     p += [_html_cause(c, i) for i, c in enumerate(contributing)] or ["<p>none</p>"]

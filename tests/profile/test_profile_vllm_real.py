@@ -1,0 +1,82 @@
+"""The profile route against the real CPU vLLM started with its profiler directory: the trace is real.
+
+The cached CPU vLLM (scripts/integration/setup_vllm.sh) runs torch.profiler on CPU: its
+traces have CPU operators and no GPU kernels. So the route is driven for real (start, a
+few completions, stop, the gzipped traces read from the directory), the answer says no
+GPU kernels were found and publishes nothing, and the CPU operators' own split (self
+time) shows where the CPU model's time went: its oneDNN matmuls and its attention.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.integration.integration_helpers import SMALL_KV_VLLM_ARGS, Proc, skip_if_off, vllm_proc
+from tests.support.ports import free_port
+from tests.support.processes import exporter_argv
+
+pytestmark = [pytest.mark.integration, pytest.mark.external, pytest.mark.slow, pytest.mark.timeout(900)]
+START_TIMEOUT_S = 600.0
+
+
+def _load(base: str, model: str, stop: threading.Event) -> None:
+    """Small completions until ``stop`` (at most 200), so the profile sees model steps."""
+    for _ in range(200):
+        if stop.is_set():
+            return
+        try:
+            httpx.post(
+                base + "/v1/completions", json={"model": model, "prompt": "The capital of France", "max_tokens": 8}, timeout=60
+            )
+        except httpx.HTTPError:
+            time.sleep(0.2)
+
+
+def test_a_profile_of_the_real_cpu_vllm(tmp_path) -> None:
+    skip_if_off("vllm")
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    profiler = {"profiler": "torch", "torch_profiler_dir": str(traces), "torch_profiler_with_stack": False}
+    proc, base = vllm_proc(
+        [*SMALL_KV_VLLM_ARGS, "--profiler-config", json.dumps(profiler)], "vllm-profile", prefix=("nice", "-n", "10")
+    )
+    port = free_port()
+    exporter = Proc(
+        exporter_argv(
+            "serve", "--listen-address", f"127.0.0.1:{port}", "--gpu-source", "none", "--engine", base + "/metrics",
+            "--engine-interval", "2", "--enable-profile", "--profile-dir", str(traces),
+        ),
+        name="exporter-profile",
+    )  # fmt: skip
+    stop = threading.Event()
+    with proc.start(), exporter.start():
+        proc.wait_http(base + "/metrics", START_TIMEOUT_S)
+        ex = f"http://127.0.0.1:{port}"
+        exporter.wait_http(ex + "/metrics", 60, ok=lambda r: 'engine="vllm"' in r.text and "llm_engine_info{" in r.text)
+        model = httpx.get(base + "/v1/models", timeout=10).json()["data"][0]["id"]
+        loader = threading.Thread(target=_load, args=(base, model, stop), daemon=True)
+        loader.start()
+        try:
+            r = httpx.post(ex + "/profile", params={"engine": base.removeprefix("http://"), "seconds": "5"}, timeout=300)
+        finally:
+            stop.set()
+            loader.join(90)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["family"] == "vllm"
+        assert body["kernels"] == 0 and body["shares"] == {}
+        assert "no GPU kernels in the trace" in body["message"]
+        assert any(name.endswith(".pt.trace.json.gz") for name in body["trace_files"]), body["trace_files"]
+        assert body["trace_bytes"] > 0 and body["other_events"] > 0
+        cpu = body["cpu_op_shares"]
+        assert math.isclose(sum(cpu.values()), 1.0, rel_tol=1e-9)
+        assert cpu["gemm"] > 0 and cpu["attention"] > 0, cpu
+        metrics = httpx.get(ex + "/metrics", timeout=10).text
+        assert "llm_operator_time_share{" not in metrics  # nothing made up from a trace without GPU time
+        assert httpx.get(ex + "/profile", params={"engine": body["engine"]}, timeout=10).json() == body
