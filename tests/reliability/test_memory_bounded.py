@@ -56,7 +56,7 @@ the end so one run reports every figure:
   remaining peak; the baseline also grew from 58 to 77 MiB with this round's runtime
   modules. See README "Faults and hostile inputs");
 * after 30 s of recovery RSS has stopped growing: at most the hostile phases' peak, and
-  not above where the recovery started (+5 MiB slack). It does not return to the
+  not above where the recovery started (the most RSS of its first 3 s, +5 MiB slack). It does not return to the
   baseline: CPython's allocator keeps arenas that a few long-lived objects still use
   (measured: 124 MiB after 30 s against a 58 MiB baseline with the heap trimmed on every
   scrape for 90 s after a large one; 77 MiB with ``PYTHONMALLOC=malloc``), so "within
@@ -128,6 +128,8 @@ BUDGET = DEFAULT_MAX_SERIES
 LATENCY_P99_S = 1.0
 
 INTERVAL = 1.0
+#: the opening seconds of the recovery whose most RSS is "where it started" (three engine intervals)
+RECOVERY_SETTLE_S = 3 * INTERVAL
 #: the attacks run this many times in a row: the last round's peaks must not exceed the first's
 ROUNDS = 3
 BASELINE_S, PHASE_S, OVER_BUDGET_S, RECOVERY_S = 15.0, 20.0, 15.0, 30.0
@@ -466,7 +468,7 @@ def test_rss_stays_bounded_under_hostile_engines_and_kubelet_over_rounds_and_pla
         "kubelet_ceiling_mib": MAX_KUBELET_RSS_MIB,
         "rounds": ROUNDS,
         "budget": BUDGET,
-        "recovery_rule": f"recovered <= min(hostile peak, recovery start) + {RECOVERY_SLACK_MIB:g} MiB",
+        "recovery_rule": f"recovered <= min(hostile peak, recovery start: the most RSS of its first {RECOVERY_SETTLE_S:g} s) + {RECOVERY_SLACK_MIB:g} MiB",
         "plateau_rule": f"each phase's peak in round {ROUNDS} <= its peak in round 1 + {PLATEAU_SLACK_MIB:g} MiB",
         "bodies_bytes": {k: len(v) for k, v in bodies.items()} | {"healthy": len(VLLM), "50mb_chunked": HUGE},
         "phases": {},
@@ -654,7 +656,11 @@ def test_rss_stays_bounded_under_hostile_engines_and_kubelet_over_rounds_and_pla
                 figures["recovered_mib"] = round(recovered, 1)
                 phases["recovery"]["rss_median_last_5s_mib"] = round(recovered, 1)
                 hostile_peak = max(hostile)
-                started = next(mib for t, p, mib in monitor.rss if p == "recovery")
+                # where the recovery started: the most RSS of its first seconds, while the scrape that was in
+                # flight at the switch (the last hostile body) and the first normal one are still handled;
+                # a sample taken between the two (a dip) is not where the heap stands
+                begun = next(t for t, p, mib in monitor.rss if p == "recovery")
+                started = max(mib for t, p, mib in monitor.rss if p == "recovery" and t <= begun + RECOVERY_SETTLE_S)
                 limit = min(hostile_peak, started) + RECOVERY_SLACK_MIB
                 if recovered > limit:
                     problems.append(
