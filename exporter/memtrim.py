@@ -19,9 +19,11 @@ exposition comes from the heap instead of a mapping of its own, and the heap's p
 stay fragmented between the small objects that outlive a scrape. Measured with
 ``python3 -m bench.memory_rounds --compare`` (rounds of the hostile bodies of
 tests/reliability/test_memory_bounded.py: a 200 000-series family, 57 000 series
-over budget, 19 000 rotating): RSS 160-170 MiB in every round with glibc's default,
-126-136 MiB with the threshold pinned at 128 KiB (glibc's own starting value); the
-live Python blocks are the same in both (no leak), only the heap's layout differs.
+over budget, 19 000 rotating; 2026-12-02, 2 cores shared with other jobs): round peaks
+108.9, 119.6, 121.6 MiB with glibc's default, creeping; 96.9, 104.8, 97.4 MiB with the
+threshold pinned at 128 KiB (glibc's own starting value), from the same 59.5 MiB
+baseline. In-process, the live Python blocks were the same in both (no leak): only
+the heap's layout differs.
 ``LLM_EXPORTER_PIN_MMAP_THRESHOLD=false`` leaves glibc's default.
 """
 
