@@ -1,8 +1,9 @@
 """The issue's proof on a real llama.cpp server (the cached build and tiny model).
 
-A short real ``ramp`` (three steps of 3 s) against llama.cpp with 4 slots, read through a
-real exporter, writes report.json with the engine's fingerprint and workload; a second
-``serve`` is given that report as its capacity profile. Then: the gauges are published;
+A short real ``tune`` in launch mode (llama.cpp with 4 slots, three steps of 3 s, one
+repeat) measures the baseline and writes tune.json with the engine's fingerprint and
+workload; the same command is started again and a ``serve`` is given that tune.json as its
+capacity profile (the issue's proof: "a profile from a real tune run"). Then: the gauges are published;
 a closed loop at about 90 % of the measured concurrency raises the used ratio above 0.7
 and ``capacity_nearly_used`` into /diagnosis; llama.cpp restarted with another slot count
 (``-np 2``) turns ``llm_capacity_profile_stale`` to 1 within two scrapes of the engine.
@@ -10,7 +11,6 @@ and ``capacity_nearly_used`` into /diagnosis; llama.cpp restarted with another s
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,21 +22,24 @@ import pytest
 from exporter.capacity.profile import load_profile
 from exporter.exposition import read_metrics
 from tests.integration.integration_helpers import LLAMACPP_SETUP_TIMEOUT_S, Proc, run_setup, skip_if_off
-from tests.ramp.ramp_stack import run_ramp_cli
 from tests.support.loadloop import ClosedLoop
 from tests.support.ports import free_port
 from tests.support.processes import exporter_argv
 from tests.support.waiting import wait_until
+from tests.tune.tune_cli import run_tune
 
 pytestmark = [pytest.mark.slow, pytest.mark.external, pytest.mark.integration, pytest.mark.timeout(300)]
 
 FIRST_WORD_PIECE = 259  # the tiny model's first word piece (tests/integration/test_llamacpp.py)
 
 
-def _llama(paths: dict[str, str], port: int, slots: int, name: str) -> Proc:
+def _llama_argv(paths: dict[str, str], port: int, slots: int) -> list[str]:
     argv = [paths["LLAMA_SERVER"], "-m", paths["LLAMA_MODEL"], "--host", "127.0.0.1", "--port", str(port)]
-    argv += ["--metrics", "--no-webui", "-np", str(slots), "-c", str(256 * slots), "-t", "1", "--threads-http", "16"]
-    proc = Proc(argv, name=name)
+    return argv + ["--metrics", "--no-webui", "-np", str(slots), "-c", str(256 * slots), "-t", "1", "--threads-http", "16"]
+
+
+def _llama(paths: dict[str, str], port: int, slots: int, name: str) -> Proc:
+    proc = Proc(_llama_argv(paths, port, slots), name=name)
     proc.start()
     proc.wait_http(f"http://127.0.0.1:{port}/health", 120)
     return proc
@@ -70,24 +73,25 @@ def test_real_llamacpp_profile_used_ratio_warning_and_stale_after_restart(
     skip_if_off("llamacpp")
     paths = run_setup("setup_llamacpp.sh", LLAMACPP_SETUP_TIMEOUT_S)
     port = free_port()
-    llama = _llama(paths, port, 4, "llama-np4")
+    # 1. a short real tune, its own exporter reading the engine: the profile (tune stops the engine it left)
+    tune_dir = tmp_path / "tune"
+    workload = ["--concurrency", "1,4,10", "--step-seconds", "3", "--prompt-tokens", "16", "--output-tokens", "48"]
+    workload += ["--sample-interval", "0.5", "--start-timeout", "120"]
+    doc, err, rc = run_tune(
+        tune_dir, ["--slo-ttft", "5s", "--repeats", "1", "--trials", "1", *workload], _llama_argv(paths, port, 4), 300
+    )
+    assert rc == 0 and doc, err[-3000:]
+    assert doc["recommendation"] is None, doc["stop"]  # a roomy server meets its SLO: no change
+    measured = doc["baseline"]  # the profile is the baseline
+    assert measured["fingerprint"]["engine"] == "llamacpp" and measured["fingerprint"]["settings"]["slots"] == 4.0, measured
+    assert measured["workload"]["output_tokens_mean"] > 0
+    profile_path = tune_dir / "tune.json"
+    profile = load_profile(profile_path)
+    llama = _llama(paths, port, 4, "llama-np4")  # the configuration tune measured, started again
     procs = [llama]
     try:
-        # 1. a short real ramp, read through a real exporter: the profile
-        ramp_exp, ramp_url = _serve(port)
-        procs.append(ramp_exp)
-        ramp = ["--target", f"http://127.0.0.1:{port}", "--exporter", ramp_url, "--concurrency", "1,4,10"]
-        ramp += ["--step-seconds", "3", "--prompt-tokens", "16", "--output-tokens", "48", "--sample-interval", "0.5"]
-        done = run_ramp_cli([*ramp, "--report", str(tmp_path / "ramp"), "--no-progress"], timeout=120)
-        report_path = tmp_path / "ramp" / "report.json"
-        assert report_path.exists(), done.stdout[-3000:] + done.stderr[-3000:]
-        report = json.loads(report_path.read_text())
-        assert report["fingerprint"]["engine"] == "llamacpp" and report["fingerprint"]["settings"]["slots"] == 4.0
-        assert report["workload"]["output_tokens_mean"] > 0
-        profile = load_profile(report_path)
-        ramp_exp.stop()
         # 2. serve with the profile
-        exp, url = _serve(port, "--capacity-profile", str(report_path))
+        exp, url = _serve(port, "--capacity-profile", str(profile_path))
         procs.append(exp)
         wait_until(lambda: _gauge(url, "llm_capacity_concurrency_at_slo") == profile.concurrency, 30, "profile gauges")
         assert _gauge(url, "llm_capacity_recommended_max_concurrency") == max(1, int(profile.concurrency * 0.8))
