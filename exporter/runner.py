@@ -16,6 +16,11 @@ Why a watchdog: an attempt that hangs writes nothing. The store fails it as a
 ``timeout`` once it outlives its timeout (see ``exporter.store``); the group's
 watchdog notices that within ``WATCH_PERIOD_S`` and logs the transition, so a
 hang is visible in the log as well as in ``llm_exporter_source_up``.
+
+Why the group takes loops other than a source's: the derive stage
+(exporter/derive.py) runs several derived sources in one pass on one thread; it
+brings its own loop (``make_runner``), which the group starts, watches and
+stops like any other.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol, cast
 
 from exporter.samples import SourceError
 from exporter.sources import Source
@@ -108,7 +114,72 @@ class TransitionLog:
         self.suppressed = 0
 
 
-class SourceRunner:
+class Loop(Protocol):
+    """What the group runs: a ``SourceRunner``, or a loop a source brings (``make_runner``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def start(self) -> None: ...
+
+    def request_stop(self) -> None: ...
+
+    def stop(self, timeout: float = STOP_WAIT_S) -> None: ...
+
+    def check_overdue(self) -> None: ...
+
+    def sample_once(self) -> bool: ...
+
+
+class BringsItsLoop(Protocol):
+    """A runnable that is no single source (the derive stage): it makes its own loop."""
+
+    name: str
+
+    def make_runner(self, store: SnapshotStore) -> Loop: ...
+
+    def close(self) -> None: ...
+
+
+class LoopThread:
+    """A daemon thread running ``_loop`` until stopped, and closing what it ran once it ended.
+
+    Why one base: a source's runner and the derive stage's runner stop the same way: ask,
+    join for a bounded time, and close only once no sample is running (a hung sample keeps
+    its resources, and one log line says so).
+    """
+
+    _thread: threading.Thread
+    _stop: threading.Event
+
+    def _start_thread(self, name: str) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+
+    def _loop(self) -> None:
+        raise NotImplementedError
+
+    def _close(self) -> None:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def stop(self, timeout: float = STOP_WAIT_S) -> None:
+        """Stop the loop; close only once no sample is running."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.warning("%s: a sample is still running after %.1fs; not closing it", self._thread.name, timeout)
+            return
+        self._close()
+
+
+class SourceRunner(LoopThread):
     """Samples one source until stopped; tells the store when each attempt starts."""
 
     def __init__(
@@ -121,27 +192,17 @@ class SourceRunner:
         self.source = source
         self.store = store
         self._clock = clock
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=f"source:{source.name}", daemon=True)
+        self._start_thread(f"source:{source.name}")
         self.transitions = TransitionLog(source.name, log_every)
         self.failures = 0
         self._crash_logged = False
         store.register(source.name, source.interval, source.timeout)
 
-    def start(self) -> None:
-        self._thread.start()
+    @property
+    def name(self) -> str:
+        return self.source.name
 
-    def request_stop(self) -> None:
-        self._stop.set()
-
-    def stop(self, timeout: float = STOP_WAIT_S) -> None:
-        """Stop the loop; close the source only once no sample of it is running."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-        if self._thread.is_alive():
-            log.warning("source %s: a sample is still running after %.1fs; not closing it", self.source.name, timeout)
-            return
+    def _close(self) -> None:
         try:
             self.source.close()
         except Exception:  # closing must never take the exporter down
@@ -202,6 +263,13 @@ class SourceRunner:
             self._stop.wait(max(0.0, self.next_delay() - elapsed))
 
 
+def runner_for(source: Source | BringsItsLoop, store: SnapshotStore) -> Loop:
+    """The loop that runs ``source``: its own (``make_runner``) or a ``SourceRunner``."""
+    if hasattr(source, "make_runner"):
+        return cast("BringsItsLoop", source).make_runner(store)
+    return SourceRunner(source, store)
+
+
 class RunnerGroup:
     """Starts and stops a set of runners together, with one watchdog for all of them.
 
@@ -215,7 +283,7 @@ class RunnerGroup:
 
     def __init__(self, store: SnapshotStore, watch_period: float = WATCH_PERIOD_S) -> None:
         self.store = store
-        self.runners: list[SourceRunner] = []
+        self.runners: list[Loop] = []
         self.watch_period = watch_period
         self._lock = threading.Lock()
         self._started = False
@@ -223,12 +291,13 @@ class RunnerGroup:
         self._stop = threading.Event()
         self._watchdog = threading.Thread(target=self._watch, name="source-watchdog", daemon=True)
 
-    def add(self, source: Source) -> SourceRunner:
+    def add(self, source: Source | BringsItsLoop) -> Loop:
+        """A source (or anything with ``make_runner(store)``, the derive stage), started at once if the group runs."""
         bind = getattr(source, "bind_runner_group", None)
         if callable(bind):
             bind(self)
         with self._lock:
-            runner = SourceRunner(source, self.store)
+            runner = runner_for(source, self.store)
             self.runners.append(runner)
             if self._started and not self._stopping:
                 runner.start()
@@ -237,15 +306,15 @@ class RunnerGroup:
     def remove(self, name: str, timeout: float = STOP_WAIT_S) -> bool:
         """Stop and close the source named ``name`` and drop its results; False when there is none."""
         with self._lock:
-            found = [r for r in self.runners if r.source.name == name]
-            self.runners = [r for r in self.runners if r.source.name != name]
+            found = [r for r in self.runners if r.name == name]
+            self.runners = [r for r in self.runners if r.name != name]
         for r in found:
             r.stop(timeout)
         if found:
             self.store.unregister(name)
         return bool(found)
 
-    def _current(self) -> list[SourceRunner]:
+    def _current(self) -> list[Loop]:
         with self._lock:
             return list(self.runners)
 
@@ -263,7 +332,7 @@ class RunnerGroup:
                 try:
                     r.check_overdue()
                 except Exception:  # the watchdog must outlive any one source
-                    log.exception("watchdog check of %s failed", r.source.name)
+                    log.exception("watchdog check of %s failed", r.name)
 
     def stop(self, timeout: float = STOP_WAIT_S) -> None:
         """Stop every loop; wait at most ``timeout`` in all for samples still running."""

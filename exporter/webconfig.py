@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from exporter.basicauth import MAX_BCRYPT_COST, bcrypt_cost
-from exporter.config import one_line, plain, read_yaml_file, shown
 from exporter.tlscontext import TLSSettings, build_server_context
+from exporter.values import one_line, plain, read_yaml_file, shown
 
 _TOP_KEYS = {"tls_server_config", "basic_auth_users"}
 _TLS_KEYS = {"cert_file", "key_file", "client_ca_file", "client_auth_type", "min_version", "max_version", "cipher_suites"}

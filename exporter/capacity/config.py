@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from exporter.errors import UsageError
+
+if TYPE_CHECKING:
+    from exporter.capacity.atslo import SLO
+    from exporter.capacity.profile import Profile
 
 ENV_PROFILE = "LLM_EXPORTER_CAPACITY_PROFILE"
 FLAG_PROFILE = "--capacity-profile"
@@ -55,30 +59,40 @@ def add_capacity_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def apply_capacity_flags(cfg: Any, args: argparse.Namespace, env: Mapping[str, str]) -> None:
-    """The flag (else the environment) onto the first engine, then every engine's profile loaded into
-    ``cfg.capacity_profiles``; UsageError naming the file for one that cannot be used."""
+class ProfiledEngine(Protocol):
+    """What the flag touches of an engine (exporter/engines/config.py: EngineConfig)."""
+
+    name: str
+    capacity_profile: str | None
+
+
+def apply_capacity_flags(
+    engines: Sequence[ProfiledEngine], diagnosis: Mapping[str, Any], args: argparse.Namespace, env: Mapping[str, str]
+) -> dict[str, Profile]:
+    """The flag (else the environment) onto the first engine, then engine name -> its profile, every
+    engine's file read now; UsageError naming the file for one that cannot be used."""
     from exporter.capacity.profile import ProfileError, load_profile
 
     flag = getattr(args, "capacity_profile", None)
     raw = flag if flag is not None else env.get(ENV_PROFILE)
     where = FLAG_PROFILE if flag is not None else ENV_PROFILE
     if raw:
-        if not cfg.engines:
+        if not engines:
             raise UsageError(f"{where}: needs an --engine to attach to")
-        cfg.engines[0].capacity_profile = profile_path(raw, where)
-    slo = _slo(cfg.diagnosis)
-    cfg.capacity_profiles = {}
-    for i, e in enumerate(cfg.engines):
+        engines[0].capacity_profile = profile_path(raw, where)
+    slo = _slo(diagnosis)
+    profiles: dict[str, Profile] = {}
+    for i, e in enumerate(engines):
         if e.capacity_profile:
             named = where if i == 0 and raw else f"engines[{i}].capacity_profile"
             try:
-                cfg.capacity_profiles[e.name] = load_profile(e.capacity_profile, slo)
+                profiles[e.name] = load_profile(e.capacity_profile, slo)
             except ProfileError as err:
                 raise UsageError(f"{named}: {err}") from None
+    return profiles
 
 
-def _slo(diagnosis: Mapping[str, Any]) -> Any:
+def _slo(diagnosis: Mapping[str, Any]) -> SLO:
     """The SLO a ramp report is judged at: the diagnosis's (its section is validated elsewhere)."""
     from exporter.capacity.atslo import SLO
     from exporter.diagnosis.thresholds import Thresholds

@@ -29,6 +29,7 @@ from exporter.errors import UsageError
 if TYPE_CHECKING:
     from fastapi import APIRouter
 
+    from exporter.runner import BringsItsLoop
     from exporter.sources import Source
     from exporter.store import SnapshotStore
     from exporter.tlscontext import UvicornTLS
@@ -50,7 +51,9 @@ class CannotListen(Exception):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_serve_arguments(parser)
+    from exporter.commands import registry
+
+    add_serve_arguments(parser, sections=(registry.CONFIG_SECTION,))  # `sources:` and --source.NAME
     parser.epilog = EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
 
@@ -92,24 +95,27 @@ def setup_logging(level: str) -> None:
     )
 
 
-def build_sources(config: Config, store: SnapshotStore) -> tuple[list[Source], list[APIRouter]]:
+def build_sources(config: Config, store: SnapshotStore) -> tuple[list[Source | BringsItsLoop], list[APIRouter]]:
     """Every source that is switched on and asked for, then the derived ones; and contributed routers.
 
-    The table, its order and the switches are exporter/registry.py's; a source that is
+    The table, its order and the switches are exporter/commands/registry.py's; a source that is
     off is never constructed.
     """
-    from exporter import registry
+    from exporter.commands import registry
 
     off = [name for name in registry.SOURCES if not registry.enabled(config, name)]
     if off:
         log.info("sources switched off: %s", ", ".join(off))
     built = registry.build(config, store)
-    return built.sources + built.derived, built.routers
+    return [*built.sources, *built.derived], built.routers
 
 
 def run(args: argparse.Namespace) -> int:
     config = load_config(args)
     setup_logging(config.log_level)
+    from exporter.memtrim import pin_mmap_threshold
+
+    pin_mmap_threshold()  # before any scrape: large bodies get mappings of their own (exporter/memtrim.py)
     web_config = None
     if config.web_config_file:
         from exporter.webconfig import load_web_config
@@ -132,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     from exporter.profile import build_profile
 
     profile = build_profile(config, store)
-    sources, routers = sources + profile.sources, [*routers, profile.router]
+    sources, routers = [*sources, *profile.sources], [*routers, profile.router]
     # bound here, handed to uvicorn below: an unusable address is one line and exit 4 before any
     # runner starts and before the "serving on" line (uvicorn would log it and exit 3 much later)
     try:

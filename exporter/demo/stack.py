@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 
 from exporter.commands.serve import CannotListen, bind_listen_socket
-from exporter.config import split_listen_address
 from exporter.simulator.process import die_with_parent
+from exporter.values import split_listen_address
 
 DEFAULT_LISTEN = "127.0.0.1:9750"
 #: demo exit statuses (2 is the CLI's usage error, 4 the same as ``serve``'s "cannot listen")

@@ -42,13 +42,22 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.config import one_line, plain, redacted_url, setting_key, shown
 from exporter.errors import UsageError
 from exporter.kubernetes.podresources import DEFAULT_SOCKET
 from exporter.kubernetes.pods import DEFAULT_CA_FILE, DEFAULT_TOKEN_FILE
 from exporter.schema import GPU_LABELS, KUBERNETES_ENGINE_LABELS, KUBERNETES_POD_LABELS, SPECS, extend_labels
+from exporter.values import (
+    ENV_PREFIX,
+    boolean,
+    interval_seconds,
+    parsed,
+    positive_int,
+    redacted_url,
+    section_keys,
+    shown,
+    string,
+)
 
-ENV_PREFIX = "LLM_EXPORTER_"
 MAX_POD_LABELS = 8
 #: --kubernetes-pods-max-bytes: default (exporter/kubernetes/pods.py MAX_BODY_BYTES) and range
 DEFAULT_PODS_MAX_BYTES = 8 * 1024 * 1024
@@ -179,34 +188,30 @@ def _pods_url(value: Any) -> str:
 
 
 def _pods_max_bytes(value: Any) -> int:
-    from exporter.config import positive_int
-
     n = positive_int(value)
     if not MIN_PODS_MAX_BYTES <= n <= MAX_PODS_MAX_BYTES:
         raise ValueError(f"expected {MIN_PODS_MAX_BYTES} to {MAX_PODS_MAX_BYTES} bytes, got {n}")
     return n
 
 
-def _parsers() -> dict[str, Callable[[Any], Any]]:
-    from exporter.config import boolean, interval_seconds, string
-
-    return {
-        "enabled": boolean,
-        "pod_labels": pod_label_keys,
-        "gpu_labels": boolean,
-        "pod_resources_socket": _path,
-        "pods_url": _pods_url,
-        "pods_max_bytes": _pods_max_bytes,
-        "node_name": string,
-        "discovery": boolean,
-        "discovery_interval": interval_seconds,
-        "interval": interval_seconds,
-        "process_sampler": boolean,
-        "proc_root": _path,
-        "tls_verify": boolean,
-        "token_file": _path,
-        "ca_file": _path,
-    }
+#: config key -> its value parser
+PARSERS: dict[str, Callable[[Any], Any]] = {
+    "enabled": boolean,
+    "pod_labels": pod_label_keys,
+    "gpu_labels": boolean,
+    "pod_resources_socket": _path,
+    "pods_url": _pods_url,
+    "pods_max_bytes": _pods_max_bytes,
+    "node_name": string,
+    "discovery": boolean,
+    "discovery_interval": interval_seconds,
+    "interval": interval_seconds,
+    "process_sampler": boolean,
+    "proc_root": _path,
+    "tls_verify": boolean,
+    "token_file": _path,
+    "ca_file": _path,
+}
 
 
 #: config key -> (flag, help)
@@ -282,24 +287,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def load(args: argparse.Namespace, environ: Mapping[str, str], raw: Any, where: str | None) -> KubernetesConfig:
     """The Kubernetes settings from flags, environment and the ``kubernetes:`` section; UsageError names the bad one."""
-    parsers = _parsers()
+    parsers = PARSERS
     cfg = KubernetesConfig()
     if raw is not None:
         if not isinstance(raw, dict):
             raise UsageError(f"{where}: kubernetes: expected a mapping")
-        section = {setting_key(k, f"{where}: kubernetes"): v for k, v in raw.items()}
-        unknown = sorted(set(section) - set(parsers))
-        if unknown:
-            raise UsageError(one_line(f"{where}: kubernetes: unknown setting(s) {', '.join(map(plain, unknown))}"))
+        section = section_keys(raw, set(parsers), f"{where}: kubernetes")
         for key, value in section.items():
-            setattr(cfg, key, _parse(parsers[key], value, f"{where}: kubernetes.{key}"))
+            setattr(cfg, key, parsed(parsers[key], value, f"{where}: kubernetes.{key}"))
     for key, parse in parsers.items():
         env_name = ENV_PREFIX + _dest(key).upper()
         if environ.get(env_name):
-            setattr(cfg, key, _parse(parse, environ[env_name], env_name))
+            setattr(cfg, key, parsed(parse, environ[env_name], env_name))
         value = getattr(args, _dest(key), None)
         if value is not None:
-            setattr(cfg, key, _parse(parse, value, FLAGS[key][0]))
+            setattr(cfg, key, parsed(parse, value, FLAGS[key][0]))
     if not cfg.node_name:
         cfg.node_name = environ.get("NODE_NAME", "")
     if not cfg.enabled:
@@ -316,13 +318,6 @@ def load(args: argparse.Namespace, environ: Mapping[str, str], raw: Any, where: 
                 f"keep every series under {MAX_SERIES_LABELS}: copy fewer pod labels"
             )
     return cfg
-
-
-def _parse(parse: Callable[[Any], Any], value: Any, where: str) -> Any:
-    try:
-        return parse(value)
-    except (ValueError, OverflowError, TypeError) as err:
-        raise UsageError(one_line(f"{where}: {err}")) from None
 
 
 __all__ = [

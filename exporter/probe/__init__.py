@@ -17,21 +17,22 @@ See docs/probe.md.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from exporter.config import Config
+    from exporter.engines.config import EngineConfig
     from exporter.probe.source import ProbeSource
     from exporter.store import SnapshotStore
 
 log = logging.getLogger(__name__)
 
 
-def build_probe_sources(config: Config, store: SnapshotStore) -> list[ProbeSource]:
+def build_probe_sources(engines: Sequence[EngineConfig], store: SnapshotStore) -> list[ProbeSource]:
     """One ``ProbeSource`` per engine whose config has ``probe:`` set (none otherwise)."""
     from exporter.probe.source import ProbeSource
 
-    sources = [ProbeSource(e, store) for e in config.engines if getattr(e, "probe", None) is not None]
+    sources = [ProbeSource(e, store) for e in engines if e.probe is not None]
     for s in sources:
         log.info("%s", s.describe())
     return sources

@@ -3,7 +3,7 @@
 Why its own module: the canary is opt-in per engine, and everything it needs to
 know is parsed and checked here, so a bad value stops ``serve`` with one line
 naming the key (exit status 2) before anything starts, and
-``exporter/config.py`` only hands the raw value over.
+the engine's section (``exporter/engines/config.py``) only hands the raw value over.
 
 Accepted forms (in an ``engines:`` item)::
 
@@ -31,16 +31,24 @@ Accepted forms (in an ``engines:`` item)::
 from __future__ import annotations
 
 import argparse
-import os
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
-from exporter.config import shown
 from exporter.errors import UsageError
-
-if TYPE_CHECKING:
-    from exporter.config import Config
+from exporter.values import (
+    boolean,
+    default_timeout,
+    interval_seconds,
+    parsed,
+    positive_int,
+    readable_file,
+    section_keys,
+    shown,
+    string,
+    timeout_seconds,
+)
 
 DEFAULT_INTERVAL_S = 15.0
 DEFAULT_TIMEOUT_S = 10.0
@@ -94,8 +102,6 @@ def base_url(value: Any) -> str:
 
 
 def _max_tokens(value: Any) -> int:
-    from exporter.config import positive_int
-
     n = positive_int(value)
     if n > MAX_MAX_TOKENS:
         raise ValueError(f"expected 1 to {MAX_MAX_TOKENS} tokens (the probe must stay small), got {shown(value)}")
@@ -103,8 +109,6 @@ def _max_tokens(value: Any) -> int:
 
 
 def _prompt(value: Any) -> str:
-    from exporter.config import string
-
     text = string(value)
     if len(text) > MAX_PROMPT_CHARS:
         raise ValueError(f"expected at most {MAX_PROMPT_CHARS} characters, got {len(text)}")
@@ -119,47 +123,29 @@ def _api(value: Any) -> str:
 
 def parse_probe(value: Any, where: str) -> ProbeConfig | None:
     """The ``probe:`` value of one engine; None when absent or off. UsageError names the key."""
-    from exporter.config import (
-        _parse,
-        boolean,
-        interval_seconds,
-        one_line,
-        plain,
-        readable_file,
-        setting_key,
-        string,
-        timeout_seconds,
-    )
-
     if value is None:
         return None
     if isinstance(value, (bool, str)):
-        return ProbeConfig() if _parse(boolean, value, where) else None
+        return ProbeConfig() if parsed(boolean, value, where) else None
     if not isinstance(value, dict):
         raise UsageError(f"{where}: expected true, false or a mapping of {', '.join(sorted(KEYS))}")
-    item = {setting_key(k, where): v for k, v in value.items()}
-    unknown = sorted(set(item) - KEYS)
-    if unknown:
-        raise UsageError(
-            one_line(f"{where}: unknown setting(s) {', '.join(map(plain, unknown))} (known: {', '.join(sorted(KEYS))})")
-        )
-    interval = _parse(interval_seconds, item.get("interval", DEFAULT_INTERVAL_S), f"{where}.interval")
+    item = section_keys(value, KEYS, where, f" (known: {', '.join(sorted(KEYS))})")
+    interval = parsed(interval_seconds, item.get("interval", DEFAULT_INTERVAL_S), f"{where}.interval")
     if interval < MIN_PROBE_INTERVAL_S:
         raise UsageError(f"{where}.interval: at least {MIN_PROBE_INTERVAL_S:g} s (a canary, not a load generator)")
-    default_timeout = min(DEFAULT_TIMEOUT_S, round(interval * 0.9, 6))
-    timeout = _parse(timeout_seconds, item.get("timeout", default_timeout), f"{where}.timeout")
+    timeout = parsed(timeout_seconds, item.get("timeout", default_timeout(interval, DEFAULT_TIMEOUT_S)), f"{where}.timeout")
     if timeout >= interval:
         raise UsageError(f"{where}.timeout: {timeout:g} s must be less than its interval {interval:g} s")
     token = item.get("bearer_token_file")
     return ProbeConfig(
         interval=interval,
         timeout=timeout,
-        model=_parse(string, item.get("model", "auto"), f"{where}.model"),
-        prompt=_parse(_prompt, item.get("prompt", DEFAULT_PROMPT), f"{where}.prompt"),
-        max_tokens=_parse(_max_tokens, item.get("max_tokens", DEFAULT_MAX_TOKENS), f"{where}.max_tokens"),
-        api=_parse(_api, item.get("api", "completions"), f"{where}.api"),
-        url=_parse(base_url, item["url"], f"{where}.url") if item.get("url") is not None else None,
-        bearer_token_file=_parse(readable_file, token, f"{where}.bearer_token_file") if token is not None else None,
+        model=parsed(string, item.get("model", "auto"), f"{where}.model"),
+        prompt=parsed(_prompt, item.get("prompt", DEFAULT_PROMPT), f"{where}.prompt"),
+        max_tokens=parsed(_max_tokens, item.get("max_tokens", DEFAULT_MAX_TOKENS), f"{where}.max_tokens"),
+        api=parsed(_api, item.get("api", "completions"), f"{where}.api"),
+        url=parsed(base_url, item["url"], f"{where}.url") if item.get("url") is not None else None,
+        bearer_token_file=parsed(readable_file, token, f"{where}.bearer_token_file") if token is not None else None,
     )
 
 
@@ -186,31 +172,35 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def apply_probe_flags(cfg: Config, args: argparse.Namespace, env: dict[str, str] | os._Environ[str]) -> None:
+class ProbedEngine(Protocol):
+    """What the flags touch of an engine (exporter/engines/config.py: EngineConfig)."""
+
+    probe: ProbeConfig | None
+
+
+def apply_probe_flags(engines: Sequence[ProbedEngine], args: argparse.Namespace, env: Mapping[str, str]) -> None:
     """Turn the probe on for the one engine when ``--probe`` / ``--probe-url`` (or their env) is given.
 
     Why only one engine: which of several engines a bare flag means is a guess;
     with several, each says ``probe:`` in the config file. An engine whose
     config already has ``probe:`` keeps it (``--probe-url`` then sets its URL).
     """
-    from exporter.config import _parse, boolean
-
     flag = getattr(args, "probe", None)
     url = getattr(args, "probe_url", None)
     env_flag = env.get("LLM_EXPORTER_PROBE")
     env_url = env.get("LLM_EXPORTER_PROBE_URL")
-    on = bool(flag) or (bool(env_flag) and _parse(boolean, env_flag, "LLM_EXPORTER_PROBE"))
+    on = bool(flag) or (bool(env_flag) and parsed(boolean, env_flag, "LLM_EXPORTER_PROBE"))
     where = "--probe-url" if url else ("--probe" if flag else ("LLM_EXPORTER_PROBE_URL" if env_url else "LLM_EXPORTER_PROBE"))
     url = url or env_url
     if not on and not url:
         return
-    if len(cfg.engines) != 1:
+    if len(engines) != 1:
         raise UsageError(
-            f"{where}: applies to a single engine, and {len(cfg.engines)} are configured; "
+            f"{where}: applies to a single engine, and {len(engines)} are configured; "
             "give each engine its own `probe:` in the config file"
         )
-    engine = cfg.engines[0]
+    engine = engines[0]
     current = engine.probe or ProbeConfig()
     if url:
-        current = ProbeConfig(**{**current.__dict__, "url": _parse(base_url, url, where)})
+        current = replace(current, url=parsed(base_url, url, where))
     engine.probe = current

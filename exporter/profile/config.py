@@ -23,6 +23,7 @@ from typing import Any
 
 from exporter.errors import UsageError
 from exporter.profile.trace import DEFAULT_MAX_TRACE_BYTES
+from exporter.values import boolean, parsed
 
 #: the smallest and largest read cap (a 1 MiB trace holds a few thousand kernels; 8 GiB is hours of parsing)
 MIN_TRACE_BYTES, MAX_TRACE_BYTES = 1024 * 1024, 8 * 1024**3
@@ -77,11 +78,9 @@ def _bytes(value: Any) -> int:
 
 def load_profile(args: argparse.Namespace, env: Mapping[str, str]) -> ProfileConfig:
     """The profile settings from flags > environment; a bad one is a UsageError naming it."""
-    from exporter.config import _parse, boolean
-
     enabled = bool(getattr(args, "enable_profile", None))
     if not enabled and env.get("LLM_EXPORTER_ENABLE_PROFILE"):
-        enabled = _parse(boolean, env["LLM_EXPORTER_ENABLE_PROFILE"], "LLM_EXPORTER_ENABLE_PROFILE")
+        enabled = parsed(boolean, env["LLM_EXPORTER_ENABLE_PROFILE"], "LLM_EXPORTER_ENABLE_PROFILE")
     directory = getattr(args, "profile_dir", None)
     where_dir = "--profile-dir"
     if directory is None and env.get("LLM_EXPORTER_PROFILE_DIR"):
@@ -90,7 +89,7 @@ def load_profile(args: argparse.Namespace, env: Mapping[str, str]) -> ProfileCon
     where_cap = "--profile-max-trace-bytes"
     if cap is None and env.get("LLM_EXPORTER_PROFILE_MAX_TRACE_BYTES"):
         cap, where_cap = env["LLM_EXPORTER_PROFILE_MAX_TRACE_BYTES"], "LLM_EXPORTER_PROFILE_MAX_TRACE_BYTES"
-    max_bytes = _parse(_bytes, cap, where_cap) if cap is not None else DEFAULT_MAX_TRACE_BYTES
+    max_bytes = parsed(_bytes, cap, where_cap) if cap is not None else DEFAULT_MAX_TRACE_BYTES
     if not enabled:
         return ProfileConfig(False, directory, max_bytes)
     if not directory:

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from exporter.capacity import build_capacity_sources
+from exporter.capacity import build_capacity_steps
 from exporter.config import add_serve_arguments, load_config
 from exporter.errors import UsageError
-from exporter.store import SnapshotStore
 from tests.capacity.profiles import tune_doc, write
 
 ENGINE = "http://127.0.0.1:9/metrics"
@@ -35,9 +34,9 @@ def test_flag_environment_and_file_each_give_an_engine_its_profile(tmp_path: Pat
     )
     by_file = _load(["--config", str(conf)])
     assert set(by_file.capacity_profiles) == {"a"} and by_file.capacity_headroom == 0.3
-    (source,) = build_capacity_sources(by_file, SnapshotStore())
+    (source,) = build_capacity_steps(by_file)
     assert source.name == "capacity_profile" and [e.name for e in source.engines] == ["a"] and source.headroom == 0.3
-    assert build_capacity_sources(_load(["--engine", ENGINE]), SnapshotStore()) == []
+    assert build_capacity_steps(_load(["--engine", ENGINE])) == []
 
 
 @pytest.mark.parametrize(

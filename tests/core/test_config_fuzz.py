@@ -26,10 +26,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter import config as config_module
-from exporter import registry
+from exporter.commands import registry
 from exporter.config import ENV_PREFIX, SERVE_FLAGS, add_serve_arguments, load_config
 from exporter.diagnosis.thresholds import Thresholds
+from exporter.engines.config import KEYS as engine_keys
 from exporter.errors import UsageError
 from exporter.kubernetes import settings as kube_settings
 from exporter.probe import config as probe_config
@@ -109,7 +109,7 @@ class Flag:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser()
-    add_serve_arguments(p)
+    add_serve_arguments(p, sections=(registry.CONFIG_SECTION,))
     return p
 
 
@@ -127,7 +127,7 @@ def serve_flags() -> list[Flag]:
 def yaml_keys() -> list[tuple[str, ...]]:
     """Every documented YAML key as a path: ("gpu_interval",), ("engines", "timeout"), ..."""
     keys: list[tuple[str, ...]] = [(dest,) for _, dest, _, _ in SERVE_FLAGS]
-    keys += [("engines", k) for k in sorted(config_module._ENGINE_KEYS) if k not in ("url",)]
+    keys += [("engines", k) for k in sorted(engine_keys) if k not in ("url",)]
     keys += [("engines", "url")]
     keys += [("engines", "probe", k) for k in sorted(probe_config.KEYS)]
     keys += [("engines", "basic_auth", k) for k in ("username", "password_file")]

@@ -108,7 +108,7 @@ def test_the_runtime_module_list_covers_the_runtime() -> None:
         "exporter.cli",
         "exporter.config",
         "exporter.errors",
-        "exporter.registry",
+        "exporter.commands.registry",
         "exporter.collector",
         "exporter.server",
         "exporter.commands.serve",

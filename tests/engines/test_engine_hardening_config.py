@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config import DEFAULT_MAX_SERIES, add_serve_arguments, load_config
+from exporter.config import add_serve_arguments, load_config
+from exporter.engines.config import DEFAULT_MAX_SERIES
 from exporter.errors import UsageError
 
 

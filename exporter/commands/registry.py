@@ -1,5 +1,9 @@
 """The source registry: every source ``serve`` can build, by name, with its default and its needs.
 
+Why next to exporter/commands/serve.py: it is the wiring of serve — its factories import
+every source's package — so nothing below the command imports it; exporter/config.py
+gets its ``sources:`` section handed in (``CONFIG_SECTION``), never imports it.
+
 Why one table: ``--source.NAME`` / ``--no-source.NAME`` (node_exporter's style),
 ``LLM_EXPORTER_SOURCE_<NAME>`` and the config file's ``sources: {NAME: bool}``
 all switch entries of it, ``serve --help`` lists it, and
@@ -14,7 +18,8 @@ same window) is a usage error when that other one is off and the first is both
 on and asked for: one line, exit status 2, naming both switches.
 
 Factories import their package only when they run, so the registry costs
-nothing to import (``exporter/config.py`` reads it for the flags).
+nothing to import (serve's parser reads it for the flags, and hands
+``CONFIG_SECTION`` to exporter/config.py's ``load_config``).
 """
 
 from __future__ import annotations
@@ -24,12 +29,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from exporter.config import Section
 from exporter.errors import UsageError
+from exporter.values import boolean
 
 if TYPE_CHECKING:
     from fastapi import APIRouter
 
     from exporter.config import Config
+    from exporter.runner import BringsItsLoop
     from exporter.sources import Source
     from exporter.store import SnapshotStore
 
@@ -46,8 +54,8 @@ class Build:
     store: SnapshotStore
     #: measured sources, in start order
     sources: list[Source] = field(default_factory=list)
-    #: derived sources (read the store), appended after every measured one
-    derived: list[Source] = field(default_factory=list)
+    #: the derive stage (exporter/derive.py: reads the store), appended after every measured source
+    derived: list[Source | BringsItsLoop] = field(default_factory=list)
     #: FastAPI routers the sources contribute (/diagnosis, /)
     routers: list[APIRouter] = field(default_factory=list)
 
@@ -109,14 +117,14 @@ def _build_engine(b: Build) -> None:
 def _build_process(b: Build) -> None:
     from exporter.process import build_process_sources
 
-    b.sources.extend(build_process_sources(b.config))
+    b.sources.extend(build_process_sources(b.config.engines, b.config.process_interval))
 
 
 def _build_probe(b: Build) -> None:
     """One canary source per probed engine (exporter/probe, docs/probe.md)."""
     from exporter.probe import build_probe_sources
 
-    b.sources.extend(build_probe_sources(b.config, b.store))
+    b.sources.extend(build_probe_sources(b.config.engines, b.store))
 
 
 def _build_kubernetes(b: Build) -> None:
@@ -216,8 +224,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def load(args: argparse.Namespace, env: Mapping[str, str], raw: Any, where: str | None) -> tuple[dict[str, bool], dict[str, str]]:
     """(name -> on, name -> where a non-default came from); flags > environment > file > default."""
-    from exporter.config import boolean
-
     switches = {name: e.default for name, e in SOURCES.items()}
     origin: dict[str, str] = {}
     if raw is not None:
@@ -261,4 +267,14 @@ def check(config: Config, origin: Mapping[str, str]) -> None:
                 )
 
 
-__all__ = ["SOURCES", "Build", "SourceEntry", "add_arguments", "build", "check", "enabled", "load"]
+def load_section(config: Config, args: argparse.Namespace, env: Mapping[str, str], raw: Any, where: str | None) -> None:
+    """The switches from flags, environment and the file, then every need checked (the rest is loaded)."""
+    config.sources, origin = load(args, env, raw, where)
+    check(config, origin)
+
+
+#: the `sources:` section serve hands exporter/config.py's load_config (exporter/commands/serve.py)
+CONFIG_SECTION = Section(SECTION, add_arguments, load_section)
+
+
+__all__ = ["CONFIG_SECTION", "SOURCES", "Build", "SourceEntry", "add_arguments", "build", "check", "enabled", "load"]
