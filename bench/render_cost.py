@@ -25,15 +25,16 @@ def run(renders: int = 200) -> dict[str, float]:
     from bench.harness import busy_node, percentile
     from exporter.collector import meta_points
     from exporter.commands.serve import build_sources
-    from exporter.config import Config, EngineConfig
-    from exporter.runner import SourceRunner
+    from exporter.config import Config
+    from exporter.engines.config import EngineConfig
+    from exporter.runner import runner_for
     from exporter.store import SnapshotStore
 
     with busy_node(8) as (gpu, (e1, e2)):
         config = Config(gpu_source=gpu, engines=[EngineConfig(url=e1, name="e1"), EngineConfig(url=e2, name="e2")])
         store = SnapshotStore()
         sources, _ = build_sources(config, store)
-        runners = [SourceRunner(s, store) for s in sources]
+        runners = [runner_for(s, store) for s in sources]
         for _ in range(3):
             for r in runners:
                 r.sample_once()

@@ -17,6 +17,15 @@ turns one older than its timeout into a ``timeout`` failure on its own, while
 it hangs: the source reads down, its values are dropped, and the error is
 counted once for that attempt.
 
+Why writers are signalled: the derive stage (exporter/derive.py) waits for the
+sample of an input that is due any moment before it takes its snapshot; the
+store wakes it when a sample lands (``wait_for_write``), so it never polls.
+
+Why a batch write: the derive stage's steps (``parallel``, ``capacity``,
+``diagnosis``) are computed from one snapshot and published together
+(``record_batch``), so no reader sees the verdict of one pass beside the
+group metrics of another.
+
 Why some points outlive staleness: a source's own bookkeeping counters (the
 exporter layer's ``_total`` series, e.g. ``llm_exporter_series_dropped_total``)
 must not vanish while the source is down, or every outage reads as a counter
@@ -77,6 +86,8 @@ class SourceState:
     in_flight_since: float | None = None
     #: the running attempt outlived its timeout (already counted as a ``timeout``)
     overdue: bool = False
+    #: computed by the derive stage from the other sources' points (left out of its input snapshot)
+    derived: bool = False
 
     def overdue_at(self) -> float | None:
         """When the running attempt becomes a timeout (None: none running, no timeout, or already)."""
@@ -103,6 +114,17 @@ class SourceState:
         """Whether the points are served at monotonic time ``now``."""
         at = self.stale_at()
         return at is not None and now <= at
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One attempt's result for ``record_batch``: its points, or its ``error``."""
+
+    name: str
+    duration: float
+    points: list[Point] = field(default_factory=list)
+    partial_errors: list[SourceError] = field(default_factory=list)
+    error: SourceError | None = None
 
 
 class Snapshot:
@@ -136,6 +158,19 @@ class Snapshot:
 
     def names(self) -> set[str]:
         return set(self._by_name)
+
+    def extended(self, points: list[Point]) -> Snapshot:
+        """This view plus ``points`` (what earlier derive steps computed from it), same time and sources."""
+        if not points:
+            return self
+        return Snapshot(
+            self.timestamp,
+            self.points + points,
+            self.sources,
+            monotonic=self.monotonic,
+            valid_until=self.valid_until,
+            version=self.version,
+        )
 
     def find(self, name: str, **match: str) -> list[Point]:
         """Points of ``name`` whose labels include every ``match`` pair."""
@@ -210,6 +245,8 @@ class SnapshotStore:
         self._wall: Clock = clock or wall_now
         self._mono: Clock = monotonic or clock or time.monotonic
         self._lock = threading.Lock()
+        #: notified on every write (see ``wait_for_write``)
+        self._written = threading.Condition(self._lock)
         self._states: dict[str, SourceState] = {}
         self._version = 0
 
@@ -222,18 +259,24 @@ class SnapshotStore:
         """The store's monotonic time (what ``Snapshot.valid_until`` is compared with)."""
         return self._mono()
 
-    def register(self, name: str, interval: float, timeout: float | None = None) -> None:
-        """Declare a source; with ``timeout``, an attempt running longer is failed while it runs."""
+    def register(self, name: str, interval: float, timeout: float | None = None, derived: bool = False) -> None:
+        """Declare a source; with ``timeout``, an attempt running longer is failed while it runs.
+
+        ``derived``: a step of the derive stage, whose points ``snapshot(inputs_only=True)`` leaves out.
+        """
         with self._lock:
             st = self._states.setdefault(name, SourceState(name=name, interval=interval))
             st.timeout = timeout if timeout is not None else st.timeout
+            st.derived = derived
             self._version += 1
+            self._written.notify_all()
 
     def unregister(self, name: str) -> None:
         """Forget a source and its points (a removed discovered engine); a late write of it is ignored."""
         with self._lock:
             self._states.pop(name, None)
             self._version += 1
+            self._written.notify_all()
 
     def begin_attempt(self, name: str) -> None:
         """A sample attempt of ``name`` starts now (its deadline is now + its timeout)."""
@@ -244,38 +287,76 @@ class SnapshotStore:
             st.in_flight_since = self._mono()
             st.overdue = False
 
-    def record_success(self, name: str, points: list[Point], duration: float, partial_errors: Iterable[SourceError] = ()) -> None:
+    def end_attempt(self, name: str) -> None:
+        """The attempt of ``name`` finished; its result is written later (with its derive pass).
+
+        Why: a pass publishes every step together, so a step that finished must
+        not be failed as overdue because a later step of the same pass hangs.
+        """
         with self._lock:
             st = self._states.get(name)
-            if st is None:  # unregistered while the attempt ran: its result is dropped
-                return
-            st.up = True
-            st.attempted = True
-            st.last_duration = duration
-            st.last_success = self._wall()
-            st.last_success_mono = self._mono()
-            st.last_error = None
-            st.points = points
-            st.generation = self._version + 1
-            st.in_flight_since, st.overdue = None, False
-            for err in partial_errors:
-                st.errors[err.reason] = st.errors.get(err.reason, 0) + 1
-            self._version += 1
+            if st is not None and not st.overdue:
+                st.in_flight_since = None
+
+    def wait_for_write(self, version: int, timeout: float) -> int:
+        """Block until the store's version differs from ``version`` or ``timeout`` seconds passed; the version now."""
+        with self._written:
+            if self._version == version and timeout > 0:
+                self._written.wait_for(lambda: self._version != version, timeout)
+            return self._version
+
+    def record_success(self, name: str, points: list[Point], duration: float, partial_errors: Iterable[SourceError] = ()) -> None:
+        with self._lock:
+            self._success(name, points, duration, partial_errors)
+            self._written.notify_all()
 
     def record_failure(self, name: str, error: SourceError, duration: float) -> None:
         """A failed attempt; one that was already failed as overdue is not counted twice."""
         with self._lock:
-            st = self._states.get(name)
-            if st is None:
-                return
-            st.up = False
-            st.attempted = True
-            st.last_duration = duration
-            st.last_error = error.detached()
-            if not st.overdue:
-                st.errors[error.reason] = st.errors.get(error.reason, 0) + 1
-            st.in_flight_since, st.overdue = None, False
-            self._version += 1
+            self._failure(name, error, duration)
+            self._written.notify_all()
+
+    def record_batch(self, outcomes: Iterable[Outcome]) -> None:
+        """Several sources' results in one write: a reader sees all of them or none."""
+        with self._lock:
+            for o in outcomes:
+                if o.error is None:
+                    self._success(o.name, o.points, o.duration, o.partial_errors)
+                else:
+                    self._failure(o.name, o.error, o.duration)
+            self._written.notify_all()
+
+    def _success(self, name: str, points: list[Point], duration: float, partial_errors: Iterable[SourceError]) -> None:
+        """Caller holds the lock."""
+        st = self._states.get(name)
+        if st is None:  # unregistered while the attempt ran: its result is dropped
+            return
+        st.up = True
+        st.attempted = True
+        st.last_duration = duration
+        st.last_success = self._wall()
+        st.last_success_mono = self._mono()
+        st.last_error = None
+        st.points = points
+        st.generation = self._version + 1
+        st.in_flight_since, st.overdue = None, False
+        for err in partial_errors:
+            st.errors[err.reason] = st.errors.get(err.reason, 0) + 1
+        self._version += 1
+
+    def _failure(self, name: str, error: SourceError, duration: float) -> None:
+        """Caller holds the lock; an attempt already failed as overdue is not counted twice."""
+        st = self._states.get(name)
+        if st is None:
+            return
+        st.up = False
+        st.attempted = True
+        st.last_duration = duration
+        st.last_error = error.detached()
+        if not st.overdue:
+            st.errors[error.reason] = st.errors.get(error.reason, 0) + 1
+        st.in_flight_since, st.overdue = None, False
+        self._version += 1
 
     def overdue(self, name: str) -> SourceError | None:
         """The timeout error of ``name``'s running attempt once it outlived its timeout, else None."""
@@ -332,13 +413,18 @@ class SnapshotStore:
                 valid_until = min(valid_until, overdue_at)
         return View(version, wall, now, valid_until, states, served)
 
-    def snapshot(self) -> Snapshot:
+    def snapshot(self, inputs_only: bool = False) -> Snapshot:
+        """Every published point; ``inputs_only``: without the derived sources' points and states
+        (what the derive stage computes from, so nothing it derives is read back a pass later)."""
         view = self.view()
+        sources = view.sources
+        if inputs_only:
+            sources = {n: st for n, st in sources.items() if not st.derived}
         points: list[Point] = []
-        for name in view.sources:
+        for name in sources:
             points.extend(view.published_points(name))
         return Snapshot(
-            view.timestamp, points, view.sources, monotonic=view.monotonic, valid_until=view.valid_until, version=view.version
+            view.timestamp, points, sources, monotonic=view.monotonic, valid_until=view.valid_until, version=view.version
         )
 
     def __iter__(self) -> Iterator[SourceState]:

@@ -7,7 +7,7 @@ this package carries that number into production (issue 22, docs/capacity.md):
 * ``fingerprint.py`` — the configuration measured, against the live one (staleness);
 * ``watch.py`` — the file re-read when it changes, the last good profile kept;
 * ``live.py`` — an engine's in-flight requests, finished rate and mean lengths;
-* ``source.py`` — the ``capacity_profile`` source publishing ``llm_capacity_*``;
+* ``source.py`` — the ``capacity_profile`` step (exporter/derive.py) publishing ``llm_capacity_*``;
 * ``config.py`` — ``--capacity-profile``, ``--capacity-headroom``, ``engines[].capacity_profile``.
 """
 
@@ -16,28 +16,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from exporter.capacity.source import CapacityProfileStep
     from exporter.config import Config
-    from exporter.sources import Source
-    from exporter.store import SnapshotStore
 
 
-def build_capacity_sources(config: Config, store: SnapshotStore) -> list[Source]:
-    """The ``capacity_profile`` source when any engine has a profile (none otherwise)."""
+def build_capacity_steps(config: Config) -> list[CapacityProfileStep]:
+    """The ``capacity_profile`` step of the derive stage when any engine has a profile (none otherwise)."""
     if not config.capacity_profiles:
         return []
-    from exporter.capacity.source import CapacityProfileSource
+    from exporter.capacity.source import CapacityProfileStep
 
-    intervals = [e.interval for e in config.engines if e.name in config.capacity_profiles]
-    interval = min(intervals) if intervals else config.engine_interval
-    return [
-        CapacityProfileSource(
-            store,
-            [(e.name, config.capacity_profiles[e.name]) for e in config.engines if e.name in config.capacity_profiles],
-            interval,
-            timeout=max(1.0, interval),
-            headroom=config.capacity_headroom,
-        )
-    ]
+    profiles = [(e.name, config.capacity_profiles[e.name]) for e in config.engines if e.name in config.capacity_profiles]
+    return [CapacityProfileStep(profiles, headroom=config.capacity_headroom)]
 
 
-__all__ = ["build_capacity_sources"]
+__all__ = ["build_capacity_steps"]

@@ -1,10 +1,11 @@
-"""Source ``capacity_profile``: each engine's measured capacity at SLO against its live load.
+"""Derived source ``capacity_profile``: each engine's measured capacity at SLO against its live load.
 
 Why a derived source: everything it needs beside the profile file is already
 in the store (the engine's requests, token series and published settings), so
-like exporter/diagnosis/capacity.py it reads ``store.snapshot()`` and never
-talks to the engine. The diagnosis reads what it publishes (the used ratio,
-the profile's age and staleness) a cycle later, exactly like any other input.
+like exporter/diagnosis/capacity.py it is a step of the derive stage
+(exporter/derive.py) and never talks to the engine. It runs before the
+diagnosis in the same pass, so the verdict reads the used ratio, the profile's
+age and staleness computed from the very snapshot it judges.
 
 Per engine with a profile (``--capacity-profile``, ``engines[].capacity_profile``),
 labelled ``engine`` (its name, as the diagnosis series are):
@@ -35,7 +36,7 @@ from exporter.capacity.live import WINDOW_SECONDS, LiveLoad, LiveWindow
 from exporter.capacity.profile import Profile
 from exporter.capacity.watch import ProfileWatcher
 from exporter.samples import Point, Sample, SampleResult, SourceError
-from exporter.store import SnapshotStore
+from exporter.store import Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -88,30 +89,23 @@ class _Engine:
     logged: tuple[str, ...] = field(default_factory=tuple)
 
 
-class CapacityProfileSource:
+class CapacityProfileStep:
     """Publishes the capacity gauges of every engine that has a profile."""
 
     name = NAME
 
     def __init__(
         self,
-        store: SnapshotStore,
         profiles: Sequence[tuple[str, Profile]],
-        interval: float,
-        timeout: float,
         headroom: float = DEFAULT_HEADROOM,
         window_seconds: float = WINDOW_SECONDS,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.store = store
-        self.interval = interval
-        self.timeout = timeout
         self.headroom = headroom
         self._clock = clock
         self.engines = [_Engine(name, ProfileWatcher(p), LiveWindow(window_seconds)) for name, p in profiles]
 
-    def sample(self) -> SampleResult:
-        snap = self.store.snapshot()
+    def derive(self, snap: Snapshot) -> SampleResult:
         points: list[Point] = []
         errors: list[SourceError] = []
         for e in self.engines:
@@ -165,7 +159,7 @@ class CapacityProfileSource:
 __all__ = [
     "DEFAULT_HEADROOM",
     "NAME",
-    "CapacityProfileSource",
+    "CapacityProfileStep",
     "drift",
     "recommended_max_concurrency",
     "used_ratio",

@@ -1,4 +1,4 @@
-"""Source ``capacity``: how many requests the KV cache should hold at once, per server.
+"""Derived source ``capacity``: how many requests the KV cache should hold at once, per server.
 
 Why: "predicted vs real max concurrency" is the memory layer's sanity check. An
 operator sizes ``max_num_seqs`` from the KV capacity and the typical request;
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from exporter.diagnosis.window import Window
 from exporter.samples import Point, Sample, SampleResult
-from exporter.store import SnapshotStore
+from exporter.store import Snapshot
 
 CAPACITY = "llm_kv_cache_capacity_tokens"
 PROMPT = "llm_prompt_tokens_total"
@@ -45,19 +45,15 @@ def predicted_max_concurrency(window: Window, server: str) -> float | None:
     return capacity / ((prompt + generated) / finished)
 
 
-class CapacitySource:
-    """Publishes the prediction for every server that reports its KV capacity."""
+class CapacityStep:
+    """Derived source ``capacity`` (exporter/derive.py): the prediction for every server that reports its KV capacity."""
 
     name = "capacity"
 
-    def __init__(self, store: SnapshotStore, interval: float, timeout: float, window_seconds: float = 60.0) -> None:
-        self.store = store
-        self.interval = interval
-        self.timeout = timeout
+    def __init__(self, window_seconds: float = 60.0) -> None:
         self.window = Window(window_seconds, keep=lambda name: name in _READS)
 
-    def sample(self) -> SampleResult:
-        snap = self.store.snapshot()
+    def derive(self, snap: Snapshot) -> SampleResult:
         self.window.add(snap)
         servers = sorted({p.labels.get("server", "") for p in snap.samples(CAPACITY)})
         points: list[Point] = []

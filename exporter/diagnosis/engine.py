@@ -46,7 +46,7 @@ from dataclasses import dataclass, replace
 from exporter.diagnosis import causality
 from exporter.diagnosis import signals as sig
 from exporter.diagnosis.capacity_profile import capacity_body
-from exporter.diagnosis.notices import DERIVED_SOURCES, notices_for
+from exporter.diagnosis.notices import notices_for
 from exporter.diagnosis.ranking import Holding, pick_primary, score
 from exporter.diagnosis.rules import RULES, Rule
 from exporter.diagnosis.symptoms import ObservedSymptom, observe
@@ -373,10 +373,8 @@ class DiagnosisEngine:
 
 
 def fresh_inputs(snap: Snapshot) -> frozenset[str]:
-    """The sources whose points ``snap`` serves (derived sources left out)."""
-    return frozenset(
-        name for name, st in (snap.sources or {}).items() if name not in DERIVED_SOURCES and st.fresh(snap.monotonic)
-    )
+    """The sources whose points ``snap`` serves (derived sources, which the store marks, left out)."""
+    return frozenset(name for name, st in (snap.sources or {}).items() if not st.derived and st.fresh(snap.monotonic))
 
 
 def _headroom(outcomes: list[_Judged]) -> tuple[float | None, str]:

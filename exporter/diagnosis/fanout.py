@@ -69,7 +69,7 @@ class NodeVerdict:
 
 
 class NodeDiagnosis:
-    """Runs one DiagnosisEngine per engine scope each cycle; what DiagnosisSource and the API read."""
+    """Runs one DiagnosisEngine per engine scope each cycle; what DiagnosisStep (exporter/diagnosis/source.py) and the API read."""
 
     def __init__(
         self,

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from exporter.diagnosis import signals as sig
+from exporter.diagnosis.backends import long_context_notices
 from exporter.diagnosis.thresholds import Thresholds
 from exporter.store import Snapshot
 
@@ -90,10 +91,6 @@ def missing_inputs(v: View, t: Thresholds) -> list[Missing]:
     return out
 
 
-#: sources that read the store themselves: their health says nothing about the inputs
-DERIVED_SOURCES = frozenset({"diagnosis", "parallel", "capacity", "capacity_profile"})
-
-
 def notices_for(
     signals: sig.Signals,
     snap: Snapshot | None,
@@ -107,7 +104,7 @@ def notices_for(
     v = signals.service
     sources = dict(snap.sources) if snap is not None and getattr(snap, "sources", None) else {}
     for name, st in sorted(sources.items()):
-        if name in DERIVED_SOURCES or st.up:
+        if st.derived or st.up:  # a derived source's health says nothing about the inputs
             continue
         err = getattr(st, "last_error", None)
         reason = getattr(err, "reason", None) or "no successful sample yet"
@@ -128,7 +125,7 @@ def notices_for(
             out.append("engine reports no KV-cache usage: the memory layer cannot be judged")
     if seen and sig.BUSIEST_THREAD not in v:
         out.append("no process sampler (--engine-process or --engine-pid): the serial host ceiling cannot be judged")
-    out += _sm_notice(v, t) + _preemption_notice(v, t)
+    out += _sm_notice(v, t) + _preemption_notice(v, t) + long_context_notices(v, snap, t)
     if sig.SLEEPING in v and v[sig.SLEEPING] >= 1:
         out.append("the engine is asleep (sleep mode): it serves nothing by design")
     unknown = [layer for layer, status in statuses.items() if status == "unknown"]

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from exporter.diagnosis.signals import resolve_groups
 from exporter.samples import Point, Sample, SampleResult
-from exporter.store import Snapshot, SnapshotStore
+from exporter.store import Snapshot
 
 _LINKS = {
     "pcie": ("llm_gpu_pcie_transmit_bytes_per_second", "llm_gpu_pcie_receive_bytes_per_second"),
@@ -40,28 +40,18 @@ def group_points(snap: Snapshot, configured: Mapping[str, list[int]] | None) -> 
     return points
 
 
-class ParallelSource:
-    """Source ``parallel``: reads the store's GPU points, publishes group metrics."""
+class ParallelStep:
+    """Derived source ``parallel`` (exporter/derive.py): group metrics from the snapshot's GPU points."""
 
     name = "parallel"
 
-    def __init__(
-        self,
-        store: SnapshotStore,
-        groups: Mapping[str, list[int]] | None,
-        interval: float,
-        timeout: float,
-        node_group: str | None = None,
-    ) -> None:
-        self.store = store
+    def __init__(self, groups: Mapping[str, list[int]] | None, node_group: str | None = None) -> None:
         self.groups = dict(groups or {})
-        self.interval = interval
-        self.timeout = timeout
         #: --parallel-group: the multi-node group this node is part of (issue 15, alerts/fleet.py)
         self.node_group = node_group
 
-    def sample(self) -> SampleResult:
-        points = group_points(self.store.snapshot(), self.groups)
+    def derive(self, snap: Snapshot) -> SampleResult:
+        points = group_points(snap, self.groups)
         if self.node_group:
             # one constant series per exporter, not a label on every series: the fleet rules join on it
             points.append(Sample("llm_parallel_node_group_info", {"group": self.node_group}, 1.0))

@@ -33,7 +33,6 @@ from exporter.store import Snapshot
 # --- per GPU (latest snapshot) ------------------------------------------------------
 UTIL = "llm_gpu_utilization_ratio"
 SM = "llm_gpu_sm_active_ratio"
-OCCUPANCY = "llm_gpu_sm_occupancy_ratio"
 TENSOR = "llm_gpu_tensor_active_ratio"
 DRAM = "llm_gpu_dram_active_ratio"
 MEM_USED = "llm_gpu_memory_used_bytes"
@@ -122,9 +121,8 @@ RUNNING_MAX_RECENT = f"max_over_recent({RUNNING})"
 RUNNING_MAX = f"max_over_window({RUNNING})"
 SLOT_CONTEXT = reduced_name(SLOT_CONTEXT_METRIC)
 SLOT_CONTEXT_USAGE = f"{reduced_name(KV_USED_METRIC)} / ({SLOTS} * {SLOT_CONTEXT})"
-#: the scheduler loop's pace and batch (vLLM iteration_tokens histogram)
+#: the scheduler loop's pace (vLLM iteration_tokens histogram)
 ENGINE_STEPS_RATE = "rate(llm_scheduler_iteration_tokens_count)"
-TOKENS_PER_STEP = "increase(llm_scheduler_iteration_tokens_sum) / increase(llm_scheduler_iteration_tokens_count)"
 #: the engine's launch settings (exporter/engines/settings.py) against what it really sees:
 #: the largest captured CUDA graph against the running batch (sampled per scrape,
 #: exporter/engines/batchsize.py), the per-step token budget against the prompt lengths, and the
@@ -147,9 +145,6 @@ LENGTH_P99 = "p99(llm_request_prompt_tokens) + p99(llm_request_generation_tokens
 SLOT_HELD_MAX = f"max_over_window({reduced_name('llm_kv_cache_used_tokens')} / {reduced_name('llm_scheduler_slots_busy')})"
 #: the attention backend the engine runs, as a signal named after it (value 1): the chain names it
 ATTENTION_BACKEND_PREFIX = 'llm_engine_config_info{attention_backend="'
-#: the engine's own cost model (vLLM enable_mfu_metrics), next to what the GPU measured
-EST_FLOPS_RATE = "rate(llm_engine_estimated_gpu_flops_total)"
-EST_READ_RATE = "rate(llm_engine_estimated_gpu_read_bytes_total)"
 SLEEP_METRIC = "llm_engine_sleep_state"
 SLEEPING = reduced_name(SLEEP_METRIC, '{state!="awake"}')
 GENERATION_RATE = "rate(llm_generation_tokens_total)"
@@ -209,8 +204,6 @@ _READ_NAMES: frozenset[str] = frozenset(
         "llm_request_inter_token_seconds",
         "llm_scheduler_queue_seconds",
         "llm_scheduler_iteration_tokens",
-        "llm_engine_estimated_gpu_flops_total",
-        "llm_engine_estimated_gpu_read_bytes_total",
         "llm_generation_tokens_total",
         "llm_spec_decode_draft_tokens_total",
         "llm_spec_decode_accepted_tokens_total",
@@ -290,7 +283,7 @@ def gpu_signals(snap: Snapshot) -> dict[str, dict[str, float]]:
     for gpu in live_gpus(snap):
         v = {
             name: val
-            for name in (UTIL, SM, OCCUPANCY, TENSOR, DRAM, MEM_USED, MEM_TOTAL, POWER, CLOCK, TEMP)
+            for name in (UTIL, SM, TENSOR, DRAM, MEM_USED, MEM_TOTAL, POWER, CLOCK, TEMP)
             if (val := snap.maximum(name, gpu=gpu)) is not None
         }
         total = snap.maximum(MEM_TOTAL, gpu=gpu)
@@ -340,13 +333,9 @@ def group_signals(
             mean = sum(sm) / len(sm)
             v[GROUP_SM_MEAN] = mean
             v[GROUP_SM_MAX] = max(sm)
-            # the same figure ParallelSource publishes, computed from this snapshot so the
-            # verdict does not lag one parallel-source cycle behind the GPU points
+            # the figure the parallel step publishes (exporter/diagnosis/parallel.py), from the same GPU points
             v[GROUP_SKEW] = max(sm) / mean if mean > 0 else 1.0
-        elif (skew := snap.maximum(GROUP_SKEW, group=name)) is not None:
-            v[GROUP_SKEW] = skew
-        size = snap.maximum(GROUP_GPUS, group=name)
-        v[GROUP_GPUS] = size if size is not None else float(len(members))
+        v[GROUP_GPUS] = float(len(members))
         out[name] = v
     return out
 
@@ -468,16 +457,11 @@ def figure(snap: Snapshot, metric: str, **match: str) -> float | None:
 
 
 def _pace(window: Window, v: dict[str, float]) -> None:
-    """Engine steps per second and tokens per step; the engine's cost-model rates; tokens out."""
+    """Engine steps per second; tokens out (the demo's tok/s, exporter/demo/rows.py)."""
     steps = window.histogram_delta_count("llm_scheduler_iteration_tokens")
     span = window.span
     if steps is not None and span > 0:
         v[ENGINE_STEPS_RATE] = steps / span
-        tokens = window.histogram_delta_sum("llm_scheduler_iteration_tokens")
-        if steps > 0 and tokens is not None:
-            v[TOKENS_PER_STEP] = tokens / steps
-    _put(v, EST_FLOPS_RATE, window.rate("llm_engine_estimated_gpu_flops_total"))
-    _put(v, EST_READ_RATE, window.rate("llm_engine_estimated_gpu_read_bytes_total"))
     _put(v, GENERATION_RATE, window.rate("llm_generation_tokens_total"))
 
 

@@ -101,10 +101,6 @@ class Window:
         return self._snaps[-1] if self._snaps else None
 
     @property
-    def oldest(self) -> Snapshot | None:
-        return self._snaps[0] if self._snaps else None
-
-    @property
     def span(self) -> float:
         if len(self._snaps) < 2:
             return 0.0

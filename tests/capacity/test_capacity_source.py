@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from exporter.capacity.profile import load_profile
-from exporter.capacity.source import CapacityProfileSource, recommended_max_concurrency
+from exporter.capacity.source import CapacityProfileStep, recommended_max_concurrency
 from exporter.diagnosis.rules import RULES
 from exporter.samples import HistogramSample, Point, Sample
 from exporter.store import SnapshotStore
@@ -46,17 +46,17 @@ class Clock:
         return self.now
 
 
-def _source(tmp_path: Path, doc: dict, headroom: float = 0.2) -> tuple[SnapshotStore, CapacityProfileSource, Path, Clock]:
+def _source(tmp_path: Path, doc: dict, headroom: float = 0.2) -> tuple[SnapshotStore, CapacityProfileStep, Path, Clock]:
     path = write(tmp_path / "tune.json", doc)
     clock = Clock()
     store = SnapshotStore(clock=lambda: clock.now)
     store.register("engine:a", 1.0)
-    src = CapacityProfileSource(store, [("a", load_profile(path))], 1.0, 1.0, headroom=headroom, clock=clock)
+    src = CapacityProfileStep([("a", load_profile(path))], headroom=headroom, clock=clock)
     return store, src, path, clock
 
 
-def _values(src: CapacityProfileSource) -> dict[str, float]:
-    result = src.sample()
+def _values(store: SnapshotStore, src: CapacityProfileStep) -> dict[str, float]:
+    result = src.derive(store.snapshot())
     out = {}
     for p in result.points:
         assert isinstance(p, Sample) and p.labels.get("engine") == "a"
@@ -68,7 +68,7 @@ def _values(src: CapacityProfileSource) -> dict[str, float]:
 def test_gauges_used_ratio_drift_and_recommended_ceiling(tmp_path: Path) -> None:
     store, src, _, clock = _source(tmp_path, tune_doc(CAP, None, fingerprint=FINGERPRINT, workload=WORKLOAD))
     store.record_success("engine:a", _engine(running=6, finished=100, prompt=1000, output=50), 0.0)
-    first = _values(src)
+    first = _values(store, src)
     assert first["llm_capacity_concurrency_at_slo"] == 10 and first["llm_capacity_requests_per_second_at_slo"] == 2.0
     assert first["llm_capacity_tokens_per_second_at_slo"] == 200.0
     assert first["llm_capacity_recommended_max_concurrency"] == 8  # floor(10 x 0.8)
@@ -77,7 +77,7 @@ def test_gauges_used_ratio_drift_and_recommended_ceiling(tmp_path: Path) -> None
     assert first["llm_capacity_profile_stale"] == 0.0  # slots 4 on both sides
     clock.now += 10
     store.record_success("engine:a", _engine(running=6, finished=150, prompt=1000, output=50), 0.0)
-    later = _values(src)
+    later = _values(store, src)
     assert later["llm_capacity_used_ratio"] == 2.5  # 50 finished in 10 s = 5/s over 2/s
     assert later["llm_capacity_workload_drift_ratio{prompt_tokens}"] == 2.0  # 1000 over 500
     assert later["llm_capacity_workload_drift_ratio{output_tokens}"] == 1.0
@@ -90,38 +90,38 @@ def test_recommended_ceiling_is_at_least_one() -> None:
 
 def test_stale_flips_when_the_engine_settings_change_and_is_absent_while_unknown(tmp_path: Path) -> None:
     store, src, _, _ = _source(tmp_path, tune_doc(CAP, None, fingerprint=FINGERPRINT))
-    assert "llm_capacity_profile_stale" not in _values(src)  # the engine not read yet: unknown
+    assert "llm_capacity_profile_stale" not in _values(store, src)  # the engine not read yet: unknown
     store.record_success("engine:a", _engine(running=1, finished=1, prompt=1, output=1, slots=4), 0.0)
-    assert _values(src)["llm_capacity_profile_stale"] == 0.0
+    assert _values(store, src)["llm_capacity_profile_stale"] == 0.0
     store.record_success("engine:a", _engine(running=1, finished=1, prompt=1, output=1, slots=2), 0.0)
-    assert _values(src)["llm_capacity_profile_stale"] == 1.0
+    assert _values(store, src)["llm_capacity_profile_stale"] == 1.0
     doc = tune_doc(CAP)
     del doc["baseline"]["argv"]
     store2, old, _, _ = _source(tmp_path, doc)  # a profile from before fingerprints
     store2.record_success("engine:a", _engine(running=1, finished=1, prompt=1, output=1, slots=2), 0.0)
-    assert "llm_capacity_profile_stale" not in _values(old)
+    assert "llm_capacity_profile_stale" not in _values(store2, old)
 
 
 def test_a_profile_that_changes_vanishes_or_breaks_keeps_the_last_good_one(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     store, src, path, _ = _source(tmp_path, tune_doc(CAP))
-    assert _values(src)["llm_capacity_concurrency_at_slo"] == 10
+    assert _values(store, src)["llm_capacity_concurrency_at_slo"] == 10
     write(path, tune_doc({**CAP, "concurrency": 16}))
-    assert _values(src)["llm_capacity_concurrency_at_slo"] == 16  # re-read on change
+    assert _values(store, src)["llm_capacity_concurrency_at_slo"] == 16  # re-read on change
     caplog.set_level(logging.WARNING)
     path.write_text("{garbled")
-    result = src.sample()
+    result = src.derive(store.snapshot())
     assert [e.reason for e in result.partial_errors] == ["malformed"] and "not JSON" in result.partial_errors[0].message
     assert {p.name: p.value for p in result.points if isinstance(p, Sample)}["llm_capacity_concurrency_at_slo"] == 16
-    src.sample()
+    src.derive(store.snapshot())
     assert sum("keeping the last good profile" in r.message for r in caplog.records) == 1  # once, not per sample
     path.unlink()
-    result = src.sample()
+    result = src.derive(store.snapshot())
     assert [e.reason for e in result.partial_errors] == ["file_missing"]
     assert any(p.name == "llm_capacity_concurrency_at_slo" and p.value == 16 for p in result.points)
     write(path, tune_doc({**CAP, "concurrency": 12}))
-    result = src.sample()
+    result = src.derive(store.snapshot())
     assert result.partial_errors == [] and any(
         p.name == "llm_capacity_concurrency_at_slo" and p.value == 12 for p in result.points
     )

@@ -8,7 +8,7 @@ from fastapi import FastAPI
 
 from exporter.config import Config
 from exporter.diagnosis import build_diagnosis
-from exporter.runner import SourceRunner
+from exporter.runner import RunnerGroup
 from exporter.samples import SampleResult
 from exporter.store import SnapshotStore
 from tests.diagnosis.diag_points import engine, gpu, histogram
@@ -40,13 +40,14 @@ class FixedSource:
 
 @pytest.fixture
 def live_exporter():
-    """A store, the GPU source and the diagnosis bundle on runner threads, and the router served."""
+    """A store, the GPU source and the derive stage on a runner group, and the router served."""
     store = SnapshotStore()
     cfg = Config(gpu_interval=0.2, diagnosis_interval=0.2)
     bundle = build_diagnosis(cfg, store)
-    runners = [SourceRunner(s, store) for s in [FixedSource(), *bundle.sources]]
-    for r in runners:
-        r.start()
+    group = RunnerGroup(store)
+    for s in [FixedSource(), *bundle.sources]:
+        group.add(s)
+    group.start()
     app = FastAPI()
     app.include_router(bundle.router)
     try:
@@ -55,5 +56,4 @@ def live_exporter():
             wait_until(lambda: requests.get(base + "/diagnosis", timeout=2).json()["primary"], 10, "a verdict with a primary")
             yield base, store
     finally:
-        for r in runners:
-            r.stop()
+        group.stop()

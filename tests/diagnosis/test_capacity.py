@@ -1,4 +1,4 @@
-from exporter.diagnosis.capacity import CapacitySource, predicted_max_concurrency
+from exporter.diagnosis.capacity import CapacityStep, predicted_max_concurrency
 from exporter.diagnosis.window import Window
 from exporter.samples import Sample
 from exporter.store import Snapshot, SnapshotStore
@@ -40,11 +40,11 @@ def test_unknown_without_finished_requests_or_capacity() -> None:
 def test_source_publishes_the_schema_metric() -> None:
     store = SnapshotStore()
     store.register("engine:a", 5.0)
-    src = CapacitySource(store, interval=1.0, timeout=1.0)
+    src = CapacityStep()
     store.record_success("engine:a", _snap(0, 10, 1000, 1000).points, 0.0)
-    assert src.sample().points == []
+    assert src.derive(store.snapshot()).points == []
     store.record_success("engine:a", _snap(0, 20, 2000, 2000).points, 0.0)
-    (point,) = src.sample().points
+    (point,) = src.derive(store.snapshot()).points
     assert point.name == "llm_kv_cache_predicted_max_concurrency"
     assert point.labels == {"server": "a"}
     assert point.value == 16384 / 200

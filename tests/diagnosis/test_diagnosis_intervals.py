@@ -7,11 +7,12 @@ import logging
 
 import pytest
 
-from exporter.config import Config, EngineConfig
+from exporter.config import Config
 from exporter.diagnosis import build_diagnosis
 from exporter.diagnosis.engine import DiagnosisEngine
 from exporter.diagnosis.intervals import fit_spans
 from exporter.diagnosis.thresholds import Thresholds
+from exporter.engines.config import EngineConfig
 from exporter.store import Snapshot, SnapshotStore
 from tests.diagnosis.diag_points import engine, healthy_gpu
 

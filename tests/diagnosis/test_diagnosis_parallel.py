@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from exporter.diagnosis.parallel import ParallelSource, group_points
+from exporter.diagnosis.parallel import ParallelStep, group_points
 from exporter.store import Snapshot, SnapshotStore
 from tests.diagnosis.diag_points import gpu
 
@@ -51,7 +51,7 @@ def test_source_reads_the_store():
     store = SnapshotStore()
     store.register("gpu", 1.0)
     store.record_success("gpu", four_gpus(), 0.01)
-    src = ParallelSource(store, None, interval=1.0, timeout=1.0)
+    src = ParallelStep(None)
     assert src.name == "parallel"
-    names = {p.name for p in src.sample().points}
+    names = {p.name for p in src.derive(store.snapshot()).points}
     assert names == {"llm_parallel_group_gpus", "llm_parallel_sm_active_skew_ratio", "llm_parallel_interconnect_bytes_per_second"}

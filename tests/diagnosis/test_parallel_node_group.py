@@ -9,7 +9,7 @@ import pytest
 
 from exporter.collector import render_text
 from exporter.config import add_serve_arguments, load_config
-from exporter.diagnosis.parallel import ParallelSource
+from exporter.diagnosis.parallel import ParallelStep
 from exporter.errors import UsageError
 from exporter.store import SnapshotStore
 from tests.diagnosis.diag_points import gpu
@@ -46,15 +46,15 @@ def _store() -> SnapshotStore:
 
 
 def test_the_parallel_source_publishes_the_node_group_once() -> None:
-    with_group = ParallelSource(_store(), None, interval=1.0, timeout=1.0, node_group="pp0").sample().points
+    with_group = ParallelStep(None, node_group="pp0").derive(_store().snapshot()).points
     info = [p for p in with_group if p.name == "llm_parallel_node_group_info"]
     assert [(p.labels, p.value) for p in info] == [({"group": "pp0"}, 1.0)]
     # the node-local groups keep their own names
     assert {p.labels["group"] for p in with_group if p.name == "llm_parallel_group_gpus"} == {"all"}
-    without = ParallelSource(_store(), None, interval=1.0, timeout=1.0).sample().points
+    without = ParallelStep(None).derive(_store().snapshot()).points
     assert not [p for p in without if p.name == "llm_parallel_node_group_info"]
 
 
 def test_the_collector_renders_it() -> None:
-    points = ParallelSource(_store(), None, interval=1.0, timeout=1.0, node_group="pp0").sample().points
+    points = ParallelStep(None, node_group="pp0").derive(_store().snapshot()).points
     assert 'llm_parallel_node_group_info{group="pp0"} 1.0' in render_text(points).decode()

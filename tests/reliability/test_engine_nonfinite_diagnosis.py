@@ -26,13 +26,14 @@ from fastapi import FastAPI
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.config import Config, EngineConfig
+from exporter.config import Config
 from exporter.diagnosis import build_diagnosis
+from exporter.engines.config import EngineConfig
 from exporter.engines.mappings import MAPPINGS
 from exporter.engines.source import EngineSource
 from exporter.engines.table import InfoLabel, Series, Source
 from exporter.engines.textparse import parse
-from exporter.runner import SourceRunner
+from exporter.runner import SourceRunner, runner_for
 from exporter.schema import SPECS
 from exporter.store import SnapshotStore
 from tests.engines.engine_helpers import fixture
@@ -101,7 +102,7 @@ class Rig:
         self.store = SnapshotStore()
         self.bundle = build_diagnosis(Config(gpu_interval=0.2, diagnosis_interval=0.2), self.store)
         self.source = EngineSource(EngineConfig(url=engine.url, name="e", interval=0.2, timeout=2.0))
-        self.runners = [SourceRunner(s, self.store) for s in [self.source, *self.bundle.sources]]
+        self.runners = [SourceRunner(self.source, self.store), *(runner_for(s, self.store) for s in self.bundle.sources)]
 
     def judge(self, *bodies: str) -> tuple[dict[str, Any], dict[str, Any]]:
         """Serve each body in turn (one body: twice, rates need two scrapes), each scraped and judged;

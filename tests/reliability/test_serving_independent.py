@@ -26,9 +26,10 @@ from contextlib import contextmanager
 import pytest
 
 from exporter.collector import ExpositionCache, meta_points, render_text
+from exporter.derive import DeriveStage
 from exporter.diagnosis.api import build_router
 from exporter.diagnosis.engine import DiagnosisEngine
-from exporter.diagnosis.source import DiagnosisSource
+from exporter.diagnosis.source import DiagnosisStep
 from exporter.runner import RunnerGroup
 from exporter.samples import HistogramSample, Point, Sample, SampleResult
 from exporter.server import create_app
@@ -101,7 +102,7 @@ def _serving(
         group.add(s)
     routers = []
     if engine is not None:
-        group.add(DiagnosisSource(store, engine, interval=0.2, timeout=0.3))
+        group.add(DeriveStage([DiagnosisStep(engine)], interval=0.2, timeout=0.3))
         routers.append(build_router(engine))
     app = create_app(store, routers)
     group.start()
