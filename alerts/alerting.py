@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from alerts.causes import CAUSES, LAYER_DASHBOARD, Cause
+from alerts.causes import CAUSES, Cause
 from alerts.recording import ENGINE, INSTANCE_CAUSE, SERVER_MODEL, slo_error_ratio_record, slo_metrics, with_engine
 from alerts.settings import Settings, duration_seconds
 
@@ -509,7 +509,3 @@ def render(template: str, labels: dict[str, str]) -> str:
         return labels[inner[8:]]
 
     return _TEMPLATE.sub(one, template)
-
-
-def layer_dashboards() -> dict[str, str]:
-    return dict(LAYER_DASHBOARD)

@@ -25,7 +25,7 @@ import yaml  # noqa: E402
 from alerts import (  # noqa: E402
     alerting,
     alertmanager_config,
-    fleet,  # noqa: E402  (issue 15: rules across replicas and nodes)
+    fleet,
     recording,
     unittests,
 )

@@ -256,7 +256,7 @@ class FleetExposition:
 class _Handler(BaseHTTPRequestHandler):
     server: Any
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         body = self.server.fleet.render()
         self.send_response(200)
         self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -328,7 +328,7 @@ class _Prometheus:
         (self.workdir / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
-        self.log = open(self.workdir / "prometheus.log", "wb")  # noqa: SIM115 - closed in __exit__
+        self.log = open(self.workdir / "prometheus.log", "wb")
         self.proc = subprocess.Popen(
             [
                 PROMETHEUS,

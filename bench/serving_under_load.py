@@ -37,7 +37,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psutil
 
@@ -118,10 +118,10 @@ def scrape_load(port: int, scrapers: int, duration: float, gzip: bool = True) ->
         conn.close()
 
     threads = [threading.Thread(target=loop, args=(t,), daemon=True) for t in timings]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(duration + REQUEST_TIMEOUT_S + 10)
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(duration + REQUEST_TIMEOUT_S + 10)
     pooled = Timings()
     for t in timings:
         pooled.latencies += t.latencies
@@ -325,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(
         f"{fig['scrapers']} scrapers ({fig['encoding']}) x {fig['duration_s']:.0f} s of a {fig['series']}-series /metrics "
-        f"({int(fig['metrics_bytes']) / 1e6:.2f} MB, gzip {int(fig['metrics_gzip_bytes']) / 1e3:.0f} kB); {fig['load']}; "
+        f"({cast(int, fig['metrics_bytes']) / 1e6:.2f} MB, gzip {cast(int, fig['metrics_gzip_bytes']) / 1e3:.0f} kB); {fig['load']}; "
         f"load average {fig['loadavg'][0]:.1f}, cores {100 * fig['cores_busy']:.0f} % busy"  # type: ignore[index,operator]
         + (f", {fig['vllm_requests_done']} vLLM requests done" if fig["vllm_requests_done"] else "")
     )

@@ -23,7 +23,6 @@ import base64
 import http.client
 import os
 import socket
-import ssl
 import threading
 import time
 from collections.abc import Mapping
@@ -34,11 +33,14 @@ from urllib.parse import unquote, urlencode, urlsplit, urlunsplit
 
 from exporter.errors import UsageError
 from exporter.jsonsafe import loads_bounded
+from exporter.tlsclient import ClientTLS
 
 #: the most bytes one answer may have (a verdict is tens of KiB, a 20k-series /metrics a few MiB)
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 ENV_PREFIX = "LLM_EXPORTER_"
 _CHUNK = 64 * 1024
+#: the system trust store, TLS 1.2 up: the same client context every outgoing connection has (exporter/tlsclient.py)
+_TLS = ClientTLS()
 
 
 @dataclass(frozen=True)
@@ -212,7 +214,7 @@ def get(
     host, port = parts.hostname or "", parts.port
     conn: http.client.HTTPConnection
     if parts.scheme == "https":
-        conn = http.client.HTTPSConnection(host, port, timeout=timeout, context=ssl.create_default_context())
+        conn = http.client.HTTPSConnection(host, port, timeout=timeout, context=_TLS.context())
     else:
         conn = http.client.HTTPConnection(host, port, timeout=timeout)
     watchdog = _Watchdog(conn, timeout)  # before connect: a TLS handshake that trickles is cut too

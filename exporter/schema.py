@@ -152,7 +152,6 @@ SOURCE_ERROR_REASONS: tuple[str, ...] = (
     "malformed",
     "dcgm_unavailable",
     "process_gone",
-    "stale_input",
     "redirect",
     "bad_response",
     "internal",
@@ -190,11 +189,6 @@ class MetricSpec:
     def closed_values(self, label: str) -> tuple[str, ...] | None:
         """The allowed values of ``label``, or None when its values are open."""
         return next((allowed for name, allowed in self.values if name == label), None)
-
-    @property
-    def exposed_name(self) -> str:
-        """Name as it appears on the wire for its first sample line."""
-        return self.name
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -518,7 +512,7 @@ _SPECS: list[MetricSpec] = [
     _g(
         "llm_operator_time_share",
         "",
-        "Share (0-1) of the GPU kernel time of the engine's last on-demand profile (POST /profile, exporter/profile/) spent in one kind of operator: attention, gemm, communication, memory_copy, sampling or other; the kinds of one profile add up to 1. Absent until a profile was taken.",
+        "Share (0-1) of the time of the engine's last on-demand profile (POST /profile, exporter/profile/: GPU kernel time; on an engine whose trace has no GPU kernels, CPU operator self time, the answer's basis) spent in one kind of operator: attention, gemm, communication, memory_copy, sampling or other; the kinds of one profile add up to 1. Absent until a profile was taken.",
         "operator",
         ("engine", "kind"),
         "profile",

@@ -37,6 +37,20 @@ def test_wait_until_returns_the_value_and_fails_naming_what_and_the_last_error()
         wait_until(lambda: 0, 0.1, "a count above zero")
 
 
+def test_wait_until_asks_for_its_detail_only_once_the_wait_failed() -> None:
+    asked: list[int] = []
+
+    def detail() -> str:
+        asked.append(1)
+        return "the log's tail"
+
+    assert wait_until(lambda: "up", 1, "a server", detail=detail) == "up"
+    assert asked == []
+    with pytest.raises(WaitTimeout, match="waiting for a server .*:\nthe log's tail"):
+        wait_until(lambda: None, 0.1, "a server", interval=0.02, detail=detail)
+    assert asked == [1]
+
+
 def test_child_output_goes_to_a_file_so_a_chatty_child_never_blocks(tmp_path: Path) -> None:
     # 1 MiB on stdout and stderr with nobody reading: a pipe (64 KiB) would block it forever
     code = "import sys\nfor _ in range(1024):\n    sys.stdout.write('o' * 1023 + '\\n'); sys.stderr.write('e' * 1023 + '\\n')\nprint('done')"

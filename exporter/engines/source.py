@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import os
 import ssl
 import time
 from typing import TYPE_CHECKING
@@ -48,9 +47,10 @@ from exporter.memtrim import LARGE_BYTES, TRIMS
 from exporter.samples import Point, Sample, SampleResult, SourceError
 from exporter.schema import SERIES_DROP_FAMILIES, SERIES_DROP_OTHER_FAMILY, SERIES_DROP_REASONS
 from exporter.secretfile import read_secret_file
+from exporter.tlsclient import ClientTLS, TLSFiles
 
 if TYPE_CHECKING:  # config imports the CLI; keep this module light to import
-    from exporter.config import EngineConfig
+    from exporter.engines.config import EngineConfig
 
 __all__ = ["ACCEPT", "EngineSource", "safe_url"]
 
@@ -97,7 +97,8 @@ class EngineSource:
         #: SERIES_DROP_FAMILIES families named (for life: each counter only grows), the rest "other"
         self.dropped_families: dict[str, int] = {}
         self._secrets: list[str] = [s for s in (self._url_auth or ()) if len(s) >= 3]
-        self._tls: tuple[tuple[str | None, int], ssl.SSLContext] | None = None
+        #: a ca_bundle keeps verification on whatever tls_verify says (tls_verify: false is for no bundle)
+        self._tls = ClientTLS(TLSFiles(ca_file=cfg.ca_bundle, verify=cfg.tls_verify or bool(cfg.ca_bundle)))
         self._body_bytes = 0
         #: (family, monotonic time read, settings) of the serving process (cfg.pid), re-read every SETTINGS_REREAD_SECONDS
         self._process_settings: tuple[str, float, settings.EngineSettings] | None = None
@@ -392,25 +393,8 @@ class EngineSource:
         return read_secret_file(path, what, self._secrets)
 
     def _tls_context(self) -> ssl.SSLContext:
-        """The TLS settings, rebuilt when the ``ca_bundle`` file changes (certificate rotation)."""
-        cfg = self.cfg
-        try:
-            key = (cfg.ca_bundle, os.stat(cfg.ca_bundle).st_mtime_ns if cfg.ca_bundle else 0)
-        except OSError as err:
-            raise SourceError("file_missing", f"cannot read ca_bundle {cfg.ca_bundle}: {err.strerror}") from None
-        if self._tls is not None and self._tls[0] == key:
-            return self._tls[1]
-        try:
-            context = ssl.create_default_context(cafile=cfg.ca_bundle) if cfg.ca_bundle else ssl.create_default_context()
-        except (OSError, ssl.SSLError) as err:
-            raise SourceError(
-                "malformed", f"ca_bundle {cfg.ca_bundle}: not a PEM certificate bundle ({type(err).__name__})"
-            ) from None
-        if not cfg.tls_verify and not cfg.ca_bundle:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        self._tls = (key, context)
-        return context
+        """The TLS settings, rebuilt when the ``ca_bundle`` file changes (certificate rotation: exporter/tlsclient.py)."""
+        return self._tls.context()
 
     def _check_status(self, status: int) -> None:
         if 200 <= status < 300:

@@ -70,8 +70,6 @@ COLUMNS: tuple[Column, ...] = (
     Column("energy_mj", "llm_gpu_energy_joules_total", divide=1000.0),
 )
 NUMERIC_KEYS: frozenset[str] = frozenset(c.key for c in COLUMNS)
-#: Every key a reading may carry that this module reads; anything else is ignored.
-KNOWN_KEYS: frozenset[str] = NUMERIC_KEYS | {NAME_KEY, UUID_KEY, THROTTLE_KEY}
 
 
 def to_base_unit(value: float, col: Column) -> float:

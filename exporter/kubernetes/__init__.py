@@ -12,7 +12,7 @@ Modules, one concern each (docs/kubernetes.md is the operator's guide):
 | ``attribution`` | source ``kubernetes:gpu``: ``llm_gpu_pod_info``, ``llm_gpu_process_memory_used_bytes``; opt-in GPU series labels |
 | ``discovery`` | source ``kubernetes:discovery``: annotated pods -> engine and process sources, added and removed while serving |
 
-``build_kubernetes_sources`` is the one hook ``serve`` calls (the ``kubernetes`` entry of exporter/registry.py).
+``build_kubernetes_sources`` is the one hook ``serve`` calls (the ``kubernetes`` entry of exporter/commands/registry.py).
 Imports are deferred so that ``exporter.config`` can import ``settings`` cheaply.
 """
 

@@ -49,8 +49,6 @@ log = logging.getLogger(__name__)
 
 INFO = "llm_gpu_pod_info"
 PROCESS_MEMORY = "llm_gpu_process_memory_used_bytes"
-#: labels the opt-in adds to GPU series (declared in exporter/schema.py as KUBERNETES_POD_LABELS)
-OWNER_LABELS = ("namespace", "pod", "container")
 MAX_PROCESSES = 1024
 #: seconds between two enumerations of GPUs and MIG devices (MIG is reconfigured rarely)
 DEVICE_REFRESH_S = 60.0

@@ -45,7 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from exporter.config import ENGINE_TYPES, EngineConfig
+from exporter.engines.config import ENGINE_TYPES, EngineConfig
 from exporter.kubernetes.cgroup import container_root_pid
 from exporter.kubernetes.pods import ANNOTATION_PREFIX, MAX_ANNOTATION_BYTES, Pod, PodDirectory
 from exporter.samples import HistogramSample, Point, Sample, SampleResult, SourceError

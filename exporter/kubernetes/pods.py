@@ -53,6 +53,7 @@ from urllib.parse import quote
 from exporter import __version__
 from exporter.kubernetes.podjson import JsonError, Reader, TooDeep
 from exporter.samples import SourceError
+from exporter.tlsclient import ClientTLS, TLSFiles
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 DEFAULT_TOKEN_FILE = f"{SERVICE_ACCOUNT_DIR}/token"
@@ -439,7 +440,7 @@ class PodLister:
         #: the pod labels anyone reads (the allow-list); None keeps up to MAX_LABELS
         self.label_keys = label_keys
         self._environ = environ
-        self._tls: tuple[tuple[str | None, int], ssl.SSLContext] | None = None
+        self._tls: ClientTLS | None = None
 
     def target(self) -> str:
         return self.url or api_server_url(self.node, self._environ)
@@ -497,22 +498,13 @@ class PodLister:
         return token
 
     def _context(self) -> ssl.SSLContext:
+        """The TLS settings, rebuilt when the CA bundle changes (rotation: exporter/tlsclient.py).
+
+        A CA file that does not exist means the system store (outside a cluster, a kubelet URL)."""
         ca = self.ca_file if self.ca_file and os.path.exists(self.ca_file) else None
-        try:
-            key = (ca, os.stat(ca).st_mtime_ns if ca else 0)
-        except OSError:
-            key = (None, 0)
-        if self._tls is not None and self._tls[0] == key:
-            return self._tls[1]
-        try:
-            context = ssl.create_default_context(cafile=key[0]) if key[0] else ssl.create_default_context()
-        except (OSError, ssl.SSLError) as err:
-            raise SourceError("malformed", f"CA bundle {ca}: not a PEM bundle ({type(err).__name__})") from None
-        if not self.tls_verify:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        self._tls = (key, context)
-        return context
+        if self._tls is None or self._tls.files.ca_file != ca:
+            self._tls = ClientTLS(TLSFiles(ca_file=ca, verify=self.tls_verify, ca_key="CA bundle"))
+        return self._tls.context()
 
 
 class PodDirectory:

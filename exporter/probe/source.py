@@ -59,12 +59,13 @@ from exporter.probe.stream import (
     request_body,
     run_probe,
 )
-from exporter.samples import HistogramSample, Point, Sample, SampleResult, SourceError
+from exporter.samples import HistogramSample, Point, Sample, SampleResult
 from exporter.secretfile import read_secret_file
 from exporter.store import SnapshotStore
+from exporter.tlsclient import ClientTLS, TLSFiles
 
 if TYPE_CHECKING:
-    from exporter.config import EngineConfig
+    from exporter.engines.config import EngineConfig
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +152,8 @@ class ProbeSource:
         #: the engine's credentials go to its own origin only, never to another host
         self._same_origin = origin(self.base) == origin(engine_url)
         self._secrets: list[str] = [s for s in (self._url_auth or ()) if len(s) >= 3]
-        self._tls: ssl.SSLContext | None = None
+        #: the engine's own TLS settings, as its scrape has them (exporter/engines/source.py)
+        self._tls = ClientTLS(TLSFiles(ca_file=engine.ca_bundle, verify=engine.tls_verify or bool(engine.ca_bundle)))
         self._lock = threading.Lock()
         self._model: str | None = None if self.cfg.model == "auto" else self.cfg.model
         #: the model label: the last model resolved, kept while a new lookup is pending (no label churn)
@@ -322,19 +324,8 @@ class ProbeSource:
         return read_secret_file(path, what, self._secrets)
 
     def _tls_context(self) -> ssl.SSLContext:
-        if self._tls is None:
-            e = self.engine
-            try:
-                ctx = ssl.create_default_context(cafile=e.ca_bundle) if e.ca_bundle else ssl.create_default_context()
-            except (OSError, ssl.SSLError) as err:
-                raise SourceError(
-                    "malformed", f"ca_bundle {e.ca_bundle}: not a PEM certificate bundle ({type(err).__name__})"
-                ) from None
-            if not e.tls_verify and not e.ca_bundle:
-                ctx.check_hostname = False
-                ctx.verify_mode = ssl.CERT_NONE
-            self._tls = ctx
-        return self._tls
+        """The engine's TLS settings, rebuilt when its ``ca_bundle`` changes (rotation: exporter/tlsclient.py)."""
+        return self._tls.context()
 
     def _scrubbed(self, message: str) -> str:
         for secret in self._secrets:

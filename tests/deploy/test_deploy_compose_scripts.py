@@ -45,7 +45,7 @@ class FakeOpenAI:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 with fake.lock:
                     failing = fake.models_fail > 0
                     fake.models_fail -= 1
@@ -54,7 +54,7 @@ class FakeOpenAI:
                 else:
                     self._send(200, {"object": "list", "data": [{"id": "sim-model", "object": "model"}]})
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with fake.lock:
                     fake.bodies.append(body)

@@ -119,7 +119,8 @@ class _SampleBuffer(ctypes.Structure):
 
 
 def _err(name: str) -> BaseException:
-    return getattr(_real, name)()
+    err: BaseException = getattr(_real, name)()
+    return err
 
 
 class FakeNvml:

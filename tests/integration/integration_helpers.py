@@ -21,12 +21,14 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.loadloop import quick_value  # noqa: F401 - re-exported: test_vllm.py imports it from here
+from exporter.samples import HistogramSample, Point
+from tests.support.loadloop import quick_value
 from tests.support.ports import free_port
 from tests.support.processes import Child, exporter_argv, tail
 
@@ -189,7 +191,8 @@ def llamacpp_proc(args: Sequence[str], name: str, prefix: Sequence[str] = ()) ->
 
 # --------------------------------------------------------------------------- independent parsing
 
-LabelKey = frozenset  # frozenset of (name, value) pairs
+LabelKey = frozenset[tuple[str, str]]  # frozenset of (name, value) pairs
+V = TypeVar("V")
 
 
 def raw_series(text: str) -> dict[str, dict[LabelKey, float]]:
@@ -227,13 +230,13 @@ def point_key(labels: Mapping[str, str], drop: Iterable[str] = ("server", "engin
     return frozenset((k, v) for k, v in labels.items() if k not in set(drop) and v != "")
 
 
-def adapter_points(points) -> tuple[dict[str, dict[LabelKey, float]], dict[str, dict[LabelKey, RawHist]]]:
+def adapter_points(points: Iterable[Point]) -> tuple[dict[str, dict[LabelKey, float]], dict[str, dict[LabelKey, RawHist]]]:
     """The adapter's output as {name: {labels: value}} and {name: {labels: hist}}."""
     scalars: dict[str, dict[LabelKey, float]] = {}
     hists: dict[str, dict[LabelKey, RawHist]] = {}
     for p in points:
         key = point_key(p.labels)
-        if hasattr(p, "buckets"):
+        if isinstance(p, HistogramSample):
             hists.setdefault(p.name, {})[key] = RawHist(tuple(p.buckets), p.sum, p.count)
         else:
             scalars.setdefault(p.name, {})[key] = float(p.value)
@@ -296,7 +299,7 @@ class Expected:
     info_model_optional: frozenset[str] = frozenset()
 
 
-def _without_model(values: Mapping[LabelKey, object]) -> dict[LabelKey, object]:
+def _without_model(values: Mapping[LabelKey, V]) -> dict[LabelKey, V]:
     return {frozenset(kv for kv in key if kv[0] != "model"): v for key, v in values.items()}
 
 
@@ -326,8 +329,8 @@ def assert_adapter_equals_raw(text: str, family: str, generation: str, expected:
         if name in expected.info_model_optional:
             got, want = _without_model(got), _without_model(want)
         assert_same_scalars(name, got, want)
-    for name, want in expected.hists.items():
-        assert_same_hists(name, hists[name], want)
+    for name, want_hists in expected.hists.items():
+        assert_same_hists(name, hists[name], want_hists)
 
 
 def engine_info(text: str) -> list[dict[str, str]]:
@@ -405,10 +408,10 @@ def exporter_mismatches(exporter_text: str, expected: Expected) -> list[str]:
                 problems.append(f"{name}{dict(key)} missing")
             elif not math.isclose(got[key], value, rel_tol=1e-9, abs_tol=1e-9):
                 problems.append(f"{name}{dict(key)}: exporter {got[key]} != raw {value}")
-    for name, want in expected.hists.items():
-        got = hists.get(name, {})
-        for key, w in want.items():
-            g = got.get(key)
+    for name, want_hists in expected.hists.items():
+        got_hists = hists.get(name, {})
+        for key, w in want_hists.items():
+            g = got_hists.get(key)
             if g is None:
                 problems.append(f"{name}{dict(key)} histogram missing")
             elif (

@@ -28,21 +28,7 @@ from exporter.runner import RunnerGroup
 from exporter.samples import SourceError
 from exporter.schema import KUBERNETES_POD_SKIP_REASONS
 from exporter.store import SnapshotStore
-from tests.support.k8s import (
-    BIG_LIST_BYTES,
-    FLOOD_PODS,
-    LLAMA,
-    NODE,
-    NON_ASCII_PORTS,
-    SGLANG,
-    LocalHTTP,
-    annotation_flood,
-    big_pod_list,
-    deep_pod_list,
-    local_pods,
-    tenant_pod,
-    with_pods,
-)
+from tests.support import k8s
 from tests.support.waiting import wait_until
 
 MIB = 1024 * 1024
@@ -129,17 +115,17 @@ def test_a_long_string_is_not_built_when_over_its_limit() -> None:
 
 
 @pytest.fixture
-def api() -> Iterator[LocalHTTP]:
-    with LocalHTTP() as server:
+def api() -> Iterator[k8s.LocalHTTP]:
+    with k8s.LocalHTTP() as server:
         yield server
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
-def test_a_31_mib_pod_list_is_refused_at_the_byte_cap(api: LocalHTTP, chunked: bool) -> None:
-    body = big_pod_list(local_pods(), BIG_LIST_BYTES)
-    assert len(body) >= BIG_LIST_BYTES > MAX_BODY_BYTES
+def test_a_31_mib_pod_list_is_refused_at_the_byte_cap(api: k8s.LocalHTTP, chunked: bool) -> None:
+    body = k8s.big_pod_list(k8s.local_pods(), k8s.BIG_LIST_BYTES)
+    assert len(body) >= k8s.BIG_LIST_BYTES > MAX_BODY_BYTES
     api.set("/pods", body, content_type="application/json", chunked=chunked)
-    got, peak = _read(PodLister(api.url("/pods"), NODE, timeout=5.0))
+    got, peak = _read(PodLister(api.url("/pods"), k8s.NODE, timeout=5.0))
     assert isinstance(got, SourceError) and got.reason == "too_large", got
     assert "--kubernetes-pods-max-bytes" in got.message and "\n" not in got.message
     # a declared length over the cap is refused unread; a chunked body is read up to the cap, not past it
@@ -147,34 +133,34 @@ def test_a_31_mib_pod_list_is_refused_at_the_byte_cap(api: LocalHTTP, chunked: b
     assert peak < bound, f"{peak / MIB:.1f} MiB allocated to refuse a {len(body) / MIB:.0f} MiB list"
 
 
-def test_110_pods_with_256_kib_of_annotations_each(api: LocalHTTP) -> None:
-    body = annotation_flood(local_pods())
+def test_110_pods_with_256_kib_of_annotations_each(api: k8s.LocalHTTP) -> None:
+    body = k8s.annotation_flood(k8s.local_pods())
     api.set("/pods", body, content_type="application/json")
     # at the default cap the list (28 MiB) is refused whole
-    got, _ = _read(PodLister(api.url("/pods"), NODE, timeout=5.0))
+    got, _ = _read(PodLister(api.url("/pods"), k8s.NODE, timeout=5.0))
     assert isinstance(got, SourceError) and got.reason == "too_large"
     # with a cap that lets it through, each tenant pod's annotations are ignored and counted, the good pods read
-    got, peak = _read(PodLister(api.url("/pods"), NODE, timeout=5.0, max_body_bytes=32 * MIB))
+    got, peak = _read(PodLister(api.url("/pods"), k8s.NODE, timeout=5.0, max_body_bytes=32 * MIB))
     assert isinstance(got, tuple), got
     pods, skipped = got
-    assert skipped == {"annotations_too_large": FLOOD_PODS}
+    assert skipped == {"annotations_too_large": k8s.FLOOD_PODS}
     by_name = {p.name: p for p in pods}
-    assert len(pods) == 10 + FLOOD_PODS and by_name["tenant-0"].annotations == {}
+    assert len(pods) == 10 + k8s.FLOOD_PODS and by_name["tenant-0"].annotations == {}
     assert by_name["llama-70b-0"].annotations["llm-layer-exporter.io/scrape"] == "true"
     assert peak < len(body) + 4 * MIB, f"{peak / MIB:.1f} MiB for a {len(body) / MIB:.1f} MiB body (read, not built)"
 
 
-def test_a_deeply_nested_document_is_a_named_parse_error(api: LocalHTTP) -> None:
-    api.set("/pods", deep_pod_list(local_pods()), content_type="application/json")
-    got, peak = _read(PodLister(api.url("/pods"), NODE, timeout=5.0))
+def test_a_deeply_nested_document_is_a_named_parse_error(api: k8s.LocalHTTP) -> None:
+    api.set("/pods", k8s.deep_pod_list(k8s.local_pods()), content_type="application/json")
+    got, peak = _read(PodLister(api.url("/pods"), k8s.NODE, timeout=5.0))
     assert isinstance(got, SourceError) and got.reason == "parse", got
     assert "nested deeper than 64 levels" in got.message
     assert peak < 4 * MIB
 
 
-@pytest.mark.parametrize("port", NON_ASCII_PORTS)
+@pytest.mark.parametrize("port", k8s.NON_ASCII_PORTS)
 def test_a_port_in_non_ascii_digits_is_a_bad_annotation(port: str) -> None:
-    pod = parse_pod(tenant_pod(1, {"llm-layer-exporter.io/scrape": "true", "llm-layer-exporter.io/port": port}))
+    pod = parse_pod(k8s.tenant_pod(1, {"llm-layer-exporter.io/scrape": "true", "llm-layer-exporter.io/port": port}))
     assert pod is not None
     problem = target_of(pod)
     assert isinstance(problem, str) and "ASCII digits" in problem and "tenants/tenant-1" in problem
@@ -189,16 +175,16 @@ def test_a_port_in_non_ascii_digits_is_a_bad_annotation(port: str) -> None:
     ],
 )
 def test_one_bad_item_is_counted_not_the_list(item: object, reason: str) -> None:
-    doc = with_pods(local_pods(), [item])  # type: ignore[list-item]
-    pods, skipped = parse_pod_list(json.dumps(doc).encode(), NODE)
+    doc = k8s.with_pods(k8s.local_pods(), [item])  # type: ignore[list-item]
+    pods, skipped = parse_pod_list(json.dumps(doc).encode(), k8s.NODE)
     assert skipped == {reason: 1}
-    assert {LLAMA, SGLANG} <= {p.uid for p in pods}
+    assert {k8s.LLAMA, k8s.SGLANG} <= {p.uid for p in pods}
 
 
 def test_only_the_allow_listed_labels_are_read() -> None:
-    body = json.dumps(local_pods()).encode()
-    pods, _ = parse_pod_list(body, NODE, label_keys=frozenset({"team"}))
-    llama = next(p for p in pods if p.uid == LLAMA)
+    body = json.dumps(k8s.local_pods()).encode()
+    pods, _ = parse_pod_list(body, k8s.NODE, label_keys=frozenset({"team"}))
+    llama = next(p for p in pods if p.uid == k8s.LLAMA)
     assert llama.labels == {"team": "llm-platform"}
 
 
@@ -206,8 +192,8 @@ def test_only_the_allow_listed_labels_are_read() -> None:
 
 
 @pytest.fixture
-def engines() -> Iterator[tuple[LocalHTTP, LocalHTTP]]:
-    with LocalHTTP() as vllm, LocalHTTP() as sglang:
+def engines() -> Iterator[tuple[k8s.LocalHTTP, k8s.LocalHTTP]]:
+    with k8s.LocalHTTP() as vllm, k8s.LocalHTTP() as sglang:
         vllm.set("/metrics", (ENGINE_FIXTURES / "vllm-0.33-v1-2dp.prom").read_text())
         sglang.set("/metrics", (ENGINE_FIXTURES / "sglang-0.5.23-colon-2dp.prom").read_text())
         yield vllm, sglang
@@ -215,7 +201,7 @@ def engines() -> Iterator[tuple[LocalHTTP, LocalHTTP]]:
 
 @pytest.fixture
 def engine_labels() -> Iterator[None]:
-    undo = KubernetesConfig(enabled=True, node_name=NODE).apply_labels()
+    undo = KubernetesConfig(enabled=True, node_name=k8s.NODE).apply_labels()
     yield
     undo()
 
@@ -224,30 +210,30 @@ def _skipped(store: SnapshotStore) -> dict[str, float]:
     return {p.labels["reason"]: p.value for p in store.snapshot().samples(SKIPPED)}
 
 
-def _list_reads(api: LocalHTTP) -> int:
+def _list_reads(api: k8s.LocalHTTP) -> int:
     return sum(1 for path, _ in api.requests if path.startswith("/pods"))
 
 
 def test_bad_pods_never_stop_discovery_across_refreshes(
-    api: LocalHTTP,
-    engines: tuple[LocalHTTP, LocalHTTP],
+    api: k8s.LocalHTTP,
+    engines: tuple[k8s.LocalHTTP, k8s.LocalHTTP],
     engine_labels: None,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     vllm, sglang = engines
     bad = [
-        tenant_pod(i, {"llm-layer-exporter.io/scrape": "true", "llm-layer-exporter.io/port": port})
-        for i, port in enumerate(NON_ASCII_PORTS)
+        k8s.tenant_pod(i, {"llm-layer-exporter.io/scrape": "true", "llm-layer-exporter.io/port": port})
+        for i, port in enumerate(k8s.NON_ASCII_PORTS)
     ]
-    bad.append(tenant_pod(9, {"llm-layer-exporter.io/scrape": "true", "tenant.example.com/blob": "x" * (100 * 1024)}))
+    bad.append(k8s.tenant_pod(9, {"llm-layer-exporter.io/scrape": "true", "tenant.example.com/blob": "x" * (100 * 1024)}))
     bad.append(42)  # type: ignore[arg-type]
     # first: llama only, among the bad pods
-    first = local_pods({LLAMA: vllm.port, SGLANG: sglang.port})
-    sg = next(i for i in first["items"] if i["metadata"]["uid"] == SGLANG)
+    first = k8s.local_pods({k8s.LLAMA: vllm.port, k8s.SGLANG: sglang.port})
+    sg = next(i for i in first["items"] if i["metadata"]["uid"] == k8s.SGLANG)
     del sg["metadata"]["annotations"]["llm-layer-exporter.io/scrape"]
-    api.set("/pods", with_pods(first, bad))
+    api.set("/pods", k8s.with_pods(first, bad))
     store = SnapshotStore()
-    directory = PodDirectory(PodLister(api.url("/pods"), NODE, timeout=2.0), min_age=0.0)
+    directory = PodDirectory(PodLister(api.url("/pods"), k8s.NODE, timeout=2.0), min_age=0.0)
     discovery = DiscoverySource(
         directory, interval=0.2, timeout=2.0, engine_interval=0.5, engine_timeout=2.0, process_sampler=False
     )
@@ -268,17 +254,17 @@ def test_bad_pods_never_stop_discovery_across_refreshes(
             assert f'{SKIPPED}{{reason="bad_annotation"}}' in text
 
             # next: sglang annotated, llama's pod gone; the bad pods stay: both changes are made
-            second = local_pods({SGLANG: sglang.port})
-            second["items"] = [i for i in second["items"] if i["metadata"]["uid"] != LLAMA]
-            api.set("/pods", with_pods(second, bad))
+            second = k8s.local_pods({k8s.SGLANG: sglang.port})
+            second["items"] = [i for i in second["items"] if i["metadata"]["uid"] != k8s.LLAMA]
+            api.set("/pods", k8s.with_pods(second, bad))
             wait_until(lambda: store.snapshot().source_up(SGLANG_SOURCE), 15, "sglang added while the bad pods exist")
             wait_until(lambda: LLAMA_SOURCE not in store.states(), 10, "llama removed while the bad pods exist")
 
             # a deeply nested list, then a 31 MiB one: discovery down with the named reason, sglang kept
-            api.set("/pods", deep_pod_list(second), content_type="application/json")
+            api.set("/pods", k8s.deep_pod_list(second), content_type="application/json")
             wait_until(lambda: not store.snapshot().source_up("kubernetes:discovery"), 10, "discovery down on the deep list")
             assert store.states()["kubernetes:discovery"].last_error.reason == "parse"
-            api.set("/pods", big_pod_list(second), content_type="application/json")
+            api.set("/pods", k8s.big_pod_list(second), content_type="application/json")
             wait_until(
                 lambda: store.states()["kubernetes:discovery"].last_error.reason == "too_large",
                 10,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from exporter.loadgen.runner import run_load  # noqa: E402
-from exporter.simulator.scenarios import get  # noqa: E402
+from exporter.loadgen.runner import run_load
+from exporter.simulator.scenarios import get
 
 
 def main(argv: list[str]) -> int:

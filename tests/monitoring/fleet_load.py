@@ -17,9 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from exporter.loadgen.runner import run_load  # noqa: E402
-from exporter.loadgen.spec import LoadSpec  # noqa: E402
-from exporter.simulator.scenarios import get  # noqa: E402
+from exporter.loadgen.runner import run_load
+from exporter.loadgen.spec import LoadSpec
+from exporter.simulator.scenarios import get
 
 #: closed-loop clients of the skewed replica: three times the batch of the test's simulators
 SKEW_CLIENTS = 24

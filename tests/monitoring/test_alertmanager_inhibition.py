@@ -12,14 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import free_port
-from monitoring_stack import (
-    ALERTMANAGER,
-    Alertmanager,
-    Webhook,
-    alertmanager_config,
-    wait_until,
-)
+
+from tests.support.monitoring import ALERTMANAGER, Alertmanager, Webhook, alertmanager_config
+from tests.support.ports import free_port
+from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -160,7 +156,7 @@ def test_diagnosis_alerts_inhibit_matching_symptoms(tmp_path: Path) -> None:
 
         # Alertmanager lists a posted alert before its inhibitor has marked it (the marks follow
         # within moments, asynchronously): wait for the first mark, then read the settled state
-        assert wait_until(lambda: any(states().values()), timeout=20), "alertmanager muted none of the posted alerts"
+        wait_until(lambda: any(states().values()), 20, "alertmanager to mute any of the posted alerts", interval=0.5)
         time.sleep(1.0)
         got = states()
         assert got, "alertmanager did not list the fourteen posted alerts"
@@ -226,7 +222,7 @@ def test_capacity_tickets_are_muted_by_the_page_and_the_diagnosis_of_the_same_en
             }
             return got if len(got) == 7 else {}
 
-        assert wait_until(lambda: any(states().values()), timeout=20), "alertmanager muted none of the posted alerts"
+        wait_until(lambda: any(states().values()), 20, "alertmanager to mute any of the posted alerts", interval=0.5)
         time.sleep(1.0)
         got = states()
         assert got, "alertmanager did not list the seven posted alerts"

@@ -21,25 +21,21 @@ tests run exporters without a profile and leave exactly those queries to this on
 
 from __future__ import annotations
 
-import json
-import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from monitoring_stack import PROMETHEUS, Prometheus, reads_capacity, wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from alerts import capacity, fleet  # noqa: E402
-from alerts import generate as alerts_generate  # noqa: E402
-from alerts.settings import load  # noqa: E402
-from exporter import schema  # noqa: E402
-from tests.support.fake_engine import FakeEngine  # noqa: E402
-from tests.support.ports import free_port  # noqa: E402
+from alerts import capacity, fleet
+from alerts import generate as alerts_generate
+from alerts.settings import load
+from exporter import schema
+from tests.support.fake_engine import FakeEngine
+from tests.support.monitoring import PROMETHEUS, Prometheus, panel_queries
+from tests.support.ports import free_port
+from tests.support.processes import ROOT
+from tests.support.waiting import wait_until
 
 pytestmark = [
     pytest.mark.integration,
@@ -96,24 +92,9 @@ def exposition(engine: str, model: str, used: float, stale: int, running: int, w
     return "\n".join(families) + "\n"
 
 
-def grafana_to_promql(expr: str) -> str:
-    """A panel query as Grafana sends it with every variable on "All"."""
-    expr = expr.replace("$__rate_interval", "1m")
-    for var in ("$instance", "$engine", "$server", "$model", "$gpu"):
-        expr = expr.replace(var, ".*")
-    return expr
-
-
 def capacity_queries() -> list[tuple[str, str]]:
     """(where, PromQL) of every Overview and Fleet panel target that reads a capacity series."""
-    out = []
-    for uid in ("llm-overview", "llm-fleet"):
-        board = json.loads((ROOT / "dashboards" / "json" / f"{uid}.json").read_text())
-        for p in board["panels"]:
-            for t in p.get("targets", []):
-                if reads_capacity(t["expr"]):
-                    out.append((f"{uid} / {p['title']} / {t['refId']}", grafana_to_promql(t["expr"])))
-    return out
+    return panel_queries(("llm-overview", "llm-fleet"), capacity=True)
 
 
 def firing(prom: Prometheus, alert: str) -> list[dict[str, str]]:
@@ -145,7 +126,7 @@ def test_capacity_alerts_fire_and_capacity_panels_have_data(tmp_path: Path) -> N
                 JOB,
             )
         )
-        assert wait_until(lambda: prom.targets_up() == len(engines), SCRAPE_DEADLINE_S), "not every endpoint is scraped"
+        wait_until(lambda: prom.targets_up() == len(engines), SCRAPE_DEADLINE_S, "every endpoint to be scraped", interval=0.5)
 
         def all_fired() -> bool:
             return bool(
@@ -155,9 +136,12 @@ def test_capacity_alerts_fire_and_capacity_panels_have_data(tmp_path: Path) -> N
             )
 
         started = time.monotonic()
-        assert wait_until(all_fired, FIRE_DEADLINE_S, interval=1), (
-            f"capacity alerts did not all fire within {FIRE_DEADLINE_S} s: "
-            f"{prom.query('ALERTS')}\nfleet used: {prom.query(fleet.MEASURED_USED)}"
+        wait_until(
+            all_fired,
+            FIRE_DEADLINE_S,
+            "every capacity alert to fire",
+            interval=1,
+            detail=lambda: f"{prom.query('ALERTS')}\nfleet used: {prom.query(fleet.MEASURED_USED)}",
         )
         print(f"capacity alerts firing {time.monotonic() - started:.0f} s after every endpoint was scraped (for: {SHORT_FOR})")
         by_instance = {v: k for k, v in instance.items()}
@@ -176,5 +160,10 @@ def test_capacity_alerts_fire_and_capacity_panels_have_data(tmp_path: Path) -> N
         ]
         assert unhealthy == []
         # the subqueries of the trend panels need a few evaluations of history: poll, bounded
-        every_one = wait_until(lambda: not [q for q in queries if not prom.query(q[1])], 20, interval=1)
-        assert every_one, "capacity panels without data:\n" + "\n".join(f"{w}: {e}" for w, e in queries if not prom.query(e))
+        wait_until(
+            lambda: not [q for q in queries if not prom.query(q[1])],
+            20,
+            "every capacity panel to have data",
+            interval=1,
+            detail=lambda: "\n".join(f"{w}: {e}" for w, e in queries if not prom.query(e)),
+        )

@@ -20,25 +20,20 @@ these exporters run without a capacity profile; tests/monitoring/test_capacity_p
 
 from __future__ import annotations
 
-import json
-import re
-import socket
 import sys
 import time
-import urllib.request
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from monitoring_stack import PROMETHEUS, Process, Prometheus, reads_capacity, wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from alerts import fleet  # noqa: E402
-from alerts import generate as alerts_generate  # noqa: E402
-from alerts.settings import load  # noqa: E402
+from alerts import fleet
+from alerts import generate as alerts_generate
+from alerts.settings import load
+from tests.support.monitoring import PROMETHEUS, Prometheus, panel_queries
+from tests.support.ports import free_port
+from tests.support.processes import ROOT, Child, exporter_argv
+from tests.support.waiting import wait_until
 
 pytestmark = [
     pytest.mark.integration,
@@ -60,34 +55,9 @@ FIRE_DEADLINE_S = 70
 LOAD_S = START_DEADLINE_S + DATA_DEADLINE_S + EVEN_S + FIRE_DEADLINE_S + 30
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def http_ok(url: str) -> bool:
-    with urllib.request.urlopen(url, timeout=2) as resp:
-        return resp.status == 200
-
-
-def grafana_to_promql(expr: str) -> str:
-    """A Fleet panel query as Grafana sends it with every variable on "All"."""
-    for var in ("$instance", "$engine", "$server", "$model", "$gpu"):
-        expr = expr.replace(var, ".*")
-    assert not re.search(r"\$[A-Za-z_]", expr), expr  # "$1" of label_replace is PromQL, not a variable
-    return expr
-
-
 def fleet_panel_queries() -> list[tuple[str, str]]:
-    board = json.loads((ROOT / "dashboards" / "json" / "llm-fleet.json").read_text())
     # the measured capacity at SLO (issue 22) needs a capacity profile: tests/monitoring/test_capacity_prometheus.py
-    return [
-        (f"{p['title']} / {t['refId']}", grafana_to_promql(t["expr"]))
-        for p in board["panels"]
-        for t in p.get("targets", [])
-        if not reads_capacity(t["expr"])
-    ]
+    return panel_queries(["llm-fleet"], capacity=False)
 
 
 def fleet_alerts(prom: Prometheus) -> list[dict[str, str]]:
@@ -108,67 +78,28 @@ def test_imbalance_names_the_skewed_replica_and_stays_quiet_under_even_load(tmp_
     (rules / "fleet_rules.yml").write_text(alerts_generate.dump({"groups": fleet.groups(SETTINGS, for_override=SHORT_FOR)}))
 
     with ExitStack() as stack:
-        sims: dict[str, tuple[Process, str]] = {}
+        sims: dict[str, tuple[Child, str]] = {}
         for name in REPLICAS:
             port = free_port()
-            sim = Process(
-                [
-                    sys.executable,
-                    "-m",
-                    "exporter",
-                    "simulate",
-                    "--scenario",
-                    "healthy",
-                    "--dialect",
-                    "vllm",
-                    "--max-num-seqs",
-                    "8",
-                    "--listen-address",
-                    f"127.0.0.1:{port}",
-                ],
-                tmp_path / f"{name}-sim.log",
-                cwd=ROOT,
-            )
-            stack.callback(sim.stop)
+            argv = exporter_argv("simulate", "--scenario", "healthy", "--dialect", "vllm", "--max-num-seqs", "8")
+            sim = stack.enter_context(Child([*argv, "--listen-address", f"127.0.0.1:{port}"], f"{name}-sim", log_dir=tmp_path))
             sims[name] = (sim, f"http://127.0.0.1:{port}")
-        for name, (sim, base) in sims.items():
-            assert wait_until(lambda b=base: http_ok(b + "/health"), START_DEADLINE_S), (
-                f"simulator {name} did not start:\n{sim.log()}"
-            )
+        for sim, base in sims.values():
+            sim.wait_http(base + "/health", START_DEADLINE_S)
 
         exporters: dict[str, str] = {}
+        serving: list[tuple[Child, str]] = []
         for name, (_sim, base) in sims.items():
             address = f"127.0.0.1:{free_port()}"
             group = ["--parallel-group", "pp0"] if name != SKEWED else []
-            exporter = Process(
-                [
-                    sys.executable,
-                    "-m",
-                    "exporter",
-                    "serve",
-                    "--engine",
-                    base + "/metrics",
-                    "--gpu-source",
-                    f"sim:{base}",
-                    "--engine-interval",
-                    "1",
-                    "--listen-address",
-                    address,
-                    *group,
-                ],
-                tmp_path / f"{name}-exporter.log",
-                cwd=ROOT,
-            )
-            stack.callback(exporter.stop)
+            argv = exporter_argv("serve", "--engine", base + "/metrics", "--gpu-source", f"sim:{base}", "--engine-interval", "1")
+            exporter = Child([*argv, "--listen-address", address, *group], f"{name}-exporter", log_dir=tmp_path)
+            serving.append((stack.enter_context(exporter), address))
             exporters[name] = address
-            load_proc = Process(
-                [sys.executable, str(ROOT / "tests/monitoring/fleet_load.py"), "even", base, str(LOAD_S)],
-                tmp_path / f"{name}-even.log",
-                cwd=ROOT,
-            )
-            stack.callback(load_proc.stop)
-        for name, address in exporters.items():
-            assert wait_until(lambda a=address: http_ok(f"http://{a}/readyz"), START_DEADLINE_S), f"exporter {name} not ready"
+            load_argv = [sys.executable, str(ROOT / "tests/monitoring/fleet_load.py"), "even", base, str(LOAD_S)]
+            stack.enter_context(Child(load_argv, f"{name}-even", log_dir=tmp_path))
+        for exporter, address in serving:
+            exporter.wait_http(f"http://{address}/readyz", START_DEADLINE_S)
         instance = {address: name for name, address in exporters.items()}
 
         prom = stack.enter_context(
@@ -181,7 +112,7 @@ def test_imbalance_names_the_skewed_replica_and_stays_quiet_under_even_load(tmp_
                 JOB,
             )
         )
-        assert wait_until(lambda: prom.targets_up() == len(exporters), 30), "not every exporter is scraped"
+        wait_until(lambda: prom.targets_up() == len(exporters), 30, "every exporter to be scraped", interval=0.5)
 
         # every input of the imbalance rule has data: its silence below means "even", not "blind"
         def inputs_ready() -> bool:
@@ -193,7 +124,7 @@ def test_imbalance_names_the_skewed_replica_and_stays_quiet_under_even_load(tmp_
                 and prom.query(f"model:llm_layer_headroom:median > {fleet.fleet_settings(SETTINGS).min_headroom}")
             )
 
-        assert wait_until(inputs_ready, DATA_DEADLINE_S, interval=1), "the imbalance rule's inputs never all had data"
+        wait_until(inputs_ready, DATA_DEADLINE_S, "data for every input of the imbalance rule", interval=1)
 
         # (1) even load: nothing fleet-wide, not even pending
         even_until = time.monotonic() + EVEN_S
@@ -204,24 +135,33 @@ def test_imbalance_names_the_skewed_replica_and_stays_quiet_under_even_load(tmp_
         print(f"quiet under even load for {EVEN_S} s (for: {SHORT_FOR})")
 
         # (2) a sticky client piles onto one replica
-        skew = Process(
-            [sys.executable, str(ROOT / "tests/monitoring/fleet_load.py"), "skew", sims[SKEWED][1], str(FIRE_DEADLINE_S + 20)],
-            tmp_path / "skew.log",
-            cwd=ROOT,
-        )
-        stack.callback(skew.stop)
+        skew_argv = [
+            sys.executable,
+            str(ROOT / "tests/monitoring/fleet_load.py"),
+            "skew",
+            sims[SKEWED][1],
+            str(FIRE_DEADLINE_S + 20),
+        ]
+        skew = stack.enter_context(Child(skew_argv, "skew", log_dir=tmp_path))
         started = time.monotonic()
 
         def firing() -> list[dict[str, str]]:
             return [a for a in fleet_alerts(prom) if a["alertstate"] == "firing" and a["alertname"] == fleet.IMBALANCE]
 
-        fired = wait_until(firing, FIRE_DEADLINE_S, interval=1)
-        waiting = {
-            instance.get(r["metric"]["instance"], "?"): r["value"][1]
-            for r in prom.query("server_model:llm_scheduler_requests_waiting:sum")
-        }
-        assert fired, f"{fleet.IMBALANCE} did not fire within {FIRE_DEADLINE_S} s; waiting per replica {waiting}\n{skew.log()}"
-        print(f"{fleet.IMBALANCE} firing {time.monotonic() - started:.0f} s after the skew: {fired}; waiting {waiting}")
+        def waiting() -> dict[str, str]:
+            return {
+                instance.get(r["metric"]["instance"], "?"): r["value"][1]
+                for r in prom.query("server_model:llm_scheduler_requests_waiting:sum")
+            }
+
+        fired = wait_until(
+            firing,
+            FIRE_DEADLINE_S,
+            f"{fleet.IMBALANCE} to fire",
+            interval=1,
+            detail=lambda: f"waiting per replica {waiting()}\n{skew.describe()}",
+        )
+        print(f"{fleet.IMBALANCE} firing {time.monotonic() - started:.0f} s after the skew: {fired}; waiting {waiting()}")
         named = {(a["instance"], a["server"]) for a in fired}
         assert named == {(exporters[SKEWED], sims[SKEWED][1].removeprefix("http://"))}
         assert {a["signal"] for a in fired} >= {"queue"} and {a["cause"] for a in fired} == {"replica_imbalance"}

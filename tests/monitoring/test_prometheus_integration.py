@@ -26,37 +26,31 @@ speculative-decoding panels have data; it must still fire nothing.
 
 from __future__ import annotations
 
-import json
-import re
 import sys
 import time
-import urllib.request
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 import yaml
-from helpers import free_port
-from monitoring_stack import (
+
+from alerts import generate as alerts_generate
+from alerts.alerting import PAGE
+from alerts.causes import by_alert
+from alerts.settings import load
+from tests.support.monitoring import (
     ALERTMANAGER,
     PROMETHEUS,
     Alertmanager,
-    Process,
     Prometheus,
     Webhook,
     alertmanager_config,
-    reads_capacity,
-    wait_until,
+    dashboard_uids,
+    panel_queries,
 )
-
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from alerts import generate as alerts_generate  # noqa: E402
-from alerts.alerting import PAGE  # noqa: E402
-from alerts.causes import by_alert  # noqa: E402
-from alerts.settings import load  # noqa: E402
+from tests.support.ports import free_port
+from tests.support.processes import ROOT, Child, exporter_argv
+from tests.support.waiting import wait_until
 
 pytestmark = [
     pytest.mark.integration,
@@ -81,31 +75,12 @@ DATA_DEADLINE_S = 120
 ALERT_DEADLINE_S = 190
 
 
-def grafana_to_promql(expr: str) -> str:
-    """Substitute Grafana macros and variables as a dashboard with "All" selected would."""
-    expr = expr.replace("$__rate_interval", "1m").replace("$__interval", "15s").replace("$__range", "5m")
-    expr = re.sub(r"\$\{?(instance|engine|server|model|gpu)\}?", ".*", expr)
-    assert not re.search(r"\$\{?[A-Za-z_]", expr), expr  # "$1" of label_replace is PromQL, not a variable
-    return expr
-
-
 def dashboard_queries() -> list[tuple[str, str]]:
     """(where, PromQL) for every panel target and every query variable of every dashboard."""
-    out = []
-    for path in sorted((ROOT / "dashboards" / "json").glob("*.json")):
-        if path.stem == "llm-fleet":  # reads alerts/fleet_rules.yml: tests/monitoring/test_fleet_prometheus.py
-            continue
-        d = json.loads(path.read_text())
-        for panel in d["panels"]:
-            for t in panel.get("targets", []):
-                if reads_capacity(t["expr"]):  # no --capacity-profile here: test_capacity_prometheus.py serves them
-                    continue
-                out.append((f"{d['uid']} / {panel['title']} / {t['refId']}", grafana_to_promql(t["expr"])))
-        for v in d["templating"]["list"]:
-            m = re.match(r"label_values\((.*),\s*\w+\)$", v.get("definition", ""))
-            if m:
-                out.append((f"{d['uid']} / variable {v['name']}", grafana_to_promql(m.group(1))))
-    return out
+    # llm-fleet reads alerts/fleet_rules.yml: tests/monitoring/test_fleet_prometheus.py; the measured
+    # capacity needs --capacity-profile, which these exporters run without: test_capacity_prometheus.py
+    uids = [uid for uid in dashboard_uids() if uid != "llm-fleet"]
+    return panel_queries(uids, capacity=False, variables=True)
 
 
 def recording_rules() -> list[str]:
@@ -113,66 +88,39 @@ def recording_rules() -> list[str]:
     return [r["record"] for g in groups for r in g["rules"]]
 
 
-def http_ok(url: str) -> bool:
-    with urllib.request.urlopen(url, timeout=2) as resp:
-        return resp.status == 200
+def start_scenarios(stack: ExitStack, tmp: Path, exporter_ports: dict[str, int]) -> list[tuple[Child, str]]:
+    """Simulators first (all at once), then an exporter and the load for each; all stopped by ``stack``.
 
-
-def start_scenarios(stack: ExitStack, tmp: Path, exporter_ports: dict[str, int]) -> None:
-    """Simulators first (all at once), then an exporter and the load for each; all stopped by ``stack``."""
-    sims: dict[str, tuple[Process, str]] = {}
+    Returns each exporter with its address (to wait for its readiness)."""
+    sims: dict[str, tuple[Child, str]] = {}
     for scenario, (extra, _) in SCENARIOS.items():
         port = free_port()
-        sim = Process(
-            [
-                sys.executable,
-                "-m",
-                "exporter",
-                "simulate",
-                "--scenario",
-                scenario,
-                "--dialect",
-                "vllm",
-                "--listen-address",
-                f"127.0.0.1:{port}",
-                *extra,
-            ],
-            tmp / f"{scenario}-sim.log",
-            cwd=ROOT,
-        )
-        stack.callback(sim.stop)
+        argv = exporter_argv("simulate", "--scenario", scenario, "--dialect", "vllm", "--listen-address", f"127.0.0.1:{port}")
+        sim = stack.enter_context(Child([*argv, *extra], f"{scenario}-sim", log_dir=tmp))
         sims[scenario] = (sim, f"http://127.0.0.1:{port}")
+    for sim, base in sims.values():
+        sim.wait_http(base + "/health", 45)
+    exporters: list[tuple[Child, str]] = []
     for scenario, (sim, base) in sims.items():
-        assert wait_until(lambda b=base: http_ok(b + "/health"), 45), f"{scenario} simulator did not start:\n{sim.log()}"
-    for scenario, (sim, base) in sims.items():
-        exporter = Process(
-            [
-                sys.executable,
-                "-m",
-                "exporter",
-                "serve",
-                "--engine",
-                base + "/metrics",
-                "--gpu-source",
-                f"sim:{base}",
-                "--engine-pid",
-                str(sim.pid),
-                "--engine-interval",
-                "1",
-                "--probe",  # the canary's panels and rules need its series (the simulator speaks OpenAI)
-                "--listen-address",
-                f"127.0.0.1:{exporter_ports[scenario]}",
-            ],
-            tmp / f"{scenario}-exporter.log",
-            cwd=ROOT,
+        address = f"127.0.0.1:{exporter_ports[scenario]}"
+        argv = exporter_argv(
+            "serve",
+            "--engine",
+            base + "/metrics",
+            "--gpu-source",
+            f"sim:{base}",
+            "--engine-pid",
+            str(sim.pid),
+            "--engine-interval",
+            "1",
+            "--probe",  # the canary's panels and rules need its series (the simulator speaks OpenAI)
+            "--listen-address",
+            address,
         )
-        stack.callback(exporter.stop)
-        load_proc = Process(
-            [sys.executable, str(ROOT / "tests/monitoring/drive_load.py"), scenario, base, str(LOAD_SECONDS)],
-            tmp / f"{scenario}-load.log",
-            cwd=ROOT,
-        )
-        stack.callback(load_proc.stop)
+        exporters.append((stack.enter_context(Child(argv, f"{scenario}-exporter", log_dir=tmp)), address))
+        load_argv = [sys.executable, str(ROOT / "tests/monitoring/drive_load.py"), scenario, base, str(LOAD_SECONDS)]
+        stack.enter_context(Child(load_argv, f"{scenario}-load", log_dir=tmp))
+    return exporters
 
 
 def explain(prom: Prometheus, am: Alertmanager, exporters: dict[str, str]) -> str:
@@ -214,9 +162,8 @@ def test_dashboards_rules_and_alerts_on_real_prometheus_and_alertmanager(tmp_pat
         am = stack.enter_context(
             Alertmanager(tmp_path, alertmanager_config(ROOT / "alerts" / "alertmanager.yml", hook.url), free_port())
         )
-        start_scenarios(stack, tmp_path, exporter_ports)
-        for scenario, address in exporters.items():
-            assert wait_until(lambda a=address: http_ok(f"http://{a}/readyz"), 45), f"{scenario} exporter not ready"
+        for exporter, address in start_scenarios(stack, tmp_path, exporter_ports):
+            exporter.wait_http(f"http://{address}/readyz", 45)
         # Prometheus last, so no alert sees an exporter that has not started yet
         prom = stack.enter_context(
             Prometheus(
@@ -229,7 +176,7 @@ def test_dashboards_rules_and_alerts_on_real_prometheus_and_alertmanager(tmp_pat
             )
         )
         started = time.monotonic()
-        assert wait_until(lambda: prom.targets_up() == len(exporters), 45), "not every exporter is scraped"
+        wait_until(lambda: prom.targets_up() == len(exporters), 45, "every exporter to be scraped", interval=0.5)
 
         # (a) + (b): poll until every query and recording rule has data, or the deadline
         queries = dashboard_queries()
@@ -266,16 +213,19 @@ def test_dashboards_rules_and_alerts_on_real_prometheus_and_alertmanager(tmp_pat
             return out
 
         print(f"data for every panel and rule after {time.monotonic() - started:.0f} s")
-        wait_until(lambda: expected <= delivered(), ALERT_DEADLINE_S - (time.monotonic() - started), interval=2)
+        wait_until(
+            lambda: expected <= delivered(),
+            ALERT_DEADLINE_S - (time.monotonic() - started),
+            "each scenario's cause at the webhook",
+            interval=2,
+            detail=lambda: f"missing at the webhook: {sorted(expected - delivered())}\n" + explain(prom, am, exporters),
+        )
         print(f"alerts delivered after {time.monotonic() - started:.0f} s: {sorted(delivered())}")
         wall0 = time.time() - (time.monotonic() - started)
         for r in prom.query("ALERTS_FOR_STATE"):
             print(
                 f"  {r['metric']['alertname']} @ {r['metric'].get('instance')}: pending from {float(r['value'][1]) - wall0:.0f} s"
             )
-        assert expected <= delivered(), f"missing at the webhook: {sorted(expected - delivered())}\n" + explain(
-            prom, am, exporters
-        )
 
         # (d): the healthy exporter fired nothing during the whole run
         healthy = exporters["healthy"]

@@ -15,7 +15,6 @@ import json
 import shutil
 import subprocess
 import time
-import urllib.request
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from exporter.cli import main
-from tests.monitoring.monitoring_stack import Process, wait_until
 from tests.plan import synthetic_week as wk
 from tests.support.ports import free_port
+from tests.support.processes import Child
 
 PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")
@@ -58,22 +57,16 @@ def week_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
     (root / "prometheus.yml").write_text("global:\n  scrape_interval: 1m\n")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    process = Process(
-        [
-            PROMETHEUS,
-            f"--config.file={root / 'prometheus.yml'}",
-            f"--storage.tsdb.path={data}",
-            "--storage.tsdb.retention.time=30d",  # the blocks are a week old: kept
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        root / "prometheus.log",
-    )
-    try:
-        ready = wait_until(lambda: urllib.request.urlopen(url + "/-/ready", timeout=2).status == 200, 60)
-        assert ready, process.log()
+    argv = [
+        PROMETHEUS,
+        f"--config.file={root / 'prometheus.yml'}",
+        f"--storage.tsdb.path={data}",
+        "--storage.tsdb.retention.time=30d",  # the blocks are a week old: kept
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
+    with Child(argv, "prometheus", cwd=None, log_dir=root) as process:
+        process.wait_http(url + "/-/ready", 60)
         yield url, week
-    finally:
-        process.stop()
 
 
 def _hour_of(iso: str) -> tuple[float, int]:

@@ -11,6 +11,7 @@ check and the exporter's engine source have something real to read).
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -83,7 +84,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ------------------------------------------------------------------ routes
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         b, rec = self.server.behaviour, self.server.record
         if self.path == "/v1/models":
             rec.requests.append({"path": self.path, "headers": dict(self.headers.items())})
@@ -122,7 +123,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._json(404, {"error": "not found"})
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         b, rec = self.server.behaviour, self.server.record
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
@@ -226,12 +227,15 @@ class _Server(ThreadingHTTPServer):
 
 
 class ProbeHTTPServer:
-    """The fake engine; ``url`` is its base URL (``http://127.0.0.1:PORT``)."""
+    """The fake engine; ``url`` is its base URL (``http://127.0.0.1:PORT``, ``https://`` with ``tls``)."""
 
-    def __init__(self, behaviour: Behaviour | None = None) -> None:
+    def __init__(self, behaviour: Behaviour | None = None, tls: ssl.SSLContext | None = None) -> None:
         self.behaviour = behaviour or Behaviour()
         self.record = Record()
         self._server = _Server(("127.0.0.1", 0), _Handler)
+        self.scheme = "https" if tls is not None else "http"
+        if tls is not None:  # https: each accepted connection gets the context's certificate of that moment
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
         self._server.behaviour = self.behaviour
         self._server.record = self.record
         self._server.stopping = threading.Event()
@@ -240,7 +244,7 @@ class ProbeHTTPServer:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"{self.scheme}://{host}:{port}"
 
     def completions(self) -> list[dict]:
         return [r for r in self.record.requests if r["path"].startswith("/v1/") and "completions" in r["path"]]

@@ -18,7 +18,7 @@ import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from tests.helpers import free_port
+from tests.support.ports import free_port
 
 
 class SlowProxy:
@@ -133,7 +133,7 @@ class FrozenMetricsProxy:
             def log_message(self, format: str, *args: object) -> None:
                 pass
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 if self.path != "/metrics":
                     self.send_error(404)
                     return

@@ -14,7 +14,7 @@ import logging
 
 import pytest
 
-from exporter.config import EngineConfig
+from exporter.engines.config import EngineConfig
 from exporter.probe.config import ProbeConfig
 from exporter.probe.source import ProbeSource
 from exporter.probe.stream import MAX_EVENT_BYTES, MAX_EVENT_DEPTH

@@ -21,8 +21,8 @@ import pytest
 
 from exporter.probe.client import Deadline
 from exporter.probe.stream import PROBE_HEADER, PROBE_USER, first_model, request_body, run_probe
-from tests.helpers import free_port
 from tests.probe.probe_http import Behaviour, ProbeHTTPServer
+from tests.support.ports import free_port
 
 TIMEOUT = 1.0
 #: how far past the timeout a probe may end (thread wake-up on a busy 2-core machine)

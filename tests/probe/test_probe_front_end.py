@@ -21,13 +21,13 @@ from pathlib import Path
 import pytest
 import requests
 
-from exporter.config import EngineConfig
+from exporter.engines.config import EngineConfig
 from exporter.probe.config import ProbeConfig
 from exporter.probe.source import ProbeSource
 from exporter.store import SnapshotStore
-from tests.helpers import free_port
 from tests.probe.probe_http import Behaviour, ProbeHTTPServer
 from tests.probe.proxies import SlowProxy
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DELAY_S = 0.6

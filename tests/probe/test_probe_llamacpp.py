@@ -29,15 +29,15 @@ from pathlib import Path
 import pytest
 import requests
 
-from exporter.config import EngineConfig
+from exporter.engines.config import EngineConfig
 from exporter.engines.source import EngineSource
 from exporter.probe.config import ProbeConfig
 from exporter.probe.source import ProbeSource
 from exporter.runner import SourceRunner
 from exporter.store import SnapshotStore
-from tests.helpers import free_port
 from tests.integration.integration_helpers import Proc, run_setup, tail
 from tests.probe.proxies import FrozenMetricsProxy, SlowProxy
+from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config import EngineConfig
+from exporter.engines.config import EngineConfig
 from exporter.engines.source import EngineSource
 from exporter.probe.config import ProbeConfig
 from exporter.probe.source import ProbeSource, engine_server

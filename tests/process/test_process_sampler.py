@@ -18,7 +18,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from exporter.config import Config, EngineConfig
+from exporter.config import Config
+from exporter.engines.config import EngineConfig
 from exporter.process import build_process_sources
 from exporter.process.sampler import (
     ProcessSource,
@@ -189,7 +190,7 @@ def test_build_process_sources_one_per_engine_that_names_a_process():
         EngineConfig(url="http://b/metrics", name="b"),
         EngineConfig(url="http://c/metrics", name="c", process="vllm serve"),
     ]
-    sources = build_process_sources(cfg)
+    sources = build_process_sources(cfg.engines, cfg.process_interval)
     assert [(s.name, s.interval) for s in sources] == [("process:a", 2.5), ("process:c", 2.5)]
     assert sources[0].pid == 123 and sources[1].substring == "vllm serve"
 

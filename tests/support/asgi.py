@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import threading
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
 from tests.support.ports import free_port
 from tests.support.waiting import wait_until
+
+if TYPE_CHECKING:  # typing.Self is Python 3.11+; the project supports 3.10
+    from typing_extensions import Self
 
 
 class UvicornThread:

@@ -23,7 +23,10 @@ import sys
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:  # typing.Self is Python 3.11+; the project supports 3.10
+    from typing_extensions import Self
 
 #: longest any handler waits out a delay, whatever the test does
 MAX_HANDLER_WAIT_S = 30.0
@@ -36,7 +39,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         engine = self.server.engine
         engine.seen_headers.append(dict(self.headers.items()))
         b = engine.behaviour()
@@ -73,7 +76,7 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     engine: FakeEngine
 
-    def handle_error(self, request: object, client_address: object) -> None:
+    def handle_error(self, request: socket.socket | tuple[bytes, socket.socket], client_address: Any) -> None:
         """A client that hangs up early (a cap hit, a timeout) is expected here; say nothing."""
         if not isinstance(sys.exc_info()[1], ConnectionError):
             super().handle_error(request, client_address)

@@ -52,7 +52,8 @@ PID_NOTEBOOK, PID_NOTEBOOK_2, PID_EMBED, PID_HOST, PID_GONE = 44001, 44002, 4500
 
 
 def pods_json() -> dict[str, Any]:
-    return json.loads((FIXTURES / "kubelet_pods.json").read_text())
+    doc: dict[str, Any] = json.loads((FIXTURES / "kubelet_pods.json").read_text())
+    return doc
 
 
 def runtime_id(pods: dict[str, Any], uid: str, container: str) -> str:
@@ -126,11 +127,11 @@ def node_allocations() -> Any:
     )
 
 
-class _Lister(api_pb2_grpc.PodResourcesListerServicer):
+class _Lister(api_pb2_grpc.PodResourcesListerServicer):  # type: ignore[misc]  # generated, unchecked (pyproject)
     def __init__(self, server: PodResourcesServer) -> None:
         self.server = server
 
-    def List(self, request: Any, context: Any) -> Any:  # noqa: N802 - the kubelet's method name
+    def List(self, request: Any, context: Any) -> Any:
         self.server.calls += 1
         if self.server.delay:
             time.sleep(self.server.delay)
@@ -208,7 +209,7 @@ class LocalHTTP:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 outer.requests.append((self.path, dict(self.headers.items())))
                 route = outer.routes.get(path)
@@ -312,7 +313,7 @@ FLOOD_PODS, FLOOD_ANNOTATION_BYTES = 110, 256 * 1024
 
 def tenant_pod(index: int, annotations: dict[str, str] | None = None, ip: str = "127.0.0.1") -> dict[str, Any]:
     """A Running pod of the fixture's shape (llama-70b-0's), with its own UID and name and ``annotations``."""
-    item = copy.deepcopy(next(i for i in pods_json()["items"] if i["metadata"]["uid"] == LLAMA))
+    item: dict[str, Any] = copy.deepcopy(next(i for i in pods_json()["items"] if i["metadata"]["uid"] == LLAMA))
     meta = item["metadata"]
     meta["uid"] = f"00000000-0000-4000-8000-{index:012d}"
     meta["name"] = f"tenant-{index}"

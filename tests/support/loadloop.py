@@ -20,9 +20,12 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any
 
 import httpx
+
+if TYPE_CHECKING:  # typing.Self is Python 3.11+; the project supports 3.10
+    from typing_extensions import Self
 
 #: ``send(client, n)``: send request number ``n`` (0, 1, ...) and return its HTTP status
 Send = Callable[[httpx.Client, int], int]

@@ -20,11 +20,14 @@ import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Self, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import httpx
 
 from tests.support.waiting import WaitTimeout, wait_until
+
+if TYPE_CHECKING:  # typing.Self is Python 3.11+; the project supports 3.10
+    from typing_extensions import Self
 
 ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -119,13 +122,20 @@ class Child:
 
     def wait_ready(self, predicate: Callable[[], T], timeout_s: float, what: str, interval: float = 0.2) -> T:
         """``wait_until(predicate, ...)`` that fails at once when the child exits; either failure shows its log."""
+
+        def ready() -> tuple[T | None] | None:
+            if not self.alive():
+                return (None,)  # ends the wait at once, to fail below
+            value = predicate()
+            return (value,) if value else None
+
         try:
-            value = wait_until(lambda: not self.alive() or predicate(), timeout_s, what, interval)
+            (value,) = wait_until(ready, timeout_s, what, interval)
         except WaitTimeout as err:
             raise WaitTimeout(f"{err}: {self.describe()}") from None
-        if not self.alive():
+        if value is None or not self.alive():
             raise AssertionError(f"{self.name} stopped while waiting for {what}: {self.describe()}")
-        return value  # type: ignore[return-value]
+        return value
 
     def wait_http(
         self, url: str, timeout_s: float, ok: Callable[[httpx.Response], bool] | None = None, interval: float = 0.2

@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any
 
 import requests
 
@@ -29,6 +29,9 @@ from exporter.loadgen import run_load
 from exporter.simulator import scenarios
 from tests.support.ports import free_port
 from tests.support.processes import ROOT, Child, exporter_argv
+
+if TYPE_CHECKING:  # typing.Self is Python 3.11+; the project supports 3.10
+    from typing_extensions import Self
 
 __all__ = ["ROOT", "START_TIMEOUT_S", "LoadThread", "ProcessStack", "ScenarioStack", "causes"]
 
@@ -169,7 +172,7 @@ class LoadThread:
         for _, future in victims:
             try:
                 future.result(timeout=60)
-            except Exception as err:  # noqa: BLE001 - a load run ending in error must not stop the stack
+            except Exception as err:
                 log.warning("load run ended with %r", err)
 
     def close(self) -> None:
@@ -242,7 +245,8 @@ class ScenarioStack(ProcessStack):
     def verdict(self) -> dict[str, Any]:
         r = requests.get(self.exp_url + "/diagnosis", timeout=5)
         r.raise_for_status()
-        return r.json()
+        verdict: dict[str, Any] = r.json()
+        return verdict
 
     def verdicts(self, seconds: float, poll: float = 0.2) -> list[dict[str, Any]]:
         """Every distinct verdict (one per diagnosis cycle) during ``seconds``."""

@@ -18,13 +18,21 @@ class WaitTimeout(AssertionError, TimeoutError):
     """A ``wait_until`` deadline passed; a test failure (AssertionError) and a TimeoutError."""
 
 
-def wait_until(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.05) -> T:
+def wait_until(
+    predicate: Callable[[], T | None],
+    timeout: float,
+    what: str,
+    interval: float = 0.05,
+    detail: Callable[[], str] | None = None,
+) -> T:
     """Call ``predicate`` every ``interval`` s until it returns something truthy; return that.
 
     An exception from ``predicate`` counts as "not yet" (a server still starting
     refuses connections). Past ``timeout`` s: ``WaitTimeout`` naming ``what``
-    with the last exception or falsy value. ``predicate`` runs at least once,
-    and once more at the deadline, so a short timeout still gets a fair last look.
+    with the last exception or falsy value, and then what ``detail()`` says (the
+    state worth seeing only once the wait failed: a log, a query). ``predicate``
+    runs at least once, and once more at the deadline, so a short timeout still
+    gets a fair last look.
     """
     deadline = time.monotonic() + timeout
     last: str = "never called"
@@ -34,9 +42,10 @@ def wait_until(predicate: Callable[[], T], timeout: float, what: str, interval: 
             if value:
                 return value
             last = f"last value {value!r}"
-        except Exception as exc:  # noqa: BLE001 - a poll that failed is a poll that said no
+        except Exception as exc:
             last = f"last error {exc!r}"
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise WaitTimeout(f"timed out after {timeout:g} s waiting for {what} ({last})")
+            shown = f"timed out after {timeout:g} s waiting for {what} ({last})"
+            raise WaitTimeout(shown + (f":\n{detail()}" if detail is not None else ""))
         time.sleep(min(interval, remaining))

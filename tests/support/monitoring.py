@@ -3,29 +3,36 @@
 Why real binaries: the point of the monitoring tests is that the shipped files
 load and behave in the programs that will run them (Debian bookworm's
 Prometheus 2.42 and Alertmanager 0.25), not in a model of them. Every process
-started here is stopped by the context manager that started it, every wait is
-bounded.
+started here is a ``tests.support.processes.Child`` stopped by the context
+manager that started it; every wait is bounded, and a timeout names what it
+waited for and shows the log (``Child.start_answering``).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
-import subprocess
 import threading
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
-if TYPE_CHECKING:  # typing.Self is 3.11+, the project supports 3.10
+from tests.support.processes import ROOT, Child
+
+if TYPE_CHECKING:  # typing.Self is Python 3.11+; the project supports 3.10
     from typing_extensions import Self
+
+#: seconds Prometheus or Alertmanager may take to answer /-/ready
+READY_TIMEOUT_S = 30.0
+#: the generated Grafana dashboards (dashboards/generate.py), one ``<uid>.json`` each
+DASHBOARDS = ROOT / "dashboards" / "json"
 
 PROMETHEUS = shutil.which("prometheus")
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
@@ -51,48 +58,38 @@ def reads_capacity(expr: str) -> bool:
     return any("llm_capacity_" in name for name in metric_names(expr))
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.5) -> Any:
-    """Poll until predicate() returns something truthy; return it, or the last falsy value after timeout."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            last = predicate()
-        except Exception:  # noqa: BLE001 - anything may fail while a program starts
-            last = None
-        if last or time.monotonic() >= deadline:
-            return last
-        time.sleep(interval)
+def grafana_to_promql(expr: str) -> str:
+    """A panel query as Grafana sends it with every variable on "All" (macros at their usual values)."""
+    expr = expr.replace("$__rate_interval", "1m").replace("$__interval", "15s").replace("$__range", "5m")
+    expr = re.sub(r"\$\{?(instance|engine|server|model|gpu)\}?", ".*", expr)
+    assert not re.search(r"\$\{?[A-Za-z_]", expr), expr  # "$1" of label_replace is PromQL, not a variable
+    return expr
 
 
-class Process:
-    """A child process whose output goes to a log file; stop() terminates, then kills."""
+def dashboard_uids() -> list[str]:
+    return sorted(path.stem for path in DASHBOARDS.glob("*.json"))
 
-    def __init__(self, argv: list[str], log: Path, cwd: Path | None = None) -> None:
-        self.argv, self.log_path = argv, log
-        self._log = open(log, "wb")  # noqa: SIM115 - open for the child's lifetime, closed in stop()
-        self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, cwd=cwd)
 
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
+def panel_queries(uids: Iterable[str], *, capacity: bool, variables: bool = False) -> list[tuple[str, str]]:
+    """(where, PromQL) of the boards' panel targets that read the measured capacity (``capacity``) or do not.
 
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def log(self, tail: int = 3000) -> str:
-        self._log.flush()
-        return self.log_path.read_text(errors="replace")[-tail:]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self._log.close()
+    Why split by capacity: only tests/monitoring/test_capacity_prometheus.py serves the
+    ``llm_capacity_*`` gauges; the others run exporters without a capacity profile.
+    ``variables``: each query variable's ``label_values`` expression too.
+    """
+    out: list[tuple[str, str]] = []
+    for uid in uids:
+        board = json.loads((DASHBOARDS / f"{uid}.json").read_text())
+        for panel in board["panels"]:
+            for t in panel.get("targets", []):
+                if reads_capacity(t["expr"]) == capacity:
+                    out.append((f"{uid} / {panel['title']} / {t['refId']}", grafana_to_promql(t["expr"])))
+        if variables:
+            for v in board["templating"]["list"]:
+                m = re.match(r"label_values\((.*),\s*\w+\)$", v.get("definition", ""))
+                if m:
+                    out.append((f"{uid} / variable {v['name']}", grafana_to_promql(m.group(1))))
+    return out
 
 
 class Webhook:
@@ -104,7 +101,7 @@ class Webhook:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server API
+            def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
                 payload = json.loads(self.rfile.read(length) or b"{}")
                 with outer._lock:
@@ -157,13 +154,11 @@ class Alertmanager:
             f"--web.listen-address=127.0.0.1:{port}",
             "--cluster.listen-address=",
         ]
-        self.process: Process | None = None
+        self.process: Child | None = None
 
     def __enter__(self) -> Self:
-        self.process = Process(self.argv, self.dir / "log.txt")
-        if not wait_until(lambda: urllib.request.urlopen(self.url + "/-/ready", timeout=2).status == 200, 30):
-            self.process.stop()
-            raise RuntimeError("alertmanager did not become ready in 30 s:\n" + self.process.log())
+        self.process = Child(self.argv, "alertmanager", cwd=None, log_dir=self.dir)
+        self.process.start_answering(self.url + "/-/ready", READY_TIMEOUT_S)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -201,13 +196,11 @@ class Prometheus:
             f"--web.listen-address=127.0.0.1:{port}",
             "--rules.alert.resend-delay=2s",
         ]
-        self.process: Process | None = None
+        self.process: Child | None = None
 
     def __enter__(self) -> Self:
-        self.process = Process(self.argv, self.dir / "log.txt")
-        if not wait_until(lambda: urllib.request.urlopen(self.url + "/-/ready", timeout=2).status == 200, 30):
-            self.process.stop()
-            raise RuntimeError("prometheus did not become ready in 30 s:\n" + self.process.log())
+        self.process = Child(self.argv, "prometheus", cwd=None, log_dir=self.dir)
+        self.process.start_answering(self.url + "/-/ready", READY_TIMEOUT_S)
         return self
 
     def __exit__(self, *exc: object) -> None:
