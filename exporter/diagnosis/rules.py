@@ -561,27 +561,19 @@ def _describe_unresponsive(v: View, t: Thresholds) -> str:
 _THROTTLE_REASONS = tuple(f'llm_gpu_throttle_reason_active{{reason="{r}"}}' for r in HARMFUL_THROTTLE_REASONS)
 
 # ------------------------------------------------------------------ launch settings against what the engine sees
-#: a step rate at or above this is a decode that launches often (vLLM's iteration_tokens count rate)
-GRAPHS_MIN_STEPS_PER_SECOND = 20.0
-#: SM activity below this while stepping that often: each step leaves the GPU mostly idle (launch-bound)
-GRAPHS_SM_ACTIVE_MAX = 0.5
-#: "several times the per-step token budget": the prompt p90 in chunks at which TTFT is a count of chunks
-PREFILL_CHUNKS_MIN = 4.0
-#: reserved context at least this many times the p99 of prompt + output is "far above" what requests use
-RESERVED_OVER_P99_MIN = 4.0
-#: without length histograms (llama.cpp), the mean tokens per request stands in, with this stricter factor
-RESERVED_OVER_MEAN_MIN = 8.0
+#: the thresholds (``graphs_*``, ``prefill_chunks_min``, ``reserved_over_*``) are fields of
+#: ``Thresholds`` (exporter/diagnosis/thresholds.py), settable in the ``diagnosis:`` section
 
 
 def _launch_bound_steps(v: View, t: Thresholds) -> bool:
     """A decode that launches often and leaves the SMs mostly idle per step: the engine's step rate at
-    ``GRAPHS_MIN_STEPS_PER_SECOND`` (where it publishes one; else "GPU util" at the launch-bound line)
-    with SM activity below ``GRAPHS_SM_ACTIVE_MAX``. Unknown SM activity is never idle."""
+    ``graphs_min_steps_per_second`` (where it publishes one; else "GPU util" at the launch-bound line)
+    with SM activity below ``graphs_sm_active_max``. Unknown SM activity is never idle."""
     sm = sm_bound(v, t)
-    if sm is None or sm >= GRAPHS_SM_ACTIVE_MAX or v.get(s.RUNNING, 0.0) < 1:
+    if sm is None or sm >= t.graphs_sm_active_max or v.get(s.RUNNING, 0.0) < 1:
         return False
     if s.ENGINE_STEPS_RATE in v:
-        return v[s.ENGINE_STEPS_RATE] >= GRAPHS_MIN_STEPS_PER_SECOND
+        return v[s.ENGINE_STEPS_RATE] >= t.graphs_min_steps_per_second
     return v.get(s.UTIL_MAX, 0.0) >= t.launch_min_utilization
 
 
@@ -591,7 +583,7 @@ def _graphs_not_covering(v: View, t: Thresholds) -> bool:
 
 def _graphs_severity(v: View, t: Thresholds) -> float:
     sm = sm_bound(v, t) or 0.0
-    return ramp(GRAPHS_SM_ACTIVE_MAX - sm, 0.0, GRAPHS_SM_ACTIVE_MAX)
+    return ramp(t.graphs_sm_active_max - sm, 0.0, t.graphs_sm_active_max)
 
 
 def _describe_graphs(v: View, t: Thresholds) -> str:
@@ -614,16 +606,16 @@ def _describe_chunks(v: View, t: Thresholds) -> str:
     )
 
 
-def _used_length(v: View) -> tuple[float, float, str] | None:
+def _used_length(v: View, t: Thresholds) -> tuple[float, float, str] | None:
     """(tokens requests use, the factor "far above" needs, what the figure is): the length
     histograms' p99s, else the mean per finished request, else the most a busy slot held (llama.cpp);
     the two stand-ins need the stricter factor. None when nothing tells."""
     if s.LENGTH_P99 in v:
-        return v[s.LENGTH_P99], RESERVED_OVER_P99_MIN, "p99 prompt + p99 output"
+        return v[s.LENGTH_P99], t.reserved_over_p99_min, "p99 prompt + p99 output"
     if s.TOKENS_PER_REQUEST in v:
-        return v[s.TOKENS_PER_REQUEST], RESERVED_OVER_MEAN_MIN, "mean prompt + output"
+        return v[s.TOKENS_PER_REQUEST], t.reserved_over_mean_min, "mean prompt + output"
     if s.SLOT_HELD_MAX in v:
-        return v[s.SLOT_HELD_MAX], RESERVED_OVER_MEAN_MIN, "the most a busy slot held"
+        return v[s.SLOT_HELD_MAX], t.reserved_over_mean_min, "the most a busy slot held"
     return None
 
 
@@ -651,7 +643,7 @@ def _describe_capacity(v: View, t: Thresholds) -> str:
 def _context_reserved(v: View, t: Thresholds) -> bool:
     """Capacity holds the queue (requests really wait, held for capacity: llama.cpp's slots all busy)
     while each sequence reserves far more context than requests use."""
-    found = _used_length(v)
+    found = _used_length(v, t)
     if found is None:
         return False
     used, factor, _ = found
@@ -661,12 +653,12 @@ def _context_reserved(v: View, t: Thresholds) -> bool:
 
 
 def _context_severity(v: View, t: Thresholds) -> float:
-    used, factor, _ = _used_length(v) or (0.0, RESERVED_OVER_MEAN_MIN, "")
+    used, factor, _ = _used_length(v, t) or (0.0, t.reserved_over_mean_min, "")
     return ramp(v[s.RESERVED_CONTEXT] / max(used, 1.0), factor, 4 * factor)
 
 
 def _describe_context(v: View, t: Thresholds) -> str:
-    used, _, what = _used_length(v) or (0.0, 0.0, "unknown")
+    used, _, what = _used_length(v, t) or (0.0, 0.0, "unknown")
     return f"each slot reserves {v[s.RESERVED_CONTEXT]:.0f} context tokens while requests use {used:.0f} ({what}), and requests wait for a slot"
 
 
@@ -833,8 +825,8 @@ RULES: tuple[Rule, ...] = (
         "prefill_chunk_too_small",
         "service",
         requires=(s.PROMPT_P90, s.STEP_BUDGET),
-        condition=lambda v, t: _chunks(v) >= PREFILL_CHUNKS_MIN,
-        severity=lambda v, t: ramp(_chunks(v), PREFILL_CHUNKS_MIN, 4 * PREFILL_CHUNKS_MIN),
+        condition=lambda v, t: _chunks(v) >= t.prefill_chunks_min,
+        severity=lambda v, t: ramp(_chunks(v), t.prefill_chunks_min, 4 * t.prefill_chunks_min),
         evidence=(s.PROMPT_P90, s.STEP_BUDGET, s.TTFT_P95_RECENT, s.TTFT_P95, s.ITL_P95),
         advice="Prompts are several times the engine's per-step token budget, so each is prefilled over many "
         "steps and TTFT is a count of chunks. Raise the budget (vLLM --max-num-batched-tokens, SGLang "
@@ -842,7 +834,7 @@ RULES: tuple[Rule, ...] = (
         "toward the prompt p90. The trade-off: a larger chunk makes the decode steps it shares longer, so the "
         "running requests' ITL rises while a long prompt prefills; keep it where the ITL SLO still holds.",
         describe=_describe_chunks,
-        proximity=lambda v, t: min(1.0, _chunks(v) / PREFILL_CHUNKS_MIN),
+        proximity=lambda v, t: min(1.0, _chunks(v) / t.prefill_chunks_min),
         limit="the per-step token budget",
     ),
     # ------------------------------------------------------------------ memory (KV cache)

@@ -79,6 +79,25 @@ class Thresholds:
     tensor_unused_sm_active: float = 0.5
     #: ... with tensor pipes below this
     tensor_unused_tensor_active: float = 0.05
+    #: cuda_graphs_not_covering_batches: engine steps per second at or above this is a decode that
+    #: launches often (vLLM's iteration_tokens count rate) ...
+    graphs_min_steps_per_second: float = 20.0
+    #: ... while SM activity stays below this: each step leaves the GPU mostly idle (launch-bound)
+    graphs_sm_active_max: float = 0.5
+    #: prefill_chunk_too_small: the prompt p90 at least this many per-step token budgets ("several
+    #: times"): TTFT is a count of chunks
+    prefill_chunks_min: float = 4.0
+    #: the prompt-length p90 (tokens) from which requests are long-context: on a backend the engine
+    #: documents as slower for them, a notice says so (exporter/diagnosis/backends.py)
+    long_context_prompt_p90_tokens: float = 8192.0
+
+    # --- memory: context reserved per sequence ------------------------------------------
+    #: context_reserved_not_used: reserved context at least this many times the p99 of prompt +
+    #: output is "far above" what requests use ...
+    reserved_over_p99_min: float = 4.0
+    #: ... and, without length histograms, this many times the mean per request (or the most a busy
+    #: llama.cpp slot held): a stricter factor for a figure that sits below the p99
+    reserved_over_mean_min: float = 8.0
 
     # --- memory (KV cache) -----------------------------------------------------------
     kv_usage_full: float = 0.9
@@ -200,6 +219,7 @@ class Thresholds:
             "throttle_min_share",
             "front_end_overhead_share",
             "capacity_nearly_used_ratio",
+            "graphs_sm_active_max",
         )
         for name in ratios:
             v = getattr(self, name)
@@ -220,6 +240,8 @@ class Thresholds:
             "saturation_waiting_growth_per_second",
             "batching_max_waiting",
             "front_end_overhead_seconds",
+            "graphs_min_steps_per_second",
+            "long_context_prompt_p90_tokens",
         )
         for name in positive:
             if not getattr(self, name) > 0:
@@ -242,6 +264,9 @@ class Thresholds:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"diagnosis.{name}: expected an integer >= 1, got {getattr(self, name)}")
+        for name in ("prefill_chunks_min", "reserved_over_p99_min", "reserved_over_mean_min"):
+            if getattr(self, name) < 1.0:
+                raise ValueError(f"diagnosis.{name}: expected a factor >= 1, got {getattr(self, name)}")
         if self.imbalance_skew < 1.0:
             raise ValueError(f"diagnosis.imbalance_skew: expected a number >= 1 (max over mean), got {self.imbalance_skew}")
         if self.warning_score > self.bottleneck_score:

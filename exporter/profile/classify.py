@@ -9,13 +9,12 @@ matches wins, so a fused attention kernel built on CUTLASS (``cutlass...flash...
 reads as attention, not gemm, and an all-reduce written as a GEMM epilogue reads
 as communication. A name nothing matches is ``other``, never guessed.
 
-Why GPU kernels only for the published shares: the kernels are the time the GPU
-spent; CPU operators overlap the kernels they launch. A trace without GPU kernels
-(a CPU-only engine, a profiler started without the CUDA activity) gives no
-shares, and says so. Its CPU operators still get a split of their own
-(``CpuOpSplit``, answered beside, never published): by *self* time, since they
-nest (``aten::linear`` holds ``aten::addmm``) and adding durations would count one
-matmul twice.
+Why GPU kernels first: the kernels are the time the GPU spent; CPU operators
+overlap the kernels they launch, so where a trace has kernels their split is the
+one published. A trace without GPU kernels (a CPU-only engine) is split by its CPU
+operators instead (``CpuOpSplit``): there they are where the time goes. By *self*
+time, since they nest (``aten::linear`` holds ``aten::addmm``) and adding
+durations would count one matmul twice.
 """
 
 from __future__ import annotations
@@ -231,8 +230,8 @@ class CpuOpSplit:
             out[OPERATOR_KINDS[kind]] += max(0.0, own[i])
         return out
 
-    def shares(self) -> dict[str, float]:
-        """kind -> share of the CPU operators' self time; empty without any."""
-        us = self.self_time_us()
+    def shares(self, us: Mapping[str, float] | None = None) -> dict[str, float]:
+        """kind -> share of the CPU operators' self time (``us``: already computed); empty without any."""
+        us = self.self_time_us() if us is None else us
         total = sum(us.values())
         return {k: v / total for k, v in us.items()} if total > 0 else {}

@@ -31,7 +31,7 @@ from exporter.engines.urls import safe_url
 from exporter.samples import SourceError
 
 if TYPE_CHECKING:
-    from exporter.config import EngineConfig
+    from exporter.engines.config import EngineConfig
 
 #: families whose server has start/stop profile routes: (start path, stop path)
 PROFILER_ROUTES: dict[str, tuple[str, str]] = {

@@ -6,9 +6,12 @@ answered at once and changes nothing. Once the engine is profiling, the stop is
 always sent (a profiler left running slows the engine until it is restarted),
 and whatever the traces turn out to be, the lock is released.
 
-Why nothing is published from a trace without GPU kernels: the shares are of
-GPU kernel time (exporter/schema.py); a CPU engine's trace has none, and a split
-of nothing would be a made-up number. Its answer says so and the last shares stay.
+Why the basis is said: the shares are of GPU kernel time where the trace has GPU
+kernels (``"basis": "gpu_kernels"``); a CPU engine's trace has none, and there its
+CPU operators' self time is where the time went (``"basis": "cpu_ops"``), so that
+split is the one answered and published. A trace with neither publishes nothing
+(a split of nothing would be a made-up number): its answer says so and the last
+shares stay.
 """
 
 from __future__ import annotations
@@ -25,10 +28,11 @@ from typing import TYPE_CHECKING, Any
 from exporter.profile.classify import CpuOpSplit, Split
 from exporter.profile.driver import NO_PROFILER, PROFILER_ROUTES, EngineProfiler, ProfilerError, hint_for
 from exporter.profile.state import ProfileState, Published
+from exporter.profile.summary import prompt_p50, sentence
 from exporter.profile.trace import TraceError, list_traces, new_traces, read_split
 
 if TYPE_CHECKING:
-    from exporter.config import EngineConfig
+    from exporter.engines.config import EngineConfig
     from exporter.profile.config import ProfileConfig
     from exporter.store import SnapshotStore
 
@@ -127,6 +131,7 @@ class Profiler:
 
     def _profile(self, cfg: EngineConfig, family: str, seconds: float) -> Outcome:
         directory = Path(self.settings.directory or "")
+        snap_before = self.store.snapshot()
         try:
             before = list_traces(directory)
         except TraceError as err:
@@ -165,7 +170,9 @@ class Profiler:
             log.warning("profile of %s: %s", cfg.name, err)
             return error(422, f"trace refused: {err}", trace_files=[p.name for p in paths])
         body = self._body(cfg.name, family, seconds, ended, split, cpu, paths, read)
-        published = Published(split.shares(), ended) if split.kernels else None
+        body["prompt_tokens_p50"], body["prompt_tokens_during_profile"] = prompt_p50(snap_before, self.store.snapshot(), cfg.name)
+        body["summary"] = sentence(body)
+        published = Published(body["shares"], ended) if body["shares"] else None
         self.state.keep(cfg.name, body, published)
         return Outcome(200, body)
 
@@ -187,26 +194,32 @@ class Profiler:
     def _body(
         engine: str, family: str, seconds: float, ended: float, split: Split, cpu: CpuOpSplit, paths: list[Path], read: int
     ) -> dict[str, Any]:
+        cpu_us = cpu.self_time_us()
+        cpu_shares = cpu.shares(cpu_us)
+        basis, shares = ("gpu_kernels", split.shares()) if split.kernels else ("cpu_ops", cpu_shares)
         body: dict[str, Any] = {
             "engine": engine,
             "family": family,
             "seconds": seconds,
             "ended_at": ended,
+            # what ``shares`` (and llm_operator_time_share) splits: GPU kernel time, else CPU operator self time
+            "basis": basis if shares else None,
+            "shares": shares,
             "kernels": split.kernels,
             "kernel_seconds": split.time_us / 1e6,
-            "shares": split.shares(),
             "top_kernels": split.top(),
             "other_events": split.other_events,
-            # the CPU operators' own split (self time): answered, never published (the gauges are GPU time)
+            # the CPU operators' own split (self time), always answered: beside GPU kernels it shows the host side
             "cpu_ops": cpu.events,
-            "cpu_op_shares": cpu.shares(),
+            "cpu_op_seconds": sum(cpu_us.values()) / 1e6,
+            "cpu_op_shares": cpu_shares,
             "cpu_ops_left_out": cpu.truncated,
             "trace_files": [p.name for p in paths],
             "trace_bytes": read,
         }
-        if not split.kernels:
+        if not shares:
             body["message"] = (
-                "no GPU kernels in the trace (a CPU-only engine, or a profiler without the CUDA activity): "
+                "neither GPU kernels nor CPU operators in the trace (a profiler without its activities?): "
                 "no time split, llm_operator_time_share not changed"
             )
         return body

@@ -128,7 +128,7 @@ def events(path: Path, budget: Budget) -> Iterator[dict[str, Any]]:
     decoder = json.JSONDecoder()
     utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
     try:
-        fh = open(path, "rb")  # noqa: SIM115 - closed in the finally below, across the generator's life
+        fh = open(path, "rb")
     except OSError as err:
         raise TraceError(f"cannot open {path.name}: {err.strerror or err}") from None
     try:

@@ -4,12 +4,17 @@ Why fetched apart from the verdict: the profile is taken on request (``POST
 /profile``) and kept by the exporter; ``GET /profile`` answers the last one of
 every engine. An exporter without profiling (404), an older one, or any failure
 gives no section, never a failed report.
+
+Beside the table each engine gets its split in one sentence, the largest kind with the prompt
+length it was measured at ("62 % attention at 8k-token prompts"): the same sentence the live
+page prints (exporter/profile/summary.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from exporter.profile.summary import sentence
 from exporter.schema import OPERATOR_KINDS
 
 #: engines listed in the report's table at most
@@ -43,3 +48,13 @@ def share_rows(profiles: dict[str, dict[str, Any]]) -> list[tuple[str, Any, list
         values = [float(v) if isinstance(v := shares.get(k), (int, float)) else None for k in OPERATOR_KINDS]
         rows.append((engine, p.get("ended_at"), values))
     return rows
+
+
+def split_sentences(profiles: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+    """(engine, "62 % attention at 8k-token prompts (of GPU kernel time)") for each profile with shares."""
+    out = []
+    for engine, p in profiles.items():
+        text = sentence(p)
+        if text is not None:
+            out.append((engine, text))
+    return out

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from exporter.report.operator import share_rows
+from exporter.report.operator import share_rows, split_sentences
 from exporter.schema import LAYERS, OPERATOR_KINDS
 
 NOT_AVAILABLE = "n/a"
@@ -285,7 +285,7 @@ def _md_profiles(ctx: Context) -> list[str]:
     out.append("|---|---|" + "---:|" * len(OPERATOR_KINDS))
     for engine, ended, values in share_rows(ctx.profiles):
         out.append(f"| {md(engine)} | {utc(ended)} | " + " | ".join(percent(v) for v in values) + " |")
-    return out + [""]
+    return out + [""] + [f"- {md(engine)}: {md(text)}" for engine, text in split_sentences(ctx.profiles)] + [""]
 
 
 def render_markdown(verdict: dict[str, Any], ctx: Context) -> str:
@@ -440,7 +440,9 @@ def _html_profiles(ctx: Context) -> str:
     )
     return (
         '<section id="operator-profile"><h2>Operator profile (last POST /profile)</h2>'
-        f'<table id="operator-shares"><tr><th>engine</th><th>ended (UTC)</th>{head}</tr>{rows}</table></section>'
+        f'<table id="operator-shares"><tr><th>engine</th><th>ended (UTC)</th>{head}</tr>{rows}</table>'
+        + "".join(f'<p class="operator-split">{_e(engine)}: {_e(text)}</p>' for engine, text in split_sentences(ctx.profiles))
+        + "</section>"
     )
 
 

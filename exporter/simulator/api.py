@@ -192,6 +192,21 @@ def create_app(sim: Simulator) -> FastAPI:
         body, headers = dialects.render(sim.dialect, engine.snapshot())
         return Response(body, media_type=dialects.CONTENT_TYPE, headers=headers)
 
+    async def side(route: str) -> JSONResponse:
+        """llama.cpp's /props and /slots where the dialect has them; elsewhere 404, as on the real engine."""
+        maker = dialects.side_route(sim.dialect, route)
+        if maker is None:
+            raise ApiError(404, f"/{route}: not served by the {sim.dialect} dialect", type_="not_found_error")
+        return JSONResponse(maker(engine.snapshot()))
+
+    @app.get("/props")
+    async def props() -> JSONResponse:
+        return await side("props")
+
+    @app.get("/slots")
+    async def slots() -> JSONResponse:
+        return await side("slots")
+
     @app.get("/sim/gpu")
     async def sim_gpu() -> JSONResponse:
         return JSONResponse({"gpus": engine.gpu_readings()})
@@ -208,7 +223,14 @@ def create_app(sim: Simulator) -> FastAPI:
             {
                 "current": engine.scenario,
                 "scenarios": [
-                    {"name": s.name, "summary": s.summary, "signature": s.signature, "settings": s.settings}
+                    {
+                        "name": s.name,
+                        "summary": s.summary,
+                        "signature": s.signature,
+                        "settings": s.settings,
+                        "launch": list(s.launch),
+                        "dialect": s.dialect,
+                    }
                     for s in scenarios.SCENARIOS.values()
                 ],
             }

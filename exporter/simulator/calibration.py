@@ -54,6 +54,12 @@ PCIE_COPY = ActivityProfile(
     nvml_gpu_util=99.1, nvml_mem_util=2.0, sm_util=0.0, sm_occupancy=0.0, tensor_util=0.0, dram_bw_util=1.1, power_w=132.9
 )
 
+#: trace phase ``tiny_kernels_host_bound``: kernels launched one by one from the host, the SMs
+#: idle between them (NVML "GPU util" counts the time any kernel runs): an eager decode's launch gaps.
+TINY = ActivityProfile(
+    nvml_gpu_util=26.5, nvml_mem_util=0.0, sm_util=0.12, sm_occupancy=0.01, tensor_util=0.0, dram_bw_util=0.0, power_w=143.8
+)
+
 #: trace phase ``idle`` (also ``init``): deep idle, clocks parked, bitmask 0x1 (GPU idle).
 IDLE_POWER_W = 81.2
 IDLE_SM_CLOCK_MHZ = 345.0

@@ -25,7 +25,7 @@ from exporter.simulator.clock import SimClock
 from exporter.simulator.gpu import GpuTelemetry
 from exporter.simulator.hostwork import burn_cpu
 from exporter.simulator.requests import SimRequest, TokenEvent
-from exporter.simulator.roofline import GpuParams, step_cost
+from exporter.simulator.roofline import GpuParams, StepWork, step_cost
 from exporter.simulator.scheduler import Plan, QueueFull, Scheduler
 from exporter.simulator.settings import SimConfig
 from exporter.simulator.stats import EngineStats, FrozenStats
@@ -77,6 +77,16 @@ def gpu_params(config: SimConfig) -> GpuParams:
     )
 
 
+def eager_launch_s(config: SimConfig, work: StepWork) -> float:
+    """Launch time an eager step adds: a decode-only step (vLLM captures graphs for those) with graphs
+    off, or with more running requests than the largest captured graph."""
+    if work.decode_seqs == 0 or work.prefill_tokens:
+        return 0.0
+    if config.enforce_eager or work.decode_seqs > config.max_cudagraph_capture_size:
+        return config.eager_launch_s
+    return 0.0
+
+
 @dataclass(frozen=True)
 class EngineSnapshot:
     """Everything a dialect renders or /sim/state reports, copied under the engine lock."""
@@ -110,6 +120,9 @@ class EngineSnapshot:
     last_step_tokens: int
     last_step_prefill_tokens: int
     window: dict[str, float] = field(default_factory=dict)
+    #: (prompt tokens, tokens decoded) of each running request, in admission order: what a
+    #: slot-based engine (llama.cpp's /slots) reports per busy slot
+    running_lengths: tuple[tuple[int, int], ...] = ()
 
     @property
     def kv_usage(self) -> float:
@@ -336,6 +349,7 @@ class Engine:
                 last_step_tokens=self._last_step[1],
                 last_step_prefill_tokens=self._last_step[2],
                 window=self._window_rates(now),
+                running_lengths=tuple((r.prompt_len, len(r.output_ids)) for r in sch.running),
             )
 
     def gpu_readings(self) -> list[dict[str, object]]:
@@ -361,6 +375,7 @@ class Engine:
                         continue
                     cfg = self.config
                     work = plan.work(cfg.spec_tokens)
+                    work.eager_launch_s = eager_launch_s(cfg, work)
                     gpu_steps = step_cost(work, self._params)
                     gpu_s = max(s.busy_s for s in gpu_steps)
                     host_s = cfg.host_base_s + cfg.host_per_seq_s * len(plan.items) + cfg.host_per_token_s * work.tokens

@@ -20,12 +20,12 @@ class Simulator:
         dialects.get(dialect)
         self.dialect = dialect
         self.overrides = dict(overrides or {})
-        config = scenarios.get(scenario).config(overrides=self.overrides)
+        config = dialects.fitted(dialect, scenarios.get(scenario).config(overrides=self.overrides))
         self.engine = Engine(config, scenario, buckets=dialects.buckets(dialect, config))
 
     def switch(self, scenario: str) -> None:
         """Apply another scenario's settings live (explicit overrides still win; GPU count stays)."""
-        config = scenarios.get(scenario).config(overrides=self.overrides)
+        config = dialects.fitted(self.dialect, scenarios.get(scenario).config(overrides=self.overrides))
         self.engine.reconfigure(config, scenario)
 
     def start(self) -> Simulator:

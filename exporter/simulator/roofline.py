@@ -40,6 +40,8 @@ class StepWork:
     #: host -> device and device -> host copies (KV swap-in / offload loads, swap-out / stores)
     h2d_bytes: float = 0.0
     d2h_bytes: float = 0.0
+    #: an eager decode step (no CUDA graph covers it): its kernel launches add this long, SMs idle
+    eager_launch_s: float = 0.0
 
     @property
     def tokens(self) -> int:
@@ -139,6 +141,12 @@ def step_cost(work: StepWork, params: GpuParams) -> list[GpuStep]:
             profile = _mix(profile, gemv, d_time / (kernel + d_time)) if kernel + d_time else profile
             demand = (kernel * demand + d_time * cal.GEMV.power_w) / (kernel + d_time)
             kernel += d_time
+        if work.eager_launch_s > 0 and kernel > 0:
+            # launched op by op: the gaps between tiny launches read as the host-bound kernels phase
+            gap = work.eager_launch_s
+            profile = _mix(profile, {k: getattr(cal.TINY, k) for k in PROFILE_KEYS}, gap / (kernel + gap))
+            demand = (kernel * demand + gap * cal.TINY.power_w) / (kernel + gap)
+            kernel += gap
         nvlink = 0.0
         if params.gpus > 1 and tokens:
             # two all-reduces per layer of the activations, ring algorithm

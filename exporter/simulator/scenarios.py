@@ -45,11 +45,27 @@ class Scenario:
     signature: str
     settings: dict[str, Any] = field(default_factory=dict)
     load: LoadProfile = field(default_factory=LoadProfile)
+    #: launch settings given as command-line flags (vLLM spellings, which the simulator shares), not
+    #: applied by ``config``: the exporter reads an engine's launch settings from its command line
+    #: (/proc/PID/cmdline, --engine-pid; exporter/engines/settings.py), never from the simulator's
+    #: state, so a setting the diagnosis must see is started as a flag: ``simulate --scenario NAME
+    #: *launch`` (and ``tune`` changes it there, as on a real engine)
+    launch: tuple[str, ...] = ()
+    #: the engine dialect whose behaviour the scenario shows (``simulate --dialect``); None: any
+    dialect: str | None = None
 
     def config(self, base: SimConfig | None = None, overrides: dict[str, Any] | None = None) -> SimConfig:
         """``base`` (defaults) with this scenario's settings, then explicit ``overrides`` on top."""
         cfg = apply_overrides(base or SimConfig(), self.settings)
         return apply_overrides(cfg, overrides or {})
+
+    def launch_settings(self) -> dict[str, str]:
+        """``launch`` as settings (``--enforce-eager true`` -> ``{"enforce_eager": "true"}``), for an
+        in-process simulator that has no command line."""
+        flags = list(self.launch)
+        if len(flags) % 2 or not all(f.startswith("--") for f in flags[::2]):
+            raise ValueError(f"scenario {self.name}: launch flags must be --flag value pairs, got {flags}")
+        return {f[2:].replace("-", "_"): v for f, v in zip(flags[::2], flags[1::2])}
 
     def load_spec(
         self,
@@ -211,6 +227,41 @@ _SCENARIOS: list[Scenario] = [
             retries=2,
             ramp_up_s=3.0,
         ),
+    ),
+]
+
+# ---------------------------------------------------------------- launch settings against what the engine sees (issue 23)
+_SCENARIOS += [
+    Scenario(
+        "eager_decode",
+        "CUDA graphs off (started with --enforce-eager true): every decode step launches its kernels one by one",
+        "steps about twice as long as with graphs, SM active near 35 % while stepping, ITL doubled; the exporter "
+        "reads enforce_eager from the command line",
+        {},
+        # a decode-dominated closed loop: short prompts, long outputs
+        LoadProfile(concurrency=16, prompt_tokens=((128, 1.0),), max_tokens=((256, 1.0),), shared_prefix_ratio=0.0),
+        launch=("--enforce-eager", "true"),
+    ),
+    Scenario(
+        "long_prompts_small_chunk",
+        "12k-token prompts under a 128-token per-step budget (started with --max-num-batched-tokens 128)",
+        "prompt p90 near 100 step budgets: each prompt prefills over ~94 memory-bound steps before its first token",
+        {"max_model_len": 16384},
+        LoadProfile(concurrency=4, prompt_tokens=((12000, 1.0),), max_tokens=((32, 1.0),), shared_prefix_ratio=0.0),
+        # small enough that each chunk streams the weights (memory-bound), not a compute-bound prefill
+        launch=("--max-num-batched-tokens", "128"),
+    ),
+    Scenario(
+        "over_reserved_context",
+        "llama.cpp-style slots (dialect llamacpp): a 32k-token KV cache split into 4 slots of 8192 while "
+        "requests use under 400 tokens (started with --max-model-len 8192)",
+        "all 4 slots busy and requests deferred while the slots' context is about 4 % used; /props reports "
+        "total_slots 4 and n_ctx 8192 per slot",
+        # 2048 blocks x 16 = 32768 tokens of KV: 4 slots of 8192 in full (exporter/simulator/dialects/llamacpp.py)
+        {"num_gpu_blocks": 2048},
+        LoadProfile(concurrency=16, prompt_tokens=((256, 1.0),), max_tokens=((128, 1.0),), shared_prefix_ratio=0.0),
+        launch=("--max-model-len", "8192"),
+        dialect="llamacpp",
     ),
 ]
 

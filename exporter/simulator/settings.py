@@ -80,6 +80,17 @@ class SimConfig:
     host_per_seq_s: float = field(default=0.00002, metadata=_k("scheduler CPU time per running request per step (model s)"))
     host_per_token_s: float = field(default=0.0000005, metadata=_k("scheduler CPU time per scheduled token (model s)"))
     overlap_host: bool = field(default=True, metadata=_k("host work of a step overlaps the GPU work (async scheduling)"))
+    # --- CUDA graphs (vLLM spellings: the exporter reads them from the command line) ----------
+    enforce_eager: bool = field(
+        default=False, metadata=_k("CUDA graphs off (vLLM --enforce-eager): every decode step launches its kernels one by one")
+    )
+    max_cudagraph_capture_size: int = field(
+        default=512, metadata=_k("largest running batch a CUDA graph is captured for; larger decode batches run eager")
+    )
+    eager_launch_s: float = field(
+        default=0.004,
+        metadata=_k("kernel-launch time an eager decode step adds, SMs idle meanwhile (model s; ~300 launches of ~13 us)"),
+    )
     # --- GPU ---------------------------------------------------------------------------
     power_limit_w: float = field(default=700.0, metadata=_k("enforced board power limit, W"))
     pcie_mib_s: float = field(default=55981.5, metadata=_k("PCIe host<->device bandwidth, MiB/s"))
@@ -114,6 +125,7 @@ class SimConfig:
             "hidden",
             "kv_heads",
             "head_dim",
+            "max_cudagraph_capture_size",
         )
         for name in positive_ints:
             if int(getattr(self, name)) < 1:
@@ -128,7 +140,7 @@ class SimConfig:
         for name in ("time_scale", "power_limit_w", "pcie_mib_s", "hbm_gb_s", "tp_imbalance", "gpu_window_s", "params_b"):
             if not float(getattr(self, name)) > 0:
                 raise ValueError(f"{name}: expected a positive number, got {getattr(self, name)!r}")
-        for name in ("batch_wait_s", "spec_draft_cost", "host_base_s", "host_per_seq_s", "host_per_token_s"):
+        for name in ("batch_wait_s", "spec_draft_cost", "host_base_s", "host_per_seq_s", "host_per_token_s", "eager_launch_s"):
             if float(getattr(self, name)) < 0:
                 raise ValueError(f"{name}: expected 0 or more, got {getattr(self, name)!r}")
         if self.preemption_mode not in PREEMPTION_MODES:

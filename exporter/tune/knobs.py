@@ -330,6 +330,14 @@ _LLAMACPP: dict[str, Knob] = {
 }
 
 _SIMULATOR: dict[str, Knob] = {
+    "cuda_graphs_not_covering_batches": Knob(
+        "optimisation",
+        "the decode runs eager or above the largest captured graph: graphs on, larger capture sizes",
+        (
+            Move("--enforce-eager", "set", "false", default="false", doc=_M),
+            Move("--max-cudagraph-capture-size", "mul", 2, high=4096, default=512, doc=_M),
+        ),
+    ),
     "context_reserved_not_used": Knob(
         "resource",
         "each sequence reserves far more context than requests use: a shorter maximum length",

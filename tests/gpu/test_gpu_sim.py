@@ -34,7 +34,7 @@ class SimGpuServer:
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server API
+            def do_GET(self) -> None:
                 owner.paths.append(self.path)
                 time.sleep(owner.sleep)
                 if self.path != "/sim/gpu":

@@ -1,8 +1,8 @@
 """A fake vLLM on 127.0.0.1 with profiler routes: /metrics, POST /start_profile, POST /stop_profile.
 
 Why a fake here: no GPU profiler runs on a CPU runner, so the trace a stop writes
-is one of tests/profile/traces.py's (``mode``: ``gpu``, ``cpu``, ``garbled``,
-``huge``, ``none``); the HTTP exchange and the files are real. ``routes=False``
+is one of tests/profile/traces.py's (``mode``: ``gpu``, ``cpu``, ``empty``: annotations
+only, ``garbled``, ``huge``, ``none``); the HTTP exchange and the files are real. ``routes=False``
 answers 404 on the profiler routes, as vLLM does when started without a profiler;
 ``release`` cleared holds /stop_profile (bounded), keeping a profile running.
 """
@@ -25,11 +25,11 @@ KERNEL_US = {"attention": 620.0, "gemm": 250.0, "communication": 60.0, "memory_c
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         body = self.server.engine.metrics if self.path == "/metrics" else b"not found\n"
         self._answer(200 if self.path == "/metrics" else 404, body)
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         engine = self.server.engine
         length = int(self.headers.get("Content-Length") or 0)
         engine.bodies.append(self.rfile.read(min(length, 65536)))
@@ -97,6 +97,9 @@ class ProfilingEngine:
             return
         if self.mode == "cpu":
             trace = cpu_trace()
+        elif self.mode == "empty":  # a profiler started without its activities: no operator, no kernel
+            trace = {k: v for k, v in cpu_trace().items() if k != "traceEvents"}
+            trace["traceEvents"] = [{"ph": "X", "cat": "user_annotation", "name": "step", "ts": 1.0, "dur": 5.0}]
         elif self.mode == "huge":
             trace = gpu_trace(KERNEL_US, repeats=1500)  # a few MB once inflated, over the test's 1 MiB cap
         else:

@@ -8,7 +8,7 @@ from pathlib import Path
 import bcrypt
 import requests
 
-from exporter.config import EngineConfig
+from exporter.engines.config import EngineConfig
 from exporter.profile.api import build_router
 from exporter.profile.config import ProfileConfig
 from exporter.profile.run import Profiler

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config import EngineConfig
+from exporter.engines.config import EngineConfig
 from exporter.profile.driver import EngineProfiler, ProfilerError
 from tests.profile.profiling_engine import ProfilingEngine
 

@@ -64,7 +64,7 @@ def test_a_profile_answers_the_split_and_publishes_it(stack: tuple[Serve, Profil
     assert engine.calls[-2:] == ["/start_profile", "/stop_profile"]
     assert body["engine"] == "A" and body["family"] == "vllm" and body["seconds"] == 0.5
     assert math.isclose(body["kernel_seconds"], TOTAL_US / 1e6, rel_tol=1e-9)
-    assert body["kernels"] == 36
+    assert body["kernels"] == 36 and body["basis"] == "gpu_kernels"
     assert math.isclose(sum(body["shares"].values()), 1.0, rel_tol=1e-9)
     assert body["shares"]["attention"] == pytest.approx(620 / TOTAL_US)
     assert body["top_kernels"]["communication"][0]["name"].startswith("ncclDevKernel_AllReduce_Sum_bf16_RING_LL")
@@ -89,6 +89,12 @@ def test_a_profile_answers_the_split_and_publishes_it(stack: tuple[Serve, Profil
     assert "| A | " in markdown and "| 62 % | 25 % | 6 % | 4 % | 2 % | 1 % |" in markdown
     html = render_html({"state": "healthy"}, ctx)
     assert '<table id="operator-shares">' in html and '<td class="value">62 %</td>' in html
+    # ... and in one sentence: the largest kind at the prompt p50 the engine saw (its histogram did not
+    # move during the profile here, so the median since it started, said so)
+    assert body["prompt_tokens_p50"] > 0 and body["prompt_tokens_during_profile"] is False
+    assert body["summary"].startswith("62 % attention at ") and body["summary"].endswith("(of GPU kernel time)")
+    assert f"- A: {body['summary']}" in markdown
+    assert '<p class="operator-split">A: 62 % attention at ' in html
 
 
 def test_one_profile_at_a_time(stack: tuple[Serve, ProfilingEngine]) -> None:
@@ -143,7 +149,7 @@ def test_refusals_are_clear_and_touch_no_engine(
     [
         ("garbled", 422, "trace refused: fake-vllm_rank0"),
         ("huge", 422, "over the 1048576 byte read cap"),
-        ("cpu", 200, "no GPU kernels in the trace"),
+        ("empty", 200, "neither GPU kernels nor CPU operators in the trace"),
         ("none", 502, "wrote no trace file"),
     ],
 )
@@ -163,6 +169,30 @@ def test_a_bad_or_empty_trace_is_a_clear_answer_and_serving_goes_on(
     m = serve.metrics(timeout=5)
     if before.status_code == 200:  # the last shares stay published; a failed or empty profile changes nothing
         assert m.get("llm_operator_profile_timestamp_seconds", engine="A") == pytest.approx(before.json()["ended_at"])
+
+
+def test_a_cpu_engine_trace_is_split_by_its_cpu_operators_and_published(stack: tuple[Serve, ProfilingEngine]) -> None:
+    """No GPU kernels (a CPU vLLM): the CPU operators' self time is the split, said by ``basis``.
+    traces.cpu_trace: 50 back-to-back operators of 120 us over five names, two of them matmuls."""
+    serve, engine = stack
+    engine.mode = "cpu"
+    try:
+        r = post(serve, engine="B", seconds="0.5")
+    finally:
+        engine.mode = "gpu"
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["kernels"] == 0 and body["basis"] == "cpu_ops" and "message" not in body
+    assert body["cpu_ops"] == 50 and math.isclose(body["cpu_op_seconds"], 50 * 120 / 1e6, rel_tol=1e-9)
+    want = {"gemm": 0.4, "attention": 0.2, "memory_copy": 0.2, "sampling": 0.2, "communication": 0.0, "other": 0.0}
+    assert body["shares"] == pytest.approx(want) and body["cpu_op_shares"] == body["shares"]
+    m = serve.wait_metrics(
+        lambda m: m.get("llm_operator_profile_timestamp_seconds", engine="B") == pytest.approx(body["ended_at"]),
+        15,
+        "engine B's CPU split in /metrics",
+    )
+    for kind, share in want.items():
+        assert m.get("llm_operator_time_share", engine="B", kind=kind) == pytest.approx(share)
 
 
 def test_an_engine_without_profiler_routes_is_told_how_to_start_it(stack: tuple[Serve, ProfilingEngine]) -> None:
@@ -225,6 +255,7 @@ def test_the_live_page_shows_the_last_split(stack: tuple[Serve, ProfilingEngine]
     assert '<section id="operator-profile" aria-label="operator profile">' in dom, dom[-3000:]  # no longer hidden
     assert '<tr data-engine="A">' in dom
     assert '<td data-kind="attention">62 %</td>' in dom and '<td data-kind="gemm">25 %</td>' in dom
+    assert '<p class="split" id="operator-split">' in dom and "62 % attention at " in dom  # beside the verdict
     served = serve.session.get(serve.base + "/", timeout=5).text
     assert (
         '<tr data-engine="A">' not in served and '<section id="operator-profile" aria-label="operator profile" hidden>' in served

@@ -2,9 +2,10 @@
 
 The cached CPU vLLM (scripts/integration/setup_vllm.sh) runs torch.profiler on CPU: its
 traces have CPU operators and no GPU kernels. So the route is driven for real (start, a
-few completions, stop, the gzipped traces read from the directory), the answer says no
-GPU kernels were found and publishes nothing, and the CPU operators' own split (self
-time) shows where the CPU model's time went: its oneDNN matmuls and its attention.
+few completions, stop, the gzipped traces read from the directory), and with no GPU
+kernels the CPU operators' split (self time) is the split: answered as ``shares`` with
+``"basis": "cpu_ops"`` and published as llm_operator_time_share, it shows where the CPU
+model's time went: its oneDNN matmuls and its attention (issue 23's proof).
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ import time
 import httpx
 import pytest
 
+from exporter.engines.textparse import parse
 from tests.integration.integration_helpers import SMALL_KV_VLLM_ARGS, Proc, skip_if_off, vllm_proc
 from tests.support.ports import free_port
 from tests.support.processes import exporter_argv
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.external, pytest.mark.slow, pytest.mark.timeout(900)]
 START_TIMEOUT_S = 600.0
@@ -70,13 +73,26 @@ def test_a_profile_of_the_real_cpu_vllm(tmp_path) -> None:
         assert r.status_code == 200, r.text
         body = r.json()
         assert body["family"] == "vllm"
-        assert body["kernels"] == 0 and body["shares"] == {}
-        assert "no GPU kernels in the trace" in body["message"]
+        assert body["kernels"] == 0 and body["basis"] == "cpu_ops" and "message" not in body
         assert any(name.endswith(".pt.trace.json.gz") for name in body["trace_files"]), body["trace_files"]
-        assert body["trace_bytes"] > 0 and body["other_events"] > 0
-        cpu = body["cpu_op_shares"]
-        assert math.isclose(sum(cpu.values()), 1.0, rel_tol=1e-9)
-        assert cpu["gemm"] > 0 and cpu["attention"] > 0, cpu
-        metrics = httpx.get(ex + "/metrics", timeout=10).text
-        assert "llm_operator_time_share{" not in metrics  # nothing made up from a trace without GPU time
+        assert body["trace_bytes"] > 0 and body["other_events"] > 0 and body["cpu_op_seconds"] > 0
+        shares = body["shares"]
+        assert set(shares) == {"attention", "gemm", "communication", "memory_copy", "sampling", "other"}
+        assert math.isclose(sum(shares.values()), 1.0, rel_tol=1e-9)
+        assert shares["gemm"] + shares["attention"] > 0 and shares["gemm"] > 0 and shares["attention"] > 0, shares
+        assert shares == body["cpu_op_shares"]
+        # the split beside the prompt length the engine saw meanwhile (its prompt histogram moved under the load)
+        assert body["prompt_tokens_p50"] > 0, body
+        assert body["summary"].endswith("-token prompts (of CPU operator time)"), body["summary"]
+        engine = body["engine"]
+
+        def published() -> dict[str, float] | None:
+            text = httpx.get(ex + "/metrics", timeout=10).text
+            got = parse(text, {"llm_operator_time_share"}).samples.get("llm_operator_time_share", [])
+            out = {labels["kind"]: value for labels, value in got if labels.get("engine") == engine}
+            return out if len(out) == len(shares) else None
+
+        seen = wait_until(published, 30, "llm_operator_time_share published")
+        for kind, share in shares.items():  # the answered split is the published one
+            assert math.isclose(seen[kind], share, rel_tol=1e-6), (kind, seen[kind], share)
         assert httpx.get(ex + "/profile", params={"engine": body["engine"]}, timeout=10).json() == body

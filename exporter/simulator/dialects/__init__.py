@@ -2,15 +2,18 @@
 
 Each module exposes ``NAME``, ``BUCKETS`` (neutral histogram name -> the
 engine's bounds, in seconds or tokens), ``render(snapshot) -> str`` and
-optionally ``buckets_for(config)`` (bounds that depend on settings) and
-``headers(snapshot)`` (extra response headers). Adding an engine is adding a
-module and a line below.
+optionally ``buckets_for(config)`` (bounds that depend on settings),
+``headers(snapshot)`` (extra response headers), ``fit(config)`` (the settings as
+the engine ties them together, e.g. llama.cpp's slots out of its context) and
+``props(snapshot)`` / ``slots(snapshot)`` (llama.cpp's ``GET /props`` and ``GET
+/slots`` bodies). Adding an engine is adding a module and a line below.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from types import ModuleType
+from typing import Any
 
 from exporter.simulator.dialects import llamacpp, sglang, tgi, trtllm, vllm, vllm_legacy
 from exporter.simulator.engine import EngineSnapshot
@@ -43,3 +46,22 @@ def render(name: str, snapshot: EngineSnapshot) -> tuple[str, dict[str, str]]:
     module = get(name)
     extra = module.headers(snapshot) if hasattr(module, "headers") else {}
     return module.render(snapshot), extra
+
+
+def fitted(name: str, config: SimConfig) -> SimConfig:
+    """``config`` as dialect ``name``'s engine ties its settings together (unchanged where it does not)."""
+    module = get(name)
+    if hasattr(module, "fit"):
+        fit: Callable[[SimConfig], SimConfig] = module.fit
+        return fit(config)
+    return config
+
+
+def side_route(name: str, route: str) -> Callable[[EngineSnapshot], Any] | None:
+    """The body maker of dialect ``name`` for ``route`` (``props``, ``slots``); None where the engine has no such route."""
+    maker: Callable[[EngineSnapshot], Any] | None = getattr(get(name), route, None) if route in SIDE_ROUTES else None
+    return maker
+
+
+#: the JSON routes a dialect may serve beside /metrics (llama.cpp's GET /props and GET /slots)
+SIDE_ROUTES: tuple[str, ...] = ("props", "slots")

@@ -7,15 +7,83 @@ is a high-watermark, ``prompt_tokens_total`` **excludes** prefix-cached tokens
 (``prompt_tokens_cached_total`` counts those), throughput gauges averaged by
 the server itself, and no KV-cache usage at all. The response carries a
 ``Process-Start-Time-Unix`` header.
+
+Beside /metrics, llama-server answers ``GET /props`` and ``GET /slots``
+(tests/engines/fixtures/llamacpp-b11434-props.json is a real /props: ``-np 2 -c 512``
+gives ``total_slots`` 2 and ``default_generation_settings.n_ctx`` 256, the context *per
+slot*). llama.cpp allocates its KV cache once, ``-c`` tokens, and splits it evenly over the
+``-np`` slots, each reserving its ``-c / -np`` in full whatever its request uses. ``fit``
+gives the simulator the same shape: the KV cache (``num_gpu_blocks`` x ``block_size``) is
+``-c``, the context per slot is ``max_model_len``, and the slots are as many as fit in full
+(at most ``max_num_seqs``). So a shorter ``--max-model-len`` in the same cache is more
+slots, as ``-np`` up with ``-c`` kept is on llama.cpp.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 from exporter.simulator.dialects.text import Exposition, compact_number
 from exporter.simulator.engine import EngineSnapshot
+from exporter.simulator.settings import SimConfig
 
 NAME = "llamacpp"
 BUCKETS: dict[str, tuple[float, ...]] = {}
+
+
+def slot_count(config: SimConfig) -> int:
+    """Slots whose full context fits in the KV cache, at most ``max_num_seqs``."""
+    return min(config.max_num_seqs, config.num_gpu_blocks * config.block_size // config.max_model_len)
+
+
+def fit(config: SimConfig) -> SimConfig:
+    """``config`` with llama.cpp's slot arithmetic applied: ``max_num_seqs`` becomes the slots that
+    fit. ValueError (naming both figures) when not even one slot's context fits in the cache."""
+    slots = slot_count(config)
+    if slots < 1:
+        raise ValueError(
+            f"max_model_len: {config.max_model_len} context tokens per slot do not fit in the KV cache of "
+            f"{config.num_gpu_blocks * config.block_size} tokens (num_gpu_blocks x block_size); llama.cpp needs one slot"
+        )
+    return dataclasses.replace(config, max_num_seqs=slots)
+
+
+def props(snap: EngineSnapshot) -> dict[str, Any]:
+    """``GET /props``: the fields of llama-server b11434's answer that describe the slots (real shape)."""
+    cfg = snap.config
+    return {
+        "default_generation_settings": {"params": {"n_predict": -1, "max_tokens": -1}, "n_ctx": cfg.max_model_len},
+        "total_slots": cfg.max_num_seqs,
+        "model_alias": cfg.model,
+        "model_path": cfg.model,
+        "endpoint_slots": True,
+        "endpoint_props": False,
+        "endpoint_metrics": True,
+        "build_info": "b11434-simulated",
+    }
+
+
+def slots(snap: EngineSnapshot) -> list[dict[str, Any]]:
+    """``GET /slots``: one entry per slot; the running requests hold the first ones (prompt tokens and
+    tokens decoded, as llama-server reports a busy slot), the rest are idle."""
+    cfg = snap.config
+    out: list[dict[str, Any]] = []
+    for i in range(cfg.max_num_seqs):
+        busy = i < len(snap.running_lengths)
+        prompt, decoded = snap.running_lengths[i] if busy else (0, 0)
+        out.append(
+            {
+                "id": i,
+                "n_ctx": cfg.max_model_len,
+                "speculative": bool(cfg.spec_tokens),
+                "is_processing": busy,
+                "id_task": i if busy else -1,
+                "n_prompt_tokens": prompt,
+                "next_token": [{"has_next_token": busy, "n_remain": -1, "n_decoded": decoded}],
+            }
+        )
+    return out
 
 
 def headers(snap: EngineSnapshot) -> dict[str, str]:
