@@ -12,7 +12,7 @@ import asyncio
 import json
 import random
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +72,23 @@ def _error_message(raw: bytes) -> str:
         return raw[:200].decode("utf-8", "replace")
 
 
+async def _sse_lines(resp: httpx.Response) -> AsyncIterator[str]:
+    """The stream's lines split at CR/LF only, as the SSE format does.
+
+    Why not ``aiter_lines``: httpx splits like ``str.splitlines`` (also at U+0085, U+2028,
+    U+001C...), and JSON carries U+0085/U+2028 unescaped, so a generated token holding one
+    cut its event in two and the request was counted as a protocol error.
+    """
+    pending = ""
+    async for text in resp.aiter_text():
+        pending += text
+        *lines, pending = pending.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        for line in lines:
+            yield line
+    if pending:
+        yield pending
+
+
 async def _streamed(client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> _Attempt:
     start = time.perf_counter()
     async with client.stream("POST", path, json=body) as resp:
@@ -85,7 +102,7 @@ async def _streamed(client: httpx.AsyncClient, path: str, body: dict[str, Any]) 
         words = 0
         finish = None
         usage_tokens = None
-        async for line in resp.aiter_lines():
+        async for line in _sse_lines(resp):
             if not line.startswith("data:"):
                 continue
             data = line[5:].strip()

@@ -27,7 +27,7 @@ def main() -> int:
                 time.sleep(0.1)
         except (ProcessLookupError, ValueError):
             pass
-    log = open(state.with_suffix(".log"), "ab")  # noqa: SIM115 - the child keeps it
+    log = open(state.with_suffix(".log"), "ab")
     proc = subprocess.Popen([sys.executable, *args], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     state.write_text(str(proc.pid))
     with open(state.with_suffix(".applied"), "a") as fh:

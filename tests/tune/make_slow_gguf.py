@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "integration"))
 
-import make_tiny_gguf  # noqa: E402
+import make_tiny_gguf
 
 SHAPE = {"HIDDEN": 512, "INTERMEDIATE": 2048, "LAYERS": 4, "HEADS": 8, "KV_HEADS": 4, "HEAD_DIM": 64}
 

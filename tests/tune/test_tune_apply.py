@@ -12,6 +12,7 @@ import pytest
 
 from tests.support.ports import free_port
 from tests.tune.tune_cli import run_tune, sim_command
+from tests.tune.workload import workload
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -30,20 +31,9 @@ def test_apply_mode_applies_the_candidate_and_reapplies_the_baseline(tmp_path: P
             [
                 "--slo-ttft",
                 "500ms",
-                "--concurrency",
-                "1,2,4",
-                "--prompt-tokens",
-                "64",
-                "--output-tokens",
-                "32",
                 "--trials",
                 "1",
-                "--step-seconds",
-                "4",
-                "--sample-interval",
-                "0.5",
-                "--start-timeout",
-                "60",
+                *workload("1,2,4", 64, 32),
                 "--engine-url",
                 f"http://127.0.0.1:{port}",
                 "--apply",

@@ -1,12 +1,17 @@
-"""``tune`` on a real llama.cpp server (the cached build): one slot under eight clients -> more slots, measured.
+"""``tune`` on a real llama.cpp server (the cached build): one slot under four clients -> more slots, measured.
 
 The model is tests/tune/make_slow_gguf.py's (written here with the cached gguf venv):
 large enough that the engine on one thread, not the Python client, decides the curve.
-With ``-np 1`` every request after the first waits for the whole previous one, so the
-TTFT SLO holds only at concurrency 1-2; the verdict at the knee is the slots
-(memory/kv_fragmentation_or_capacity_misjudged: requests wait while the context has room), and
-the first trial raises ``-np`` with ``-c`` scaled so each slot keeps its context. A ramp is
-a measurement on a shared machine: a second attempt runs when the first was rejected as noise.
+With ``-np 1`` and 256-token outputs every request after the first waits a whole request
+(~1 s here), so TTFT p95 misses the 500 ms SLO from concurrency 2 while each request fills
+a third of the context: the verdict at the knee is the slots
+(memory/kv_fragmentation_or_capacity_misjudged: requests wait while the context has room),
+and the first trial raises ``-np`` with ``-c`` scaled so each slot keeps its context. Four
+slots batch their decode steps (the weights are read once per step for all of them) and
+meet the SLO at concurrency 4, so the capacity at SLO is the requests/s at 4 with four
+slots against that at 1 with one: measured x1.6-2 on the shared 2-core machine, with the
+candidate's worse repeat far above the baseline's better one; long outputs make the slot,
+not prefill or the client, the limit (with 32-token outputs the gain sat inside the noise).
 """
 
 from __future__ import annotations
@@ -18,14 +23,14 @@ import pytest
 
 from tests.integration.integration_helpers import LLAMACPP_SETUP_TIMEOUT_S, run_setup, skip_if_off
 from tests.support.ports import free_port
-from tests.tune.tune_cli import run_tune
+from tests.tune.tune_cli import check_outputs, run_tune
+from tests.tune.workload import workload
 
 pytestmark = [pytest.mark.slow, pytest.mark.external, pytest.mark.integration, pytest.mark.timeout(900)]
 
 HERE = Path(__file__).resolve().parent
-ATTEMPTS = 2
-RAMP = ["--concurrency", "1,2,4,8", "--step-seconds", "4", "--prompt-tokens", "16", "--output-tokens", "32"]
-RAMP += ["--sample-interval", "0.5", "--start-timeout", "120"]
+#: three levels, 8 s steps (a 256-token request takes ~1 s at c=1: enough requests per step to count)
+RAMP = workload("1,2,4", 16, 256, step_seconds=8, start_timeout=120)
 
 
 @pytest.fixture(scope="module")
@@ -46,40 +51,33 @@ def _engine(llama: tuple[str, str], *args: str) -> list[str]:
     return [server, "-m", model, "--host", "127.0.0.1", "--port", str(free_port()), "--metrics", "--no-webui", *args]
 
 
-def test_one_slot_under_eight_clients_gets_more_slots_measured_against_the_baseline(
+def test_one_slot_under_four_clients_gets_more_slots_measured_against_the_baseline(
     tmp_path: Path, llama: tuple[str, str]
 ) -> None:
-    seen = []
-    for attempt in range(ATTEMPTS):
-        out = tmp_path / f"attempt{attempt}"
-        engine = _engine(llama, "-np", "1", "-c", "512", "-t", "1")
-        doc, err, rc = run_tune(out, ["--slo-ttft", "300ms", "--trials", "1", *RAMP], engine)
-        assert rc == 0, err[-3000:]
-        assert doc["baseline"]["primary"]["cause"] == "kv_fragmentation_or_capacity_misjudged", err[-3000:]
-        first = doc["trials"][0]
-        # the decision: more slots, the context scaled with them (512 per slot kept)
-        assert first["group"] == "resource" and first["stage"] == 1
-        assert first["changes"] == [{"flag": "-np", "from": "1", "to": "4"}, {"flag": "-c", "from": "512", "to": "2048"}]
-        assert "-np 4 -c 2048" in " ".join(first["argv"]) and (out / "engine-trial-1.log").stat().st_size > 0
-        # the measurement: both repeats of both configurations ran; more slots serve more clients at the SLO
-        assert len(doc["baseline"]["runs"]) == 2 and len(first["runs"]) == 2, first["why"]
-        assert first["capacity"]["concurrency"] >= doc["baseline"]["capacity"]["concurrency"]
-        assert doc["left_running"]["argv"] == engine  # the baseline left running, not the candidate
-        if first["accepted"]:
-            assert doc["recommendation"]["gain"] > 1.05
-            return
-        # on a loaded host the one thread's throughput may not grow with the slots: then the
-        # accept rule, not a failure, is what rejected it
-        assert first["why"].startswith(("rejected: within the noise", "rejected: gain")), first["why"]
-        seen.append(f"attempt {attempt + 1}: {first['why']}")
-    pytest.skip("more slots measured no gain beyond the noise on this host: " + "; ".join(seen))
+    engine = _engine(llama, "-np", "1", "-c", "1024", "-t", "1")
+    doc, err, rc = run_tune(tmp_path, ["--slo-ttft", "500ms", "--trials", "1", *RAMP], engine)
+    assert rc == 0, err[-3000:]
+    check_outputs(tmp_path, doc)
+    assert doc["baseline"]["primary"]["cause"] == "kv_fragmentation_or_capacity_misjudged", err[-3000:]
+    first = doc["trials"][0]
+    # the decision: more slots, the context scaled with them (1024 per slot kept)
+    assert first["group"] == "resource" and first["stage"] == 1
+    assert first["changes"] == [{"flag": "-np", "from": "1", "to": "4"}, {"flag": "-c", "from": "1024", "to": "4096"}]
+    assert "-np 4 -c 4096" in " ".join(first["argv"]) and (tmp_path / "engine-trial-1.log").stat().st_size > 0
+    # the measurement: both repeats of both configurations ran; the candidate's worse repeat beats the
+    # baseline's better one (the accept rule), and more slots serve more clients at the SLO
+    assert len(doc["baseline"]["runs"]) == 2 and len(first["runs"]) == 2, first["why"]
+    assert first["accepted"], first["why"]
+    assert first["capacity"]["concurrency"] > doc["baseline"]["capacity"]["concurrency"]
+    assert doc["recommendation"]["changes"] == first["changes"] and doc["recommendation"]["gain"] > 1.05
+    assert doc["left_running"]["argv"] == engine  # the baseline left running, not the candidate
 
 
 def test_a_roomy_server_that_meets_its_slo_everywhere_gets_no_change(tmp_path: Path, llama: tuple[str, str]) -> None:
-    ramp = ["--concurrency", "1,2", "--step-seconds", "3", "--prompt-tokens", "16", "--output-tokens", "16"]
+    ramp = workload("1,2", 16, 16, step_seconds=3, start_timeout=120)
     doc, err, rc = run_tune(
         tmp_path,
-        ["--slo-ttft", "5s", "--repeats", "1", "--start-timeout", "120", *ramp],
+        ["--slo-ttft", "5s", "--repeats", "1", *ramp],
         _engine(llama, "-np", "4", "-c", "1024", "-t", "1"),
     )
     assert rc == 0, err[-3000:]

@@ -11,49 +11,27 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from PIL import Image
 
-from tests.tune.tune_cli import first_cap, run_tune, sim_command
+from exporter.simulator.scenarios import SCENARIOS
+from exporter.tune.argv import EngineCommand
+from exporter.tune.capacity import SLO
+from exporter.tune.decide import decide
+from exporter.tune.knobs import lookup
+from tests.tune.records import report, step
+from tests.tune.tune_cli import check_outputs, first_cap, run_tune, sim_command
+from tests.tune.workload import workload
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
-
-SHORT = ["--step-seconds", "4", "--sample-interval", "0.5", "--start-timeout", "60"]
-
-
-def _check_outputs(out: Path, doc: dict) -> None:
-    for key in ("baseline", "trials", "recommendation", "rollback"):
-        assert key in doc
-    assert set(doc["baseline"]) >= {"argv", "capacity", "knee", "primary", "runs"}
-    assert set(doc["baseline"]["capacity"]) == {"concurrency", "requests_per_second", "tokens_per_second"}
-    for t in doc["trials"]:
-        assert set(t) >= {"stage", "group", "cause", "changes", "argv", "capacity", "knee", "primary", "accepted", "why"}
-    assert (out / "report.md").read_text().startswith("# Tuning report")
-    assert "<h1>Tuning report</h1>" in (out / "report.html").read_text()
-    with Image.open(out / "capacity.png") as img:
-        assert img.size[0] > 100
-    assert (out / "engine-baseline.log").exists()
 
 
 def test_batching_window_first_trial_is_strategy_and_the_shorter_window_wins(tmp_path: Path) -> None:
     doc, err, rc = run_tune(
         tmp_path,
-        [
-            "--slo-ttft",
-            "500ms",
-            "--concurrency",
-            "1,2,4",
-            "--prompt-tokens",
-            "64",
-            "--output-tokens",
-            "32",
-            "--trials",
-            "2",
-            *SHORT,
-        ],
+        ["--slo-ttft", "500ms", "--trials", "2", *workload("1,2,4", 64, 32)],
         sim_command("batching_window"),
     )
     assert rc == 0, err[-3000:]
-    _check_outputs(tmp_path, doc)
+    check_outputs(tmp_path, doc)
     assert doc["baseline"]["primary"]["cause"] == "batching_window_too_large", err[-3000:]
     first = doc["trials"][0]
     assert first["group"] == "strategy" and first["changes"][0]["flag"] == "--batch-wait-s"
@@ -70,19 +48,7 @@ def test_batching_window_first_trial_is_strategy_and_the_shorter_window_wins(tmp
 def test_kv_pressure_first_trial_is_resource_and_more_blocks_win(tmp_path: Path) -> None:
     doc, err, rc = run_tune(
         tmp_path,
-        [
-            "--slo-ttft",
-            "300ms",
-            "--concurrency",
-            "1,2,4,8",
-            "--prompt-tokens",
-            "64",
-            "--output-tokens",
-            "128",
-            "--trials",
-            "1",
-            *SHORT,
-        ],  # fmt: skip
+        ["--slo-ttft", "300ms", "--trials", "1", *workload("1,2,4,8", 64, 128)],
         sim_command("kv_pressure", "--num-gpu-blocks", "24", "--time-scale", "0.5"),
     )
     assert rc == 0, err[-3000:]
@@ -96,9 +62,76 @@ def test_kv_pressure_first_trial_is_resource_and_more_blocks_win(tmp_path: Path)
 def test_healthy_recommends_no_change(tmp_path: Path) -> None:
     doc, err, rc = run_tune(
         tmp_path,
-        ["--slo-ttft", "1s", "--concurrency", "1,2,4", "--prompt-tokens", "64", "--output-tokens", "32", *SHORT],
+        ["--slo-ttft", "1s", *workload("1,2,4", 64, 32)],
         sim_command("healthy", "--num-gpu-blocks", "20000", "--time-scale", "0.5"),
     )
     assert rc == 0, err[-3000:]
     assert doc["recommendation"] is None and doc["trials"] == []
     assert "SLO holds" in doc["stop"] and "No change recommended" in err
+
+
+@pytest.mark.parametrize(
+    ("scenario", "layer", "cause", "change"),
+    [
+        (
+            "eager_decode",
+            "operator",
+            "cuda_graphs_not_covering_batches",
+            {"flag": "--enforce-eager", "from": "true", "to": "false"},
+        ),
+        (
+            "long_prompts_small_chunk",
+            "operator",
+            "prefill_chunk_too_small",
+            {"flag": "--max-num-batched-tokens", "from": "128", "to": "256"},
+        ),
+        ("healthy", "memory", "context_reserved_not_used", {"flag": "--max-model-len", "from": None, "to": "4096"}),
+        # served as llama.cpp (4 slots of 8192 in a 32768-token cache): half the context per slot is twice
+        # the slots in the same memory (exporter/simulator/dialects/llamacpp.py), llama.cpp's -np up with -c kept
+        (
+            "over_reserved_context",
+            "memory",
+            "context_reserved_not_used",
+            {"flag": "--max-model-len", "from": "8192", "to": "4096"},
+        ),
+    ],
+)
+def test_each_setting_cause_proposes_the_matching_simulator_setting(
+    scenario: str, layer: str, cause: str, change: dict[str, str | None]
+) -> None:
+    """The knob table's first move for each cause, on the simulator started with the scenario's launch
+    flags (the cause as the primary at the knee, as test_sim_setting_causes.py sees it named):
+    graphs on, a larger chunk, a shorter maximum length. The end-to-end eager tune is not run here: on
+    a loaded 2-core machine the starved simulator thread reads serial_host_ceiling at the knee."""
+    dialect = SCENARIOS[scenario].dialect
+    argv = [
+        "llm-layer-exporter",
+        "simulate",
+        "--scenario",
+        scenario,
+        *(["--dialect", dialect] if dialect else []),
+        *SCENARIOS[scenario].launch,
+    ]
+    knee = step(4, 2.0, 2.0, primary=(layer, cause))
+    runs = [report([step(1, 1.0, 0.1), step(2, 1.9, 0.2), knee], knee_index=2, cause=(layer, cause))]
+    d = decide("simulator", EngineCommand.parse(argv), runs, SLO(ttft_s=0.5), set())
+    assert d.cause == cause and d.cmd is not None, d
+    assert d.changes[0].as_dict() == change
+    assert d.group == lookup("simulator", cause).knob.group
+
+
+def test_long_prompts_over_a_small_chunk_get_a_larger_budget(tmp_path: Path) -> None:
+    """``long_prompts_small_chunk`` (--max-num-batched-tokens 128, 12k-token prompts): the primary at the
+    knee is prefill_chunk_too_small and the first trial doubles the per-step budget."""
+    doc, err, rc = run_tune(
+        tmp_path,
+        # one client: a second would queue behind the saturated step budget, which reads as admission
+        # holding requests back (kv_fragmentation_or_capacity_misjudged) before the chunk count
+        ["--slo-ttft", "300ms", "--trials", "1", *workload("1", 12000, 16, step_seconds=8)],
+        sim_command("long_prompts_small_chunk", *SCENARIOS["long_prompts_small_chunk"].launch),
+    )
+    assert rc == 0, err[-3000:]
+    assert doc["baseline"]["primary"]["cause"] == "prefill_chunk_too_small", err[-3000:]
+    first = doc["trials"][0]
+    assert first["group"] == "strategy", first
+    assert first["changes"][0] == {"flag": "--max-num-batched-tokens", "from": "128", "to": "256"}, first

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from PIL import Image
+
 from tests.support.ports import free_port
 from tests.support.processes import ROOT
 
@@ -43,3 +45,22 @@ def stop_left_running(doc: dict[str, Any]) -> None:
 
 def first_cap(cfg: dict[str, Any]) -> float:
     return float(cfg["capacity"]["requests_per_second"])
+
+
+def check_outputs(out: Path, doc: dict[str, Any]) -> None:
+    """tune.json has the contract keys of issue #21 (docs/tune.md), and the report, chart and engine log were written."""
+    for key in ("baseline", "trials", "recommendation", "rollback"):
+        assert key in doc
+    assert set(doc["baseline"]) >= {"argv", "capacity", "knee", "primary", "runs"}
+    assert set(doc["baseline"]["capacity"]) == {"concurrency", "requests_per_second", "tokens_per_second"}
+    for t in doc["trials"]:
+        assert set(t) >= {"stage", "group", "cause", "changes", "argv", "capacity", "knee", "primary", "accepted", "why"}
+        assert all(set(c) == {"flag", "from", "to"} for c in t["changes"])
+    if doc["recommendation"] is not None:
+        assert set(doc["recommendation"]) >= {"argv", "changes", "gain", "primary_after"}
+    assert set(doc["rollback"]) >= {"argv"}
+    assert (out / "report.md").read_text().startswith("# Tuning report")
+    assert "<h1>Tuning report</h1>" in (out / "report.html").read_text()
+    with Image.open(out / "capacity.png") as img:
+        assert img.size[0] > 100
+    assert (out / "engine-baseline.log").exists()
