@@ -78,7 +78,9 @@ class Serve:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.child = Child(exporter_argv("serve", "--listen-address", f"127.0.0.1:{self.port}", *args), "serve", env=env).start()
-        self.proc = self.child.popen
+        popen = self.child.popen
+        assert popen is not None  # start() made it
+        self.proc = popen
         self.log_path = self.child.log
         self.session = requests.Session()
         self.session.trust_env = False

@@ -16,8 +16,8 @@ import tracemalloc
 
 import pytest
 
-from exporter.config import EngineConfig
 from exporter.engines.budget import family_share
+from exporter.engines.config import EngineConfig
 from exporter.engines.source import EngineSource
 from exporter.runner import SourceRunner
 from exporter.samples import SourceError

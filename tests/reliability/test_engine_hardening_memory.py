@@ -10,11 +10,11 @@ from __future__ import annotations
 import gc
 import socket
 import tracemalloc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
-from exporter.config import EngineConfig
+from exporter.engines.config import EngineConfig
 from exporter.engines.source import EngineSource
 from exporter.runner import SourceRunner
 from exporter.samples import SourceError
@@ -30,7 +30,7 @@ VLLM = fixture("vllm-0.33-v1-2dp.prom").encode()
 BAD_LINE = b'vllm:num_requests_running{engine="0"} not-a-number\n'
 
 
-def huge_body(framing: str) -> object:
+def huge_body(framing: str) -> Callable[[socket.socket, RawServer], None]:
     """A 50 MB body in ``framing``, written 64 KiB at a time until done or the client hangs up."""
 
     def handle(conn: socket.socket, srv: RawServer) -> None:

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.collector import ExpositionCache
-from exporter.config import EngineConfig
+from exporter.engines.config import EngineConfig
 from exporter.engines.source import EngineSource
 from exporter.runner import SourceRunner
 from exporter.samples import HistogramSample, Sample
