@@ -16,6 +16,8 @@ must read `healthy` in every reading.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -44,19 +46,19 @@ HEALTHY_SECONDS = 25.0
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ScenarioStack]:
     cfg = tmp_path_factory.mktemp("diagnosis") / "exporter.yaml"
     cfg.write_text("diagnosis:\n  window_seconds: 10\n")
     with ScenarioStack(gpus=4, time_scale=4.0, config=cfg) as s:
         yield s
 
 
-def primary(v: dict) -> tuple[str, str] | None:
+def primary(v: dict[str, Any]) -> tuple[str, str] | None:
     p = v.get("primary")
     return (p["layer"], p["cause"]) if p else None
 
 
-def _story(verdicts: list[dict]) -> str:
+def _story(verdicts: list[dict[str, Any]]) -> str:
     return "\n".join(
         json.dumps(
             {
@@ -71,7 +73,7 @@ def _story(verdicts: list[dict]) -> str:
     )
 
 
-def test_healthy_stays_healthy_over_its_whole_run(stack):
+def test_healthy_stays_healthy_over_its_whole_run(stack: ScenarioStack) -> None:
     # start-up: until the engine's first scrape lands the verdict is unknown (and says why)
     first = stack.next_verdicts(15)
     assert any(v["state"] != "unknown" for v in first), _story(first)
@@ -86,7 +88,7 @@ def test_healthy_stays_healthy_over_its_whole_run(stack):
     assert last["hardware"]["headroom"] is not None and "headroom" in last["hardware"]["limit"]
 
 
-def test_heavy_sustainable_load_is_healthy_with_hbm_busy(stack):
+def test_heavy_sustainable_load_is_healthy_with_hbm_busy(stack: ScenarioStack) -> None:
     """The decode shape of a busy, healthy server: HBM near its limit is headroom information."""
     assert stack.back_to_healthy(quiet_cycles=3, timeout=90)
     stack.switch("healthy_busy")
@@ -101,7 +103,7 @@ def test_heavy_sustainable_load_is_healthy_with_hbm_busy(stack):
 
 
 @pytest.mark.parametrize("scenario, layer, cause", EXPECTED, ids=[e[0] for e in EXPECTED])
-def test_scenario_is_named_as_the_primary(stack, scenario, layer, cause):
+def test_scenario_is_named_as_the_primary(stack: ScenarioStack, scenario: str, layer: str, cause: str) -> None:
     assert stack.back_to_healthy(quiet_cycles=3, timeout=90), "the stack did not return to a quiet healthy state"
     cycles, seen = stack.switch_and_count(scenario, layer, cause, max_cycles=MAX_CYCLES, primary_only=True)
     assert cycles is not None, f"{scenario}: {layer}/{cause} not the primary within {MAX_CYCLES} cycles\n{_story(seen)}"
@@ -123,7 +125,7 @@ def test_scenario_is_named_as_the_primary(stack, scenario, layer, cause):
 SATURATED_READINGS = 60
 
 
-def test_healthy_on_a_saturated_machine_stays_healthy(stack):
+def test_healthy_on_a_saturated_machine_stays_healthy(stack: ScenarioStack) -> None:
     """2 x cores busy-looping processes beside the stack: at most 1 degraded reading in 60."""
     import os
     import subprocess

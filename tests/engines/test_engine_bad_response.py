@@ -15,7 +15,7 @@ import socket
 import pytest
 
 from exporter.collector import meta_points
-from exporter.config import EngineConfig
+from exporter.engines.config import EngineConfig
 from exporter.engines.source import EngineSource
 from exporter.runner import SourceRunner
 from exporter.store import SnapshotStore

@@ -16,8 +16,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from exporter.config import EngineConfig
 from exporter.engines import batchsize
+from exporter.engines.config import EngineConfig
 from exporter.engines.source import EngineSource
 from exporter.samples import HistogramSample, Sample
 from tests.engines.engine_helpers import find, fixture, normalize
@@ -56,7 +56,7 @@ def test_engines_without_a_length_histogram_publish_none() -> None:
 class _Gauge(BaseHTTPRequestHandler):
     running: list[float] = []
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         value = self.running.pop(0) if self.running else 0.0
         body = (
             "# TYPE vllm:num_requests_running gauge\n"

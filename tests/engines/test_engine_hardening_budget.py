@@ -12,9 +12,9 @@ import logging
 
 import pytest
 
-from exporter.config import EngineConfig
 from exporter.engines import _line_order, _wanted, normalize_exposition
 from exporter.engines.budget import MAX_LABEL_LENGTH, PRIORITY, cut_value, family_share, line_quotas, published_series
+from exporter.engines.config import EngineConfig
 from exporter.engines.source import EngineSource
 from exporter.engines.textparse import lines_by_name, parse
 from exporter.samples import HistogramSample

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from exporter.config import EngineConfig
+from exporter.engines.config import EngineConfig
 from exporter.engines.source import EngineSource
 from exporter.samples import SourceError
 from tests.engines.engine_helpers import fixture

@@ -178,7 +178,7 @@ def test_url_credentials_and_basic_auth_together_are_refused(tmp_path: Path) -> 
 
 
 def test_a_name_made_from_the_netloc_is_cleaned_even_when_built_by_hand() -> None:
-    from exporter.config import EngineConfig
+    from exporter.engines.config import EngineConfig
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

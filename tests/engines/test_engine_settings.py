@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config import EngineConfig
 from exporter.engines import settings
+from exporter.engines.config import EngineConfig
 from exporter.engines.source import EngineSource
 from exporter.samples import Sample
 from exporter.schema import ENGINE_SETTINGS, SPECS
@@ -204,7 +204,7 @@ def test_read_process_reads_cmdline_and_only_the_named_environment():
 class _Handler(BaseHTTPRequestHandler):
     body = b""
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
         self.send_header("Content-Length", str(len(self.body)))
@@ -300,7 +300,7 @@ class _Routes(BaseHTTPRequestHandler):
     routes: dict[str, bytes] = {}
     hits: list[str] = []
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         self.hits.append(self.path)
         body = self.routes.get(self.path)
         self.send_response(200 if body is not None else 404)

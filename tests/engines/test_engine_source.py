@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config import EngineConfig
+from exporter.engines.config import EngineConfig
 from exporter.engines.source import EngineSource, safe_url
 from exporter.runner import SourceRunner
 from exporter.samples import SourceError

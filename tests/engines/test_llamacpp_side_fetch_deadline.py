@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from exporter.collector import meta_points
-from exporter.config import EngineConfig
+from exporter.engines.config import EngineConfig
 from exporter.engines.source import SIDE_FETCH_SHARE, EngineSource
 from exporter.runner import SourceRunner
 from exporter.store import SnapshotStore
@@ -40,7 +40,7 @@ class _Slow(BaseHTTPRequestHandler):
     stopping: threading.Event
     bodies = {"/metrics": METRICS.encode(), "/props": json.dumps(PROPS).encode(), "/slots": json.dumps(SLOTS).encode()}
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         if self.path in self.broken:
             self.close_connection = True
             return

@@ -10,8 +10,8 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from exporter.config import EngineConfig
 from exporter.engines import llamacpp_slots
+from exporter.engines.config import EngineConfig
 from exporter.engines.source import EngineSource
 
 METRICS = """# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.
@@ -71,7 +71,7 @@ def test_garbled_bodies_publish_nothing_rather_than_zeros():
 class _Llama(BaseHTTPRequestHandler):
     routes: dict[str, tuple[int, bytes]] = {}
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         status, body = self.routes.get(self.path, (404, b"not found"))
         self.send_response(status)
         self.send_header("Content-Length", str(len(body)))

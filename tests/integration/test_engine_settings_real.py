@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 from integration_helpers import SMALL_KV_VLLM_ARGS, llamacpp_proc, skip_if_off, vllm_proc
 
-from exporter.config import EngineConfig
+from exporter.engines.config import EngineConfig
 from exporter.engines.source import EngineSource
 from exporter.samples import Sample
 

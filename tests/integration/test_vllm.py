@@ -346,7 +346,7 @@ def test_probe_ttft_matches_vllm_own_ttft_without_a_front_end(vllm: Vllm, record
     within PROBE_TTFT_TOLERANCE_S of vLLM's TTFT histogram between the scrapes around each probe."""
     import statistics
 
-    from exporter.config import EngineConfig
+    from exporter.engines.config import EngineConfig
     from exporter.engines.source import EngineSource
     from exporter.probe.config import ProbeConfig
     from exporter.probe.source import ProbeSource
