@@ -54,7 +54,7 @@ fi
 export PATH="$PWD/.venv/bin:$PATH"
 
 set +e
-.venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+.venv/bin/python -m pytest -q -p no:cacheprovider --durations=30 "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then
