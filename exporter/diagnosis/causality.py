@@ -61,8 +61,10 @@ EXPLAINS: dict[str, frozenset[str]] = {
     "queue_backlog": frozenset({QUEUE, SATURATED, TTFT}),
     # parallel: every step waits for the slowest GPU, so the group serves less than it could
     "gpu_imbalance": _ALL_LOAD,
-    # speculative decoding: rejected drafts cost decode time, and the wasted work lowers throughput
-    "low_acceptance": frozenset({ITL, QUEUE, SATURATED}),
+    # speculative decoding: rejected drafts cost decode time, and the wasted work lowers throughput;
+    # the drafts are verified in the same steps as prefill, so under load they take compute prefill
+    # needs too (TTFT): a GPU kept busy by thrown-away tokens is not the limit, the drafts are
+    "low_acceptance": frozenset({TTFT, ITL, QUEUE, SATURATED}),
     # application
     "batching_window_too_large": frozenset({TTFT, QUEUE}),
     "retries_and_timeouts": frozenset({FAILURES}),

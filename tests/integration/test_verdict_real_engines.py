@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import statistics
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -188,8 +189,11 @@ def test_verdict_on_a_real_engine_under_load(case: Case) -> None:
             f"{case.name}: {case.expected} in {share:.0%} of {len(verdicts)} readings ({dict(readings)})\n{story(verdicts)}"
         )
         if case.expected != "healthy":
-            right = next(v for v in verdicts if primary_of(v) == case.expected)
-            assert "←" in right["primary"]["chain"] and right["primary"]["confidence"] > 0.5
+            # every reading that names it carries its chain; its confidence is read over those readings
+            # (the first one may be the cycle it just became primary, before it counts as settled)
+            right = [v for v in verdicts if primary_of(v) == case.expected]
+            assert all("←" in v["primary"]["chain"] for v in right), story(verdicts)
+            assert statistics.median(v["primary"]["confidence"] for v in right) > 0.5, story(verdicts)
     finally:
         if exporter is not None:
             exporter.stop()
