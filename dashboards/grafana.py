@@ -70,6 +70,23 @@ class Row:
     title: str
 
 
+def dashed_lines(pattern: str) -> dict[str, Any]:
+    """A field override drawing the series whose name matches ``pattern`` dashed and thicker
+    (reference lines: a capacity, a fleet median, a projection, over what they bound)."""
+    return {
+        "matcher": {"id": "byRegexp", "options": pattern},
+        "properties": [
+            {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
+            {"id": "custom.lineWidth", "value": 2},
+        ],
+    }
+
+
+def column(name: str, *props: tuple[str, Any]) -> dict[str, Any]:
+    """A field override setting ``props`` (id, value) on the table column ``name``."""
+    return {"matcher": {"id": "byName", "options": name}, "properties": [{"id": k, "value": v} for k, v in props]}
+
+
 def _thresholds(steps: list[tuple[float, str]], base: str = "green") -> dict[str, Any]:
     return {"mode": "absolute", "steps": [{"color": base, "value": None}] + [{"color": c, "value": v} for v, c in steps]}
 

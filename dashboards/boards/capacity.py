@@ -11,11 +11,9 @@ the family). No data: the exporter runs without ``--capacity-profile``.
 
 from __future__ import annotations
 
-from typing import Any
-
 from alerts.fleet import MEASURED_USED, fleet_settings
 from alerts.settings import Settings
-from dashboards.grafana import ENGINE, VERDICT, Panel, Row, Target
+from dashboards.grafana import ENGINE, VERDICT, Panel, Row, Target, column, dashed_lines
 
 #: the trend window of "time to capacity" and the projection; a subquery, so it needs no recorded range
 TREND = "[1h:]"
@@ -37,21 +35,6 @@ _STALE = [
         },
     }
 ]
-
-
-def dashed(pattern: str) -> dict[str, Any]:
-    """Capacity lines (and projections) drawn dashed over the load they bound."""
-    return {
-        "matcher": {"id": "byRegexp", "options": pattern},
-        "properties": [
-            {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
-            {"id": "custom.lineWidth", "value": 2},
-        ],
-    }
-
-
-def _column(name: str, *props: tuple[str, Any]) -> dict[str, Any]:
-    return {"matcher": {"id": "byName", "options": name}, "properties": [{"id": k, "value": v} for k, v in props]}
 
 
 def time_to(used: str, limit: float) -> str:
@@ -128,7 +111,7 @@ def overview_panels(s: Settings) -> list[Panel | Row]:
                 Target(_gauge("llm_capacity_requests_per_second_at_slo"), "capacity {{instance}} {{engine}}"),
             ],
             unit="reqps",
-            field_overrides=[dashed("^capacity .*")],
+            field_overrides=[dashed_lines("^capacity .*")],
         ),
         Panel(
             "In flight vs concurrency at SLO",
@@ -140,7 +123,7 @@ def overview_panels(s: Settings) -> list[Panel | Row]:
                 Target(_gauge("llm_capacity_concurrency_at_slo"), "capacity {{instance}} {{engine}}"),
                 Target(_gauge("llm_capacity_recommended_max_concurrency"), "ceiling {{instance}} {{engine}}"),
             ],
-            field_overrides=[dashed("^(capacity|ceiling) .*")],
+            field_overrides=[dashed_lines("^(capacity|ceiling) .*")],
         ),
         Panel(
             "Capacity used: now and projected",
@@ -155,7 +138,7 @@ def overview_panels(s: Settings) -> list[Panel | Row]:
             min=0,
             thresholds=[(limit, "orange"), (1, "red")],
             threshold_lines=True,
-            field_overrides=[dashed("^in 1 h .*")],
+            field_overrides=[dashed_lines("^in 1 h .*")],
         ),
         Panel(
             "Capacity profile: age and staleness",
@@ -189,9 +172,9 @@ def overview_panels(s: Settings) -> list[Panel | Row]:
                 },
             ],
             field_overrides=[
-                _column("profile age", ("unit", "s")),
-                _column("profile", ("mappings", _STALE), ("custom.cellOptions", {"type": "color-text"})),
-                _column("req/s at SLO", ("unit", "reqps")),
+                column("profile age", ("unit", "s")),
+                column("profile", ("mappings", _STALE), ("custom.cellOptions", {"type": "color-text"})),
+                column("req/s at SLO", ("unit", "reqps")),
             ],
         ),
         Panel(
@@ -242,7 +225,7 @@ def fleet_panels(s: Settings, replica: str, model: str) -> list[Panel | Row]:
             min=0,
             thresholds=[(s.capacity_used_ratio, "orange"), (limit, "red")],
             threshold_lines=True,
-            field_overrides=[dashed("^in 1 h .*")],
+            field_overrides=[dashed_lines("^in 1 h .*")],
         ),
         Panel(
             "Fleet time to measured capacity",
@@ -280,7 +263,7 @@ def fleet_panels(s: Settings, replica: str, model: str) -> list[Panel | Row]:
                 Target(f"model:llm_capacity_requests_per_second_at_slo:sum{{{model}}}", "capacity {{model}}"),
             ],
             unit="reqps",
-            field_overrides=[dashed("^capacity .*")],
+            field_overrides=[dashed_lines("^capacity .*")],
         ),
         Panel(
             "Fleet in flight vs measured concurrency",
@@ -291,7 +274,7 @@ def fleet_panels(s: Settings, replica: str, model: str) -> list[Panel | Row]:
                 Target(f"model:llm_capacity_requests_in_flight:sum{{{model}}}", "in flight {{model}}"),
                 Target(f"model:llm_capacity_concurrency_at_slo:sum{{{model}}}", "capacity {{model}}"),
             ],
-            field_overrides=[dashed("^capacity .*")],
+            field_overrides=[dashed_lines("^capacity .*")],
         ),
         Panel(
             "Replicas: capacity, profile, ceiling",
@@ -328,10 +311,10 @@ def fleet_panels(s: Settings, replica: str, model: str) -> list[Panel | Row]:
                 },
             ],
             field_overrides=[
-                _column("used", ("unit", "percentunit")),
-                _column("req/s at SLO", ("unit", "reqps")),
-                _column("profile age", ("unit", "s")),
-                _column("profile", ("mappings", _STALE), ("custom.cellOptions", {"type": "color-text"})),
+                column("used", ("unit", "percentunit")),
+                column("req/s at SLO", ("unit", "reqps")),
+                column("profile age", ("unit", "s")),
+                column("profile", ("mappings", _STALE), ("custom.cellOptions", {"type": "color-text"})),
             ],
         ),
     ]

@@ -10,12 +10,10 @@ quantiles; the imbalance panels draw every replica against the fleet median the 
 
 from __future__ import annotations
 
-from typing import Any
-
 from alerts.fleet import fleet_settings
 from alerts.settings import Settings
 from dashboards.boards import capacity
-from dashboards.grafana import ENGINE, INSTANCE, Dashboard, Panel, Row, Target, dashboard_link
+from dashboards.grafana import ENGINE, INSTANCE, Dashboard, Panel, Row, Target, column, dashboard_link, dashed_lines
 
 UID = "llm-fleet"
 MODEL = 'model=~"$model"'
@@ -42,21 +40,6 @@ _STATE = {
     },
 }
 _NAN_UNKNOWN = {"type": "special", "options": {"match": "nan", "result": {"text": "unknown", "color": "text", "index": 0}}}
-
-
-def _dashed(pattern: str) -> dict[str, Any]:
-    """The fleet reference lines (median, mean) drawn dashed and thicker over the replicas."""
-    return {
-        "matcher": {"id": "byRegexp", "options": pattern},
-        "properties": [
-            {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
-            {"id": "custom.lineWidth", "value": 2},
-        ],
-    }
-
-
-def _column(name: str, *props: tuple[str, Any]) -> dict[str, Any]:
-    return {"matcher": {"id": "byName", "options": name}, "properties": [{"id": k, "value": v} for k, v in props]}
 
 
 def build(s: Settings) -> Dashboard:
@@ -180,10 +163,10 @@ def build(s: Settings) -> Dashboard:
                 },
             ],
             field_overrides=[
-                _column("state", ("mappings", [_STATE]), ("custom.cellOptions", {"type": "color-text"})),
-                _column("confidence", ("unit", "percentunit")),
-                _column("headroom", ("unit", "percentunit"), ("mappings", [_NAN_UNKNOWN])),
-                _column("TTFT p95", ("unit", "s")),
+                column("state", ("mappings", [_STATE]), ("custom.cellOptions", {"type": "color-text"})),
+                column("confidence", ("unit", "percentunit")),
+                column("headroom", ("unit", "percentunit"), ("mappings", [_NAN_UNKNOWN])),
+                column("TTFT p95", ("unit", "s")),
             ],
         ),
         Row("Fleet latency and throughput"),
@@ -199,7 +182,7 @@ def build(s: Settings) -> Dashboard:
             unit="s",
             thresholds=[(s.ttft_seconds, "red")],
             threshold_lines=True,
-            field_overrides=[_dashed("^median .*")],
+            field_overrides=[dashed_lines("^median .*")],
         ),
         Panel(
             "Fleet ITL p95 (summed buckets)",
@@ -244,7 +227,7 @@ def build(s: Settings) -> Dashboard:
             min=0,
             max=1,
             width=24,
-            field_overrides=[_dashed("^max replica .*")],
+            field_overrides=[dashed_lines("^max replica .*")],
         ),
         # issue 22: demand against the measured capacity at SLO (dashboards/boards/capacity.py)
         *capacity.fleet_panels(s, REPLICA_VERDICT, MODEL),
@@ -258,7 +241,7 @@ def build(s: Settings) -> Dashboard:
                 Target(f"server_model:llm_scheduler_requests_waiting:sum{{{ENGINE}}}", "{{model}} {{instance}} {{server}}"),
                 Target(f"model:llm_scheduler_requests_waiting:median{{{MODEL}}}", "median {{model}}"),
             ],
-            field_overrides=[_dashed("^median .*")],
+            field_overrides=[dashed_lines("^median .*")],
         ),
         Panel(
             "TTFT p95 per replica vs fleet median",
@@ -270,7 +253,7 @@ def build(s: Settings) -> Dashboard:
                 Target(f"model:llm_request_ttft_seconds:median_p95_rate{w}{{{MODEL}}}", "median {{model}}"),
             ],
             unit="s",
-            field_overrides=[_dashed("^median .*")],
+            field_overrides=[dashed_lines("^median .*")],
         ),
         Panel(
             "Tightest-layer headroom per replica",
@@ -285,7 +268,7 @@ def build(s: Settings) -> Dashboard:
             min=0,
             max=1,
             width=24,
-            field_overrides=[_dashed("^median .*")],
+            field_overrides=[dashed_lines("^median .*")],
         ),
         Row("Multi-node parallel groups"),
         Panel(
@@ -308,7 +291,7 @@ def build(s: Settings) -> Dashboard:
             unit="percentunit",
             min=0,
             max=1,
-            field_overrides=[_dashed("^mean .*")],
+            field_overrides=[dashed_lines("^mean .*")],
         ),
         Panel(
             "Nodes per group",
