@@ -134,20 +134,26 @@ def test_each_configuration_names_its_cause(scenario: str, cause: str, says: str
         assert published in _metrics(stack).replace(".0\n", "\n")
 
 
+def _quiet_verdicts(stack: ProcessStack, judged: str) -> list[dict[str, Any]]:
+    """The distinct verdicts of ``QUIET_S`` seconds, once the signal ``judged`` is read (bounded waits)."""
+    deadline = time.monotonic() + 20
+    while judged not in _verdict(stack).get("signals", {}) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    seen: list[dict[str, Any]] = []
+    end = time.monotonic() + QUIET_S
+    while time.monotonic() < end:
+        v = _verdict(stack)
+        if not seen or v["timestamp"] != seen[-1]["timestamp"]:
+            seen.append(v)
+        time.sleep(0.5)
+    assert len(seen) >= QUIET_S / 2
+    return seen
+
+
 def test_the_healthy_scenario_with_fitting_settings_holds_none_of_them() -> None:
     flags = ["--max-cudagraph-capture-size", "512", "--max-num-batched-tokens", "2048"]
     with _running("healthy", flags) as stack:
-        deadline = time.monotonic() + 20
-        while s.GRAPHS_UNCOVERED not in _verdict(stack).get("signals", {}) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        seen: list[dict[str, Any]] = []
-        end = time.monotonic() + QUIET_S
-        while time.monotonic() < end:
-            v = _verdict(stack)
-            if not seen or v["timestamp"] != seen[-1]["timestamp"]:
-                seen.append(v)
-            time.sleep(0.5)
-        assert len(seen) >= QUIET_S / 2
+        seen = _quiet_verdicts(stack, s.GRAPHS_UNCOVERED)
         loud = [v for v in seen if set(v.get("holding") or []) & set(SETTING_CAUSES)]
         assert not loud, _story(loud[0])
         # judged, not merely unknown: the settings were read and compared
@@ -160,17 +166,7 @@ def test_the_healthy_scenario_served_as_llamacpp_does_not_name_reserved_context(
     do not wait for a slot: the reservation costs nothing yet, so the cause stays quiet (judged on the
     slots, context per slot and held context read from /props and /slots)."""
     with _running("healthy", [], dialect="llamacpp") as stack:
-        deadline = time.monotonic() + 20
-        while s.SLOT_HELD_MAX not in _verdict(stack).get("signals", {}) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        seen: list[dict[str, Any]] = []
-        end = time.monotonic() + QUIET_S
-        while time.monotonic() < end:
-            v = _verdict(stack)
-            if not seen or v["timestamp"] != seen[-1]["timestamp"]:
-                seen.append(v)
-            time.sleep(0.5)
-        assert len(seen) >= QUIET_S / 2
+        seen = _quiet_verdicts(stack, s.SLOT_HELD_MAX)
         loud = [v for v in seen if "context_reserved_not_used" in (v.get("holding") or [])]
         assert not loud, _story(loud[0])
         last = seen[-1].get("signals", {})
