@@ -17,6 +17,10 @@ explains the most of what users feel. docs/diagnosis.md is checked against it.
   longer and a full cache is their consequence. The generic "the GPU runs as
   fast as it can" causes come last: they are true of any busy server and only
   win when nothing more specific holds.
+* ``REFINES``: a specific cause -> the generic one whose reason it names (a
+  context reserved far above use is why requests wait with the KV cache free).
+  When both hold, the generic explains only what the specific does not, so the
+  cause whose knob fixes it is the primary.
 * ``SYMPTOM_CAUSES``: the two ids that name a symptom, not a cause
   (``queue_backlog``, ``slo_breach``). They are the primary only when no cause
   explains the symptoms, and then the advice says so (capacity: add replicas).
@@ -120,6 +124,17 @@ CAUSAL_ORDER: tuple[str, ...] = (
 
 SYMPTOM_CAUSES: frozenset[str] = frozenset({"queue_backlog", "slo_breach"})
 
+#: specific cause -> the generic cause it names the reason for. The generic rule sees the effect (requests
+#: wait with the KV cache free; small kernels bound by launches), the specific one also sees why (each
+#: sequence reserves a context far above use; graphs are off or too small). When both hold, the generic
+#: explains only the symptoms its refinement does not (``ranking.score``), so the cause with a knob that
+#: fixes it is the primary, whichever of the two is more severe: its severity measures a different thing
+#: (how far past the reserved-context line) and held-for cycles start later by construction.
+REFINES: dict[str, str] = {
+    "context_reserved_not_used": "kv_fragmentation_or_capacity_misjudged",
+    "cuda_graphs_not_covering_batches": "launch_bound_small_kernels",
+}
+
 #: outages: when one holds and explains a symptom it is the primary, whatever else holds (a hung
 #: engine's frozen gauges can keep a full KV cache or a queue "holding" that are not the story)
 OUTAGE_CAUSES: frozenset[str] = frozenset({"engine_unresponsive"})
@@ -161,6 +176,9 @@ def check(cause_ids: set[str]) -> None:
     unranked = cause_ids - set(CAUSAL_ORDER)
     if missing or extra or unranked:
         raise RuntimeError(f"causality table out of step with rules: missing {missing}, extra {extra}, unranked {unranked}")
+    loose = {c for pair in REFINES.items() for c in pair} - cause_ids
+    if loose:
+        raise RuntimeError(f"REFINES names unknown causes {loose}")
     for cause, syms in EXPLAINS.items():
         unknown = set(syms) - set(SYMPTOM_IDS)
         if unknown:

@@ -307,7 +307,8 @@ class DiagnosisEngine:
             role = "candidate"
         elif shown and rule.cause in causality.SYMPTOM_CAUSES:
             role = "symptom"
-        elif explained:
+        elif explained or (shown and rule.cause in causality.REFINES.values()):
+            # a generic cause whose refinement holds explains nothing of its own, but it still holds
             role = "contributing"
         elif alone:
             role = "warning"

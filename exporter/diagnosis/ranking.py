@@ -115,10 +115,14 @@ def score(holding: Sequence[Holding], observed: Sequence[str], t: Thresholds) ->
     """(holding, the symptoms it explains, confidence) for every holding cause.
 
     A real cause explains the observed symptoms of which its own evidence accounts for a share;
+    a generic cause whose refinement holds (``causality.REFINES``) only those its refinement does not;
     a symptom-cause (queue_backlog, slo_breach) stands only for those no real cause explains.
     """
     seen = frozenset(observed)
     own = {h.rule.cause: frozenset(x for x, part in shares(h, seen, t).items() if part > 0) for h in holding}
+    for specific, generic in causality.REFINES.items():  # the reason found explains what its effect did
+        if specific in own and generic in own:
+            own[generic] = own[generic] - own[specific]
     by_real = frozenset().union(*(e for c, e in own.items() if c not in causality.SYMPTOM_CAUSES))
     out = []
     for h in holding:

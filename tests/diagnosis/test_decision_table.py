@@ -186,6 +186,22 @@ ROWS = [
         check=lambda v: _assert(v.primary is not None and "largest captured graph (32)" in v.primary.chain, v.primary),
     ),
     Row(
+        "launch-bound for 6 cycles before the eager setting was read: CUDA graphs, the generic cause contributing",
+        lambda i: (
+            gpu(**LAUNCHING)
+            + process(0.5)
+            + engine(waiting=0, running=16, kv=0.4)
+            + ([config(enforce_eager="true")] if i >= 6 else [])
+            + [steps(i, 50, 16)]
+            + latency(i, itl=0.3)
+        ),
+        "cuda_graphs_not_covering_batches",
+        check=lambda v: _assert(
+            any(c.cause == "launch_bound_small_kernels" and c.role == "contributing" for c in v.bottlenecks),
+            [(c.cause, c.role) for c in v.bottlenecks],
+        ),
+    ),
+    Row(
         "graphs capture the batches that run (16 of up to 64): the generic launch-bound cause",
         lambda i: (
             gpu(**LAUNCHING)
@@ -232,6 +248,21 @@ ROWS = [
         lambda i: [p for p in slots_reserving(i, per_slot=8192, used=300) if p.name != "llm_requests_finished_total"],
         "context_reserved_not_used",
         check=lambda v: _assert(v.primary is not None and "the most a busy slot held" in v.primary.chain, v.primary),
+    ),
+    Row(
+        "context reserved 9x the use, read late: the reason found is the primary over the deeper, older generic misjudgment",
+        lambda i: [
+            p
+            for p in slots_reserving(i, per_slot=8192, used=900)
+            if i >= 6 or p.name not in ("llm_kv_cache_slot_context_tokens", "llm_engine_setting")
+        ],
+        "context_reserved_not_used",
+        cycles=8,
+        check=lambda v: _assert(
+            "kv_fragmentation_or_capacity_misjudged" in v.holding
+            and any(c.cause == "kv_fragmentation_or_capacity_misjudged" and c.role == "contributing" for c in v.bottlenecks),
+            (v.holding, [(c.cause, c.role) for c in v.bottlenecks]),
+        ),
     ),
     Row(
         "llama.cpp slots whose requests use half their context: slots are the limit, not over-reserved",

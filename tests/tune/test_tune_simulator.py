@@ -135,3 +135,22 @@ def test_long_prompts_over_a_small_chunk_get_a_larger_budget(tmp_path: Path) -> 
     first = doc["trials"][0]
     assert first["group"] == "strategy", first
     assert first["changes"][0] == {"flag": "--max-num-batched-tokens", "from": "128", "to": "256"}, first
+
+
+def test_over_reserved_context_end_to_end_shortens_the_context_and_wins(tmp_path: Path) -> None:
+    """``over_reserved_context`` served as llama.cpp (4 slots of 8192 tokens, requests of 320): at the knee
+    both the generic misjudgment (requests wait with the cache free) and its reason (context reserved far
+    above use) hold; the reason is the primary (``causality.REFINES``), so the first trial halves the
+    context per slot (twice the slots in the same memory) instead of adding KV memory, and it wins."""
+    doc, err, rc = run_tune(
+        tmp_path,
+        ["--slo-ttft", "300ms", "--trials", "1", "--repeats", "1", *workload("4,8,16", 256, 64, step_seconds=10)],
+        sim_command("over_reserved_context", "--dialect", "llamacpp", *SCENARIOS["over_reserved_context"].launch),
+    )
+    assert rc == 0, err[-3000:]
+    assert doc["baseline"]["primary"]["cause"] == "context_reserved_not_used", err[-3000:]
+    first = doc["trials"][0]
+    assert (first["group"], first["cause"]) == ("resource", "context_reserved_not_used"), first
+    assert first["changes"] == [{"flag": "--max-model-len", "from": "8192", "to": "4096"}], first
+    assert first["accepted"], first["why"]
+    assert first_cap(first) > first_cap(doc["baseline"])

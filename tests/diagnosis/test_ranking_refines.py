@@ -1,0 +1,49 @@
+"""A specific cause that names why a generic one holds is the primary over it (``causality.REFINES``),
+whatever their severities and ages; alone, the generic cause is still the primary.
+
+Why by hand-made holdings: the two rules measure different things (the context reserved against
+use; requests waiting against free memory), so which is "more severe" says nothing about which
+names the fix. These cases pin the ranking itself: the generic one deeper and settled, the specific
+one barely past its line and new, as a tune ramp sees them when the length quantiles fill late.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from exporter.diagnosis import causality
+from exporter.diagnosis.ranking import Holding, pick_primary, score
+from exporter.diagnosis.rules import RULES
+from exporter.diagnosis.thresholds import Thresholds
+
+BY_CAUSE = {r.cause: r for r in RULES}
+
+
+def _holding(cause: str, severity: float, cycles: int) -> Holding:
+    return Holding(BY_CAUSE[cause], severity, {}, cycles)
+
+
+@pytest.mark.parametrize(("specific", "generic"), sorted(causality.REFINES.items()))
+def test_the_refinement_is_primary_over_a_deeper_older_generic_cause(specific: str, generic: str) -> None:
+    t = Thresholds()
+    observed = sorted(causality.EXPLAINS[generic])
+    scored = score([_holding(generic, 0.95, 12), _holding(specific, 0.05, 1)], observed, t)
+    explained = {h.rule.cause: e for h, e, _ in scored}
+    assert explained[specific] == causality.EXPLAINS[specific] & frozenset(observed)
+    assert explained[generic] == frozenset(observed) - explained[specific]
+    chosen = pick_primary(scored, t)
+    assert chosen is not None and chosen.rule.cause == specific
+
+
+@pytest.mark.parametrize("generic", sorted(set(causality.REFINES.values())))
+def test_the_generic_cause_alone_is_still_the_primary(generic: str) -> None:
+    t = Thresholds()
+    chosen = pick_primary(score([_holding(generic, 0.5, 3)], sorted(causality.EXPLAINS[generic]), t), t)
+    assert chosen is not None and chosen.rule.cause == generic
+
+
+def test_every_refinement_explains_what_its_generic_cause_does() -> None:
+    """A refinement names the reason for the same effect: it must be able to explain every symptom the
+    generic cause can, or removing those symptoms from the generic one would leave some unexplained."""
+    for specific, generic in causality.REFINES.items():
+        assert causality.EXPLAINS[generic] <= causality.EXPLAINS[specific], (specific, generic)
