@@ -13,21 +13,28 @@ this package carries that number into production (issue 22, docs/capacity.md):
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from exporter.capacity.config import ProfiledEngine
+    from exporter.capacity.profile import Profile
     from exporter.capacity.source import CapacityProfileStep
-    from exporter.config import Config
 
 
-def build_capacity_steps(config: Config) -> list[CapacityProfileStep]:
-    """The ``capacity_profile`` step of the derive stage when any engine has a profile (none otherwise)."""
-    if not config.capacity_profiles:
+def build_capacity_steps(
+    profiles: Mapping[str, Profile], engines: Sequence[ProfiledEngine], headroom: float
+) -> list[CapacityProfileStep]:
+    """The ``capacity_profile`` step of the derive stage when any engine has a profile (none otherwise).
+
+    ``profiles``: engine name -> its loaded profile (``apply_capacity_flags`` in config.py), published
+    in the order of ``engines``; ``headroom``: ``--capacity-headroom``.
+    """
+    if not profiles:
         return []
     from exporter.capacity.source import CapacityProfileStep
 
-    profiles = [(e.name, config.capacity_profiles[e.name]) for e in config.engines if e.name in config.capacity_profiles]
-    return [CapacityProfileStep(profiles, headroom=config.capacity_headroom)]
+    return [CapacityProfileStep([(e.name, profiles[e.name]) for e in engines if e.name in profiles], headroom=headroom)]
 
 
 __all__ = ["build_capacity_steps"]

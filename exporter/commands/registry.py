@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from fastapi import APIRouter
 
     from exporter.config import Config
+    from exporter.diagnosis import DiagnosisSettings
     from exporter.runner import BringsItsLoop
     from exporter.sources import Source
     from exporter.store import SnapshotStore
@@ -89,11 +90,29 @@ class SourceEntry:
 # --------------------------------------------------------------------------- factories
 
 
+def diagnosis_settings(config: Config) -> DiagnosisSettings:
+    """What the diagnosis reads of the configuration (exporter/diagnosis: ``DiagnosisSettings``)."""
+    from exporter.diagnosis import DiagnosisSettings
+
+    return DiagnosisSettings(
+        thresholds=config.diagnosis,
+        interval=config.effective_diagnosis_interval,
+        groups=config.groups,
+        parallel_group=config.parallel_group,
+        gpu_interval=config.gpu_interval if config.gpu_source != "none" else None,
+        process_interval=config.process_interval,
+    )
+
+
 def _build_diagnosis(b: Build) -> None:
+    from exporter.capacity import build_capacity_steps
     from exporter.diagnosis import build_diagnosis
 
+    c = b.config
     try:  # first in the table: a bad `diagnosis:` section stops start-up before any GPU probe
-        bundle = build_diagnosis(b.config, b.store)
+        # the measured capacity at SLO of engines with a profile (exporter/capacity, docs/capacity.md)
+        capacity = build_capacity_steps(c.capacity_profiles, c.engines, c.capacity_headroom)
+        bundle = build_diagnosis(diagnosis_settings(c), c.engines, b.store, capacity_steps=capacity)
     except ValueError as err:
         raise UsageError(str(err)) from None
     b.derived.extend(bundle.sources)
@@ -132,7 +151,15 @@ def _build_kubernetes(b: Build) -> None:
     wraps the GPU source already built, so it comes after ``gpu`` in the table."""
     from exporter.kubernetes import build_kubernetes_sources
 
-    b.sources = build_kubernetes_sources(b.config, b.sources)
+    c = b.config
+    b.sources = build_kubernetes_sources(
+        c.kubernetes,
+        b.sources,
+        engine_interval=c.engine_interval,
+        engine_timeout=c.engine_timeout,
+        engine_max_series=c.engine_max_series,
+        process_interval=c.process_interval,
+    )
 
 
 def _kubernetes_on(config: Config) -> bool:
@@ -277,4 +304,15 @@ def load_section(config: Config, args: argparse.Namespace, env: Mapping[str, str
 CONFIG_SECTION = Section(SECTION, add_arguments, load_section)
 
 
-__all__ = ["CONFIG_SECTION", "SOURCES", "Build", "SourceEntry", "add_arguments", "build", "check", "enabled", "load"]
+__all__ = [
+    "CONFIG_SECTION",
+    "SOURCES",
+    "Build",
+    "SourceEntry",
+    "add_arguments",
+    "build",
+    "check",
+    "diagnosis_settings",
+    "enabled",
+    "load",
+]

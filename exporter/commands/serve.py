@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     # so), its publishing source only with --enable-profile
     from exporter.profile import build_profile
 
-    profile = build_profile(config, store)
+    profile = build_profile(config.profile, config.engines, store)
     sources, routers = [*sources, *profile.sources], [*routers, profile.router]
     # bound here, handed to uvicorn below: an unusable address is one line and exit 4 before any
     # runner starts and before the "serving on" line (uvicorn would log it and exit 3 much later)

@@ -22,20 +22,31 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from exporter.config import Config
+    from exporter.kubernetes.settings import KubernetesConfig
     from exporter.sources import Source
 
 log = logging.getLogger(__name__)
 
 
-def build_kubernetes_sources(config: Config, sources: list[Source], *, nvml_module: Any = None) -> list[Source]:
+def build_kubernetes_sources(
+    k: KubernetesConfig | None,
+    sources: list[Source],
+    *,
+    engine_interval: float,
+    engine_timeout: float,
+    engine_max_series: int,
+    process_interval: float,
+    nvml_module: Any = None,
+) -> list[Source]:
     """``sources`` with the Kubernetes ones added (and the GPU source wrapped for the opt-in labels).
 
+    ``k``: the ``kubernetes:`` section (settings.py; None or not enabled: ``sources`` as they are).
+    The engine and process settings are those a discovered pod's sources take (``--engine-interval``,
+    ``--engine-timeout``, ``--engine-max-series``, ``--process-interval``).
     Extends the schema's labels first (``KubernetesConfig.apply_labels``), so the
     collector renders ``namespace``/``pod`` and the copied pod labels.
     ``nvml_module`` replaces ``pynvml`` (tests pass the fake).
     """
-    k = config.kubernetes
     if k is None or not k.enabled:
         return sources
     from exporter.kubernetes.attribution import GpuPodSource, GpuSeriesLabels, NvmlDevices
@@ -77,11 +88,11 @@ def build_kubernetes_sources(config: Config, sources: list[Source], *, nvml_modu
         out.append(
             DiscoverySource(
                 directory,
-                engine_interval=config.engine_interval,
-                engine_timeout=config.engine_timeout,
-                engine_max_series=config.engine_max_series,
+                engine_interval=engine_interval,
+                engine_timeout=engine_timeout,
+                engine_max_series=engine_max_series,
                 process_sampler=k.process_sampler,
-                process_interval=config.process_interval,
+                process_interval=process_interval,
                 proc_root=k.proc_root,
                 interval=k.discovery_interval,
                 timeout=min(10.0, 0.9 * k.discovery_interval),

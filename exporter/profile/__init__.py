@@ -9,13 +9,15 @@ procedure, api.py the routes, config.py the flags.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from fastapi import APIRouter
 
-    from exporter.config import Config
+    from exporter.engines.config import EngineConfig
+    from exporter.profile.config import ProfileConfig
     from exporter.profile.run import Profiler
     from exporter.sources import Source
     from exporter.store import SnapshotStore
@@ -30,16 +32,20 @@ class ProfileBundle:
     profiler: Profiler | None = None
 
 
-def build_profile(config: Config, store: SnapshotStore) -> ProfileBundle:
-    """The routes, and with ``--enable-profile`` the profiler and its source."""
+def build_profile(settings: ProfileConfig | None, engines: Sequence[EngineConfig], store: SnapshotStore) -> ProfileBundle:
+    """The routes, and with ``--enable-profile`` the profiler and its source.
+
+    ``settings``: the profile's flags (config.py; None: the defaults, off); ``engines``: those it may profile.
+    """
     from exporter.profile.api import build_router
     from exporter.profile.config import ProfileConfig
     from exporter.profile.run import Profiler
     from exporter.profile.state import ProfileSource, ProfileState
 
-    settings = config.profile if isinstance(config.profile, ProfileConfig) else ProfileConfig()
+    if settings is None:
+        settings = ProfileConfig()
     if not settings.enabled:
         return ProfileBundle(build_router(None))
     state = ProfileState()
-    profiler = Profiler(settings, config.engines, store, state)
+    profiler = Profiler(settings, engines, store, state)
     return ProfileBundle(build_router(profiler), [ProfileSource(state)], profiler)

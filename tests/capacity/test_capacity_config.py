@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from exporter.capacity import build_capacity_steps
-from exporter.config import add_serve_arguments, load_config
+from exporter.config import Config, add_serve_arguments, load_config
 from exporter.errors import UsageError
 from tests.capacity.profiles import tune_doc, write
 
@@ -16,7 +16,7 @@ ENGINE = "http://127.0.0.1:9/metrics"
 CAP = {"concurrency": 10, "requests_per_second": 2.0, "tokens_per_second": 200.0}
 
 
-def _load(argv: list[str], env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+def _load(argv: list[str], env: dict[str, str] | None = None) -> Config:
     parser = argparse.ArgumentParser()
     add_serve_arguments(parser)
     return load_config(parser.parse_args(["--gpu-source", "none", *argv]), env or {})
@@ -34,9 +34,10 @@ def test_flag_environment_and_file_each_give_an_engine_its_profile(tmp_path: Pat
     )
     by_file = _load(["--config", str(conf)])
     assert set(by_file.capacity_profiles) == {"a"} and by_file.capacity_headroom == 0.3
-    (source,) = build_capacity_steps(by_file)
+    (source,) = build_capacity_steps(by_file.capacity_profiles, by_file.engines, by_file.capacity_headroom)
     assert source.name == "capacity_profile" and [e.name for e in source.engines] == ["a"] and source.headroom == 0.3
-    assert build_capacity_steps(_load(["--engine", ENGINE])) == []
+    bare = _load(["--engine", ENGINE])
+    assert build_capacity_steps(bare.capacity_profiles, bare.engines, bare.capacity_headroom) == []
 
 
 @pytest.mark.parametrize(

@@ -16,11 +16,9 @@ import pytest
 
 from tests.support.imports import circles, describe, import_graph, within
 
-#: the wiring of serve: the command and the source registry assemble, so they may import the assembly
+#: the wiring of serve: the command and the source registry assemble, so they alone may import the
+#: assembly; every component's factory takes its own section (and what else it needs, named)
 WIRING = {"exporter.commands.serve", "exporter.commands.registry"}
-#: factories that still take the whole Config (type only, under TYPE_CHECKING; issue 24 asks for
-#: their own section): this list may only shrink
-WHOLE_CONFIG_FACTORIES = {"exporter.capacity", "exporter.diagnosis", "exporter.kubernetes", "exporter.profile"}
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +60,7 @@ def test_the_sections_import_the_values_never_the_assembly(graph: dict[str, set[
     assert "exporter.commands.registry" not in sections, "the source registry is serve's, handed in as a Section"
     importers = {m for m, targets in graph.items() if "exporter.config" in targets}
     assert importers & sections == set()
-    others = importers - WIRING - WHOLE_CONFIG_FACTORIES
+    others = importers - WIRING
     assert others == set(), f"import exporter.config, not their own section: {sorted(others)}"
 
 

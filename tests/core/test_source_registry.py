@@ -110,6 +110,19 @@ def test_engine_off_keeps_the_process_sampler_and_diagnosis_off_drops_its_routes
     assert [n for s in sources for n in getattr(s, "names", [])] == ["parallel", "capacity", "diagnosis"] and len(routers) == 1
 
 
+def test_the_diagnosis_gets_its_section_not_the_whole_configuration() -> None:
+    """serve's wiring hands the diagnosis what it reads (issue 24): the cycle as serve derives it, and
+    the intervals of the inputs it has (no GPU interval without a GPU source)."""
+    from exporter.diagnosis import input_intervals
+
+    cfg = _load(["--gpu-interval", "0.5", "--engine", ENGINE, "--engine-pid", "1", "--parallel-group", "pp0"])
+    settings = registry.diagnosis_settings(cfg)
+    assert (settings.interval, settings.gpu_interval, settings.parallel_group) == (1.0, 0.5, "pp0")
+    assert input_intervals(settings, cfg.engines) == [0.5, 5.0, 1.0]  # GPU, engine, process sampler
+    bare = registry.diagnosis_settings(_load(["--gpu-source", "none", "--diagnosis-interval", "3"]))
+    assert (bare.interval, bare.gpu_interval) == (3.0, None) and input_intervals(bare, []) == []
+
+
 def test_probe_needs_engine() -> None:
     argv = ["--gpu-source", "none", "--engine", ENGINE, "--probe"]
     with pytest.raises(UsageError) as err:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import requests
 from fastapi import FastAPI
 
-from exporter.config import Config
-from exporter.diagnosis import build_diagnosis
-from exporter.runner import RunnerGroup
+from exporter.diagnosis import DiagnosisSettings, build_diagnosis
+from exporter.runner import BringsItsLoop, RunnerGroup
 from exporter.samples import SampleResult
+from exporter.sources import Source
 from exporter.store import SnapshotStore
 from tests.diagnosis.diag_points import engine, gpu, histogram
 from tests.support.asgi import UvicornThread
@@ -29,7 +31,7 @@ class FixedSource:
     def __init__(self) -> None:
         self.requests = 0
 
-    def sample(self):
+    def sample(self) -> SampleResult:
         self.requests += 10
         slow = histogram("llm_request_ttft_seconds", [3.0] * self.requests)
         return SampleResult([*PCIE_COPY, *engine(waiting=0, running=4, kv=0.1), slow])
@@ -39,13 +41,13 @@ class FixedSource:
 
 
 @pytest.fixture
-def live_exporter():
+def live_exporter() -> Iterator[tuple[str, SnapshotStore]]:
     """A store, the GPU source and the derive stage on a runner group, and the router served."""
     store = SnapshotStore()
-    cfg = Config(gpu_interval=0.2, diagnosis_interval=0.2)
-    bundle = build_diagnosis(cfg, store)
+    bundle = build_diagnosis(DiagnosisSettings(interval=0.2, gpu_interval=0.2), [], store)
     group = RunnerGroup(store)
-    for s in [FixedSource(), *bundle.sources]:
+    runnables: list[Source | BringsItsLoop] = [FixedSource(), *bundle.sources]
+    for s in runnables:
         group.add(s)
     group.start()
     app = FastAPI()

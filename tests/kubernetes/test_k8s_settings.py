@@ -11,7 +11,7 @@ import pytest
 from exporter import schema
 from exporter.cli import build_parser
 from exporter.collector import render_text
-from exporter.config import load_config
+from exporter.config import Config, load_config
 from exporter.errors import UsageError
 from exporter.kubernetes.settings import (
     MAX_SERIES_LABELS,
@@ -26,9 +26,15 @@ from tests.support.k8s import NODE, LocalHTTP, PodResourcesServer, fake_nvml, lo
 from tests.support.waiting import wait_until
 
 
-def _load(argv: list[str], env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+def _load(argv: list[str], env: dict[str, str] | None = None) -> Config:
     argv = ["serve", "--gpu-source", "none", *argv]
     return load_config(build_parser(argv).parse_args(argv), environ=env or {})
+
+
+def _kubernetes(argv: list[str], env: dict[str, str] | None = None) -> KubernetesConfig:
+    k = _load(argv, env).kubernetes
+    assert k is not None  # load_config always sets it
+    return k
 
 
 @pytest.fixture
@@ -41,12 +47,12 @@ def restore_schema() -> Iterator[None]:
 
 
 def test_off_by_default() -> None:
-    k = _load([]).kubernetes
-    assert k is not None and not k.enabled and k.label_plan() == {}
+    k = _kubernetes([])
+    assert not k.enabled and k.label_plan() == {}
 
 
 def test_flags_environment_and_file(tmp_path: Path) -> None:
-    k = _load(["--kubernetes", "--kubernetes-pod-labels", "team,app.kubernetes.io/name"], {"NODE_NAME": NODE}).kubernetes
+    k = _kubernetes(["--kubernetes", "--kubernetes-pod-labels", "team,app.kubernetes.io/name"], {"NODE_NAME": NODE})
     assert k.enabled and k.node_name == NODE and k.discovers and not k.gpu_labels
     assert k.pod_labels == (("team", "label_team"), ("app.kubernetes.io/name", "label_app_kubernetes_io_name"))
     env = {
@@ -54,13 +60,13 @@ def test_flags_environment_and_file(tmp_path: Path) -> None:
         "LLM_EXPORTER_KUBERNETES_GPU_LABELS": "true",
         "LLM_EXPORTER_KUBERNETES_PODS_URL": "none",
     }
-    k = _load([], env).kubernetes
+    k = _kubernetes([], env)
     assert k.enabled and k.gpu_labels and not k.pod_list and not k.discovers
     cfg = tmp_path / "c.yaml"
     cfg.write_text(
         "kubernetes:\n  enabled: true\n  node_name: n1\n  pod_labels: [team]\n  discovery_interval: 15\n  pods_url: http://127.0.0.1:10255/pods\n"
     )
-    k = _load(["--config", str(cfg), "--kubernetes-discovery-interval", "20"]).kubernetes
+    k = _kubernetes(["--config", str(cfg), "--kubernetes-discovery-interval", "20"])
     assert (k.node_name, k.pod_labels, k.discovery_interval, k.pods_url) == (
         "n1",
         (("team", "label_team"),),
@@ -95,9 +101,9 @@ def test_the_pod_list_cap_is_8_mib_by_default_and_settable() -> None:
     from exporter.kubernetes.pods import MAX_BODY_BYTES
     from exporter.kubernetes.settings import DEFAULT_PODS_MAX_BYTES
 
-    assert _load(["--kubernetes"], {"NODE_NAME": NODE}).kubernetes.pods_max_bytes == DEFAULT_PODS_MAX_BYTES == MAX_BODY_BYTES
+    assert _kubernetes(["--kubernetes"], {"NODE_NAME": NODE}).pods_max_bytes == DEFAULT_PODS_MAX_BYTES == MAX_BODY_BYTES
     assert MAX_BODY_BYTES == 8 * 1024 * 1024
-    k = _load(["--kubernetes", "--kubernetes-pods-max-bytes", "33554432"], {"NODE_NAME": NODE}).kubernetes
+    k = _kubernetes(["--kubernetes", "--kubernetes-pods-max-bytes", "33554432"], {"NODE_NAME": NODE})
     assert k.pods_max_bytes == 32 * 1024 * 1024
 
 
@@ -116,7 +122,7 @@ def test_prometheus_label_names() -> None:
 def test_every_series_stays_under_twenty_labels(restore_schema: None) -> None:
     """The worst case the limits allow: GPU labels on, 8 pod labels, discovery on."""
     longest = ",".join(f"example.com/l{i}" for i in range(8))
-    k = _load(["--kubernetes", "--kubernetes-gpu-labels", "--kubernetes-pod-labels", longest], {"NODE_NAME": NODE}).kubernetes
+    k = _kubernetes(["--kubernetes", "--kubernetes-gpu-labels", "--kubernetes-pod-labels", longest], {"NODE_NAME": NODE})
     k.apply_labels()
     worst = max(len(s.labels) for s in schema.SPECS.values())
     assert worst + TARGET_LABELS + 1 < MAX_SERIES_LABELS
@@ -186,9 +192,17 @@ def test_serve_builds_attribution_and_discovery(tmp_path: Path, restore_schema: 
         names = [s.name for s in sources]
         assert "kubernetes:gpu" in names and "kubernetes:discovery" in names
         # the same, with the fake GPUs (build_sources would find no NVML here)
-        sources = build_kubernetes_sources(cfg, [], nvml_module=fake_nvml())
+        attributed = build_kubernetes_sources(
+            cfg.kubernetes,
+            [],
+            engine_interval=cfg.engine_interval,
+            engine_timeout=cfg.engine_timeout,
+            engine_max_series=cfg.engine_max_series,
+            process_interval=cfg.process_interval,
+            nvml_module=fake_nvml(),
+        )
         group = RunnerGroup(store, watch_period=0.1)
-        for s in sources:
+        for s in attributed:
             group.add(s)
         group.start()
         try:

@@ -26,8 +26,7 @@ from fastapi import FastAPI
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.config import Config
-from exporter.diagnosis import build_diagnosis
+from exporter.diagnosis import DiagnosisSettings, build_diagnosis
 from exporter.engines.config import EngineConfig
 from exporter.engines.mappings import MAPPINGS
 from exporter.engines.source import EngineSource
@@ -100,7 +99,7 @@ class Rig:
         self.engine = engine
         self.base = base
         self.store = SnapshotStore()
-        self.bundle = build_diagnosis(Config(gpu_interval=0.2, diagnosis_interval=0.2), self.store)
+        self.bundle = build_diagnosis(DiagnosisSettings(interval=0.2, gpu_interval=0.2), [], self.store)
         self.source = EngineSource(EngineConfig(url=engine.url, name="e", interval=0.2, timeout=2.0))
         self.runners = [SourceRunner(self.source, self.store), *(runner_for(s, self.store) for s in self.bundle.sources)]
 
