@@ -4,7 +4,8 @@
 #   - Debian: prometheus (promtool 2.42), prometheus-alertmanager (amtool 0.25),
 #     chromium (page test), docker-compose 1.29 (compose file check)
 #   - .venv with the exporter and its test extras
-#   - ruff (lint, format) and mypy over it: a style failure stops before the engines and pytest
+#   - ruff (lint, format) and mypy over every Python folder: a style failure stops before the
+#     engines and pytest
 #   - the CPU build of vLLM, a llama.cpp server build and tiny local models, cached under
 #     ${LLM_EXPORTER_CACHE:-/var/cache/llm-layer-exporter} (created when missing)
 # Extra arguments go to pytest, e.g. `bash scripts/test.sh -m "not integration"`.
@@ -26,8 +27,9 @@ fi
 bash scripts/bootstrap.sh --test
 
 # Checked style before anything slow (pyproject.toml configures all three): ruff's lint rules,
-# ruff's formatting (`ruff format .` fixes it) and mypy --strict over exporter/. The first
-# failure stops the script: there is no point building engines or running pytest over it.
+# ruff's formatting (`ruff format .` fixes it) and mypy --strict over every Python folder
+# (exporter/, alerts/, dashboards/, bench/, scripts/, tests/). The first failure stops the
+# script: there is no point building engines or running pytest over it.
 check_style() {  # check_style "what" command...
   local what="$1"
   shift

@@ -17,8 +17,12 @@ import json
 import random
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tiny_model_spec import CORPUS_WORDS, HEAD_DIM, HEADS, HIDDEN, INTERMEDIATE, KV_HEADS, LAYERS
+
+if TYPE_CHECKING:  # the vLLM venv's (not .venv's: mypy reads it as Any there)
+    from transformers import PreTrainedTokenizerFast
 
 VOCAB_SIZE = 512
 MAX_POSITIONS = 512
@@ -41,7 +45,7 @@ def _corpus(n_lines: int = 2000) -> list[str]:
     return lines
 
 
-def make_tokenizer(out: Path):
+def make_tokenizer(out: Path) -> PreTrainedTokenizerFast:
     from tokenizers import (
         Tokenizer,
         decoders,
@@ -77,7 +81,7 @@ def make_tokenizer(out: Path):
     return fast
 
 
-def make_model(out: Path, tokenizer) -> None:
+def make_model(out: Path, tokenizer: PreTrainedTokenizerFast) -> None:
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 

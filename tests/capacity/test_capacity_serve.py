@@ -62,7 +62,12 @@ def test_capacity_gauges_used_ratio_warning_and_stale_through_serve(tmp_path: Pa
     profile = write(tmp_path / "tune.json", doc)
     stack = ProcessStack("healthy", sim_args=["--max-num-seqs", "32"], exp_args=["--capacity-profile", str(profile)])
     with stack:
-        first = wait_until(lambda: (g := _gauges(stack.exp_url)).get("llm_capacity_concurrency_at_slo") and g, 30, "gauges")
+
+        def gauges() -> dict[str, float] | None:
+            g = _gauges(stack.exp_url)
+            return g if g.get("llm_capacity_concurrency_at_slo") else None
+
+        first = wait_until(gauges, 30, "gauges")
         assert first["llm_capacity_recommended_max_concurrency"] == 8
         assert first["llm_capacity_requests_per_second_at_slo"] == 500.0
         assert first["llm_capacity_profile_age_seconds"] > 0
@@ -111,8 +116,13 @@ def test_capacity_gauges_used_ratio_warning_and_stale_through_serve(tmp_path: Pa
         )
         restarted.wait_http(stack.sim_url + "/health", START_TIMEOUT_S)
         wait_until(lambda: _gauges(stack.exp_url).get("llm_capacity_profile_stale") == 1.0, 30, "stale 1 after the restart")
+
         # the diagnosis reads the gauge a cycle later; a stale profile judges nothing
-        body = wait_until(lambda: (b := _diagnosis(stack.exp_url))["capacity"]["stale"] is True and b, 30, "verdict: stale")
+        def stale() -> dict[str, Any] | None:
+            b = _diagnosis(stack.exp_url)
+            return b if b["capacity"]["stale"] is True else None
+
+        body = wait_until(stale, 30, "verdict: stale")
         assert "profile stale" in body["capacity"]["text"]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,7 +47,7 @@ class Clock:
         return self.now
 
 
-def _source(tmp_path: Path, doc: dict, headroom: float = 0.2) -> tuple[SnapshotStore, CapacityProfileStep, Path, Clock]:
+def _source(tmp_path: Path, doc: dict[str, Any], headroom: float = 0.2) -> tuple[SnapshotStore, CapacityProfileStep, Path, Clock]:
     path = write(tmp_path / "tune.json", doc)
     clock = Clock()
     store = SnapshotStore(clock=lambda: clock.now)
@@ -119,11 +120,11 @@ def test_a_profile_that_changes_vanishes_or_breaks_keeps_the_last_good_one(
     path.unlink()
     result = src.derive(store.snapshot())
     assert [e.reason for e in result.partial_errors] == ["file_missing"]
-    assert any(p.name == "llm_capacity_concurrency_at_slo" and p.value == 16 for p in result.points)
+    assert any(isinstance(p, Sample) and p.name == "llm_capacity_concurrency_at_slo" and p.value == 16 for p in result.points)
     write(path, tune_doc({**CAP, "concurrency": 12}))
     result = src.derive(store.snapshot())
     assert result.partial_errors == [] and any(
-        p.name == "llm_capacity_concurrency_at_slo" and p.value == 12 for p in result.points
+        isinstance(p, Sample) and p.name == "llm_capacity_concurrency_at_slo" and p.value == 12 for p in result.points
     )
 
 
@@ -158,7 +159,7 @@ def test_healthy_carries_the_capacity_headroom_and_warns_near_the_knee() -> None
     assert "93 % of the measured capacity at SLO" in warning.summary
     assert near.layers["application"].status == "warning"
     stale = run([_healthy(i, 0.93, stale=1.0) for i in range(6)])[-1]
-    assert stale.bottlenecks == [] and "profile stale" in stale.capacity["text"]
+    assert stale.bottlenecks == [] and stale.capacity is not None and "profile stale" in stale.capacity["text"]
 
 
 def test_a_symptom_past_the_measured_knee_is_explained_as_capacity() -> None:

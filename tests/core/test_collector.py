@@ -1,5 +1,7 @@
+import pytest
+
 from exporter.collector import ExpositionCache, families_from_points, wants_openmetrics
-from exporter.samples import HistogramSample, Sample
+from exporter.samples import HistogramSample, Point, Sample
 from exporter.store import SnapshotStore
 
 
@@ -15,7 +17,7 @@ def test_render_is_cached_per_store_version() -> None:
     assert second is not first and b'llm_gpu_power_watts{gpu="0",uuid="u"} 200.0' in second
 
 
-def test_unknown_names_are_dropped_and_logged_once(caplog) -> None:  # type: ignore[no-untyped-def]
+def test_unknown_names_are_dropped_and_logged_once(caplog: pytest.LogCaptureFixture) -> None:
     store = SnapshotStore()
     store.register("gpu", 1.0)
     store.record_success("gpu", [Sample("vllm:num_requests_running", {}, 1)], 0.0)
@@ -55,7 +57,7 @@ def test_direct_renderer_writes_exactly_what_prometheus_client_writes() -> None:
     from exporter.collector import _FamiliesCollector, render_text
 
     eng = {"server": 'we"ird\\srv\nx', "engine": "vllm", "model": "", "rank": "0"}
-    points = [
+    points: list[Point] = [
         Sample("llm_gpu_info", {"gpu": "0", "uuid": "GPU-1", "name": "H200", "source": "nvml"}, 1),
         Sample("llm_gpu_power_watts", {"gpu": "0", "uuid": "GPU-1"}, float("nan")),
         Sample("llm_gpu_sm_clock_hertz", {"gpu": "0", "uuid": "GPU-1"}, 1.98e9),
@@ -69,5 +71,5 @@ def test_direct_renderer_writes_exactly_what_prometheus_client_writes() -> None:
         Sample("llm_request_ttft_seconds", eng, 3),  # a plain sample of a histogram: dropped
         Sample("not_in_schema", {}, 1),
     ]
-    expected = generate_latest(_FamiliesCollector(families_from_points(points)))  # type: ignore[arg-type]
+    expected = generate_latest(_FamiliesCollector(families_from_points(points)))
     assert render_text(points) == expected

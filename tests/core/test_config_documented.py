@@ -11,6 +11,7 @@ does not.
 
 from __future__ import annotations
 
+import argparse
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -71,7 +72,8 @@ def setting_rows() -> list[tuple[str, str, str, str]]:
 def _serve_options() -> Iterator[tuple[str, str]]:
     """(option string, dest) of every option ``serve`` takes."""
     parser = build_parser(["serve"])
-    serve = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction").choices["serve"]
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    serve = commands.choices["serve"]
     for action in serve._actions:
         if action.option_strings and action.dest != "help":
             for option in action.option_strings:

@@ -27,12 +27,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from exporter.commands import registry
-from exporter.config import ENV_PREFIX, SERVE_FLAGS, add_serve_arguments, load_config
+from exporter.config import SERVE_FLAGS, add_serve_arguments, load_config
 from exporter.diagnosis.thresholds import Thresholds
 from exporter.engines.config import KEYS as engine_keys
 from exporter.errors import UsageError
 from exporter.kubernetes import settings as kube_settings
 from exporter.probe import config as probe_config
+from exporter.values import ENV_PREFIX
 from exporter.webconfig import load_web_config
 from tests.support.ports import free_port
 from tests.tls import self_signed_cert

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config import add_serve_arguments, load_config
+from exporter.config import Config, add_serve_arguments, load_config
 from exporter.errors import UsageError
 from tests.support.ports import free_port
 from tests.tls import self_signed_cert
@@ -28,7 +28,7 @@ def _args(*argv: str) -> argparse.Namespace:
     return p.parse_args(list(argv))
 
 
-def _load_file(tmp_path: Path, text: str, *argv: str):  # type: ignore[no-untyped-def]
+def _load_file(tmp_path: Path, text: str, *argv: str) -> Config:
     f = tmp_path / "c.yaml"
     f.write_text(text)
     return load_config(_args("--config", str(f), *argv), environ={})

@@ -43,7 +43,9 @@ def _last_success_exported(store: SnapshotStore, source: str) -> float:
     (value,) = [
         p.value
         for p in meta_points(store.states().values())
-        if p.name == "llm_exporter_source_last_success_timestamp_seconds" and p.labels["source"] == source
+        if isinstance(p, Sample)
+        and p.name == "llm_exporter_source_last_success_timestamp_seconds"
+        and p.labels["source"] == source
     ]
     return value
 

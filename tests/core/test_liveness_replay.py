@@ -34,9 +34,14 @@ def test_files_are_parsed_when_the_source_is_built_not_in_its_first_sample(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = _big_trace(tmp_path, 3.0)
-    calls = []
+    calls: list[str] = []
     real = replay_module.parse_trace
-    monkeypatch.setattr(replay_module, "parse_trace", lambda text, where: calls.append(where) or real(text, where))
+
+    def counted(text: str, where: str) -> list[dict[str, float | int | str]]:
+        calls.append(where)
+        return real(text, where)
+
+    monkeypatch.setattr(replay_module, "parse_trace", counted)
     source = build_gpu_source(f"replay:{path},{path}", 0.25, 2.0)  # what serve does before it serves
     assert source is not None and len(calls) == 2
     started = time.monotonic()
@@ -62,7 +67,7 @@ def test_a_slow_reparse_reads_down_while_it_parses_then_up(tmp_path: Path, monke
     parsing, finish = threading.Event(), threading.Event()
     real = replay_module.parse_trace
 
-    def slow_parse(text: str, where: str):  # type: ignore[no-untyped-def]
+    def slow_parse(text: str, where: str) -> list[dict[str, float | int | str]]:
         parsing.set()
         finish.wait(10)  # stands for seconds of parsing; bounded
         return real(text, where)

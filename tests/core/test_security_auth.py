@@ -11,7 +11,9 @@ import asyncio
 import base64
 import threading
 import time
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from pathlib import Path
+from typing import Any, TypeVar
 
 import bcrypt
 import pytest
@@ -24,6 +26,8 @@ from exporter.server import OPEN_PATHS, create_app
 from exporter.store import SnapshotStore
 from exporter.webconfig import load_web_config
 from tests.support.asgi import UvicornThread
+
+T = TypeVar("T")
 
 
 def _hash(password: bytes, cost: int = 4) -> bytes:
@@ -50,14 +54,14 @@ class _CountingCheck:
 
 
 @pytest.fixture
-def check(monkeypatch: pytest.MonkeyPatch) -> _CountingCheck:
+def check(monkeypatch: pytest.MonkeyPatch) -> Iterator[_CountingCheck]:
     counting = _CountingCheck()
     monkeypatch.setattr(basicauth, "_checkpw", counting)
     yield counting
     counting.release.set()
 
 
-def _run(coro):  # type: ignore[no-untyped-def]
+def _run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
@@ -289,7 +293,7 @@ def test_http_503_with_retry_after_when_the_pool_is_full(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, check: _CountingCheck
 ) -> None:
     class Small(BasicAuthVerifier):
-        def __init__(self, users):  # type: ignore[no-untyped-def]
+        def __init__(self, users: Mapping[str, bytes]) -> None:
             super().__init__(users, workers=1, max_pending=1, max_wait=5.0, clean_pending=0)  # the shared lane only
 
     monkeypatch.setattr(server, "BasicAuthVerifier", Small)
@@ -309,7 +313,7 @@ def test_http_503_with_retry_after_when_the_pool_is_full(
     assert r.status_code == 503 and r.headers["retry-after"] == "1" and elapsed < 1.0
 
 
-def _wait(predicate, timeout: float = 5.0) -> bool:  # type: ignore[no-untyped-def]
+def _wait(predicate: Callable[[], object], timeout: float = 5.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():

@@ -70,7 +70,9 @@ def _get(port: int, ctx: ssl.SSLContext) -> tuple[str, str, bytes] | None:
             with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
                 tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
                 data = tls.recv(4096)
-                version, cipher = tls.version() or "", tls.cipher()[0]  # type: ignore[index]
+                negotiated = tls.cipher()
+                assert negotiated is not None  # the handshake is done
+                version, cipher = tls.version() or "", negotiated[0]
     except (TimeoutError, ssl.SSLError, ConnectionError):
         return None
     if not data:

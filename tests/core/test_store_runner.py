@@ -1,9 +1,10 @@
 import logging
 import threading
+from collections.abc import Iterable
 
 import pytest
 
-from exporter.runner import RunnerGroup, SourceRunner
+from exporter.runner import LoopThread, RunnerGroup, SourceRunner
 from exporter.samples import Sample, SampleResult, SourceError
 from exporter.store import SnapshotStore
 
@@ -19,7 +20,13 @@ class FakeClock:
 class ScriptedSource:
     """A source that plays back a list of outcomes (results or exceptions)."""
 
-    def __init__(self, outcomes, name="engine:a", interval=5.0, timeout=3.0):  # type: ignore[no-untyped-def]
+    def __init__(
+        self,
+        outcomes: Iterable[SampleResult | BaseException],
+        name: str = "engine:a",
+        interval: float = 5.0,
+        timeout: float = 3.0,
+    ) -> None:
         self.name, self.interval, self.timeout = name, interval, timeout
         self.outcomes = list(outcomes)
         self.closed = False
@@ -126,7 +133,7 @@ def test_group_runs_loops_in_threads_and_stops_them() -> None:
     assert calls.wait(5)
     group.stop()
     assert src.closed
-    assert not any(r._thread.is_alive() for r in group.runners)
+    assert all(isinstance(r, LoopThread) and not r._thread.is_alive() for r in group.runners)
 
 
 def test_a_sources_own_counters_outlive_its_values_while_it_is_down() -> None:

@@ -26,7 +26,12 @@ def test_wait_for_write_wakes_on_a_write_and_returns_the_new_version() -> None:
     version = store.version
     assert store.wait_for_write(version - 1, 10.0) == version  # already differs: no wait at all
     started = threading.Event()
-    writer = threading.Thread(target=lambda: (started.wait(5), store.record_success("gpu", [_point("0")], 0.01)), daemon=True)
+
+    def write() -> None:
+        started.wait(5)
+        store.record_success("gpu", [_point("0")], 0.01)
+
+    writer = threading.Thread(target=write, daemon=True)
     writer.start()
     started.set()
     # a 60 s timeout: only the write can end this wait in a test's lifetime

@@ -25,7 +25,7 @@ from exporter.diagnosis.window import Window
 from exporter.exposition import read_metrics
 from exporter.gpu.fields import throttle_points
 from exporter.ramp.aggregate import COUNTERS, GAUGES, exporter_figures
-from exporter.samples import Sample
+from exporter.samples import Point, Sample
 from exporter.schema import HARMFUL_THROTTLE_REASONS, SPECS, THROTTLE_REASON_BITS, THROTTLE_REASONS, reduce_series
 from exporter.store import Snapshot
 
@@ -72,7 +72,9 @@ def test_the_diagnosis_and_the_recording_rule_read_the_harmful_flag() -> None:
 )
 def test_the_diagnosis_judges_a_gpu_throttled_only_for_a_harmful_reason(active: str, throttled: float) -> None:
     labels = {"gpu": "0", "uuid": "u"}
-    points = [Sample(THROTTLE, {**labels, "reason": r.name}, 1.0 if r.name == active else 0.0) for r in THROTTLE_REASONS]
+    points: list[Point] = [
+        Sample(THROTTLE, {**labels, "reason": r.name}, 1.0 if r.name == active else 0.0) for r in THROTTLE_REASONS
+    ]
     v = sig.gpu_signals(Snapshot(0.0, points, {}))["0"]
     assert v[sig.THROTTLED] == throttled
 
@@ -169,7 +171,7 @@ llm_layer_headroom_ratio{layer="memory"} NaN
 """
 
 
-def _points(scrape: dict[str, list[tuple[dict[str, str], float]]]) -> list[Sample]:
+def _points(scrape: dict[str, list[tuple[dict[str, str], float]]]) -> list[Point]:
     return [Sample(name, labels, v) for name, series in scrape.items() for labels, v in series]
 
 

@@ -72,7 +72,8 @@ def compose_config(*profiles: str, env: dict[str, str] | None = None) -> dict[st
     environ.update(env or {})
     result = subprocess.run(argv + ["config"], cwd=ROOT, capture_output=True, text=True, timeout=120, env=environ)
     assert result.returncode == 0, result.stderr
-    return yaml.safe_load(result.stdout)
+    config: dict[str, Any] = yaml.safe_load(result.stdout)
+    return config
 
 
 def binds(service: dict[str, Any]) -> dict[str, Path]:
@@ -99,7 +100,8 @@ def render_raw(
     values: dict[str, Any] | None = None, chart: Path = CHART, name: str = "rel", namespace: str = "monitoring"
 ) -> dict[str, str]:
     """Template path -> rendered text, by Helm's own engine (helm-python-sdk)."""
-    return _chart(str(chart)).render(values, name=name, namespace=namespace)
+    rendered: dict[str, str] = _chart(str(chart)).render(values, name=name, namespace=namespace)
+    return rendered
 
 
 def render(values: dict[str, Any] | None = None, chart: Path = CHART, **kw: Any) -> list[dict[str, Any]]:

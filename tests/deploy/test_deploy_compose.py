@@ -11,8 +11,8 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
-from deploy_helpers import COMPOSE_FILE, DASHBOARDS_JSON, ROOT, binds, compose_config, dashboard_sources, run, tool
 
+from tests.deploy.deploy_helpers import COMPOSE_FILE, DASHBOARDS_JSON, ROOT, binds, compose_config, dashboard_sources, run, tool
 from tests.support.markers import external_fixture
 
 DEMO = {"simulator", "load", "exporter", "prometheus", "alertmanager", "webhook", "grafana"}
@@ -41,7 +41,8 @@ def mirror(service: dict[str, Any], root: Path) -> None:
 
 
 def flag(service: dict[str, Any], name: str) -> str:
-    for arg in service["command"]:
+    command: list[str] = service["command"]
+    for arg in command:
         if arg.startswith(name + "="):
             return arg.split("=", 1)[1]
     raise AssertionError(f"{name} not in {service['command']}")

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deploy_helpers import ROOT
+
+from tests.deploy.deploy_helpers import ROOT
 
 SCRIPTS = ROOT / "deploy" / "compose"
 

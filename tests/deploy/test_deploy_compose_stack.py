@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deploy_helpers import binds, compose_config
 
+from tests.deploy.deploy_helpers import binds, compose_config
 from tests.support.ports import free_port
 from tests.support.processes import Child
 from tests.support.waiting import WaitTimeout, wait_until
@@ -22,7 +22,8 @@ from tests.support.waiting import WaitTimeout, wait_until
 
 def _metrics(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-        return resp.read().decode()
+        body: bytes = resp.read()
+        return body.decode()
 
 
 def _value(text: str, pattern: str) -> float:

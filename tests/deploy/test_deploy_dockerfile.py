@@ -11,10 +11,12 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
-import dockerfile
+import dockerfile  # type: ignore[import-not-found]  # a compiled extension (BuildKit's parser) with no type stubs
 import pytest
-from deploy_helpers import ROOT, run, tool
+
+from tests.deploy.deploy_helpers import ROOT, run, tool
 
 DOCKERFILE = ROOT / "Dockerfile"
 COMPILERS = {
@@ -33,10 +35,10 @@ COMPILERS = {
 }
 
 
-def _stages() -> tuple[dict[str, str], list[dict]]:
+def _stages() -> tuple[dict[str, str], list[dict[str, Any]]]:
     """(global ARG defaults, stages as {'from': image, 'name': ..., 'cmds': [...]})."""
     args: dict[str, str] = {}
-    stages: list[dict] = []
+    stages: list[dict[str, Any]] = []
     for cmd in dockerfile.parse_file(str(DOCKERFILE)):
         if cmd.cmd == "FROM":
             image, *rest = cmd.value

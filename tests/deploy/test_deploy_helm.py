@@ -6,13 +6,15 @@ by the exporter's own config loader."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import helm_python
 import pytest
 import yaml
-from deploy_helpers import (
+
+from tests.deploy.deploy_helpers import (
     CHART,
     CRD_KINDS,
     KUBERNETES_VERSION,
@@ -173,7 +175,7 @@ def test_monitoring_objects_are_switched_by_their_values() -> None:
     dashboards = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["labels"].get("grafana_dashboard") == "1"]
     assert dashboards, "dashboards.enabled renders the dashboard ConfigMaps"
     for key in ("serviceMonitor", "prometheusRule", "dashboards"):
-        off = dict(VARIANTS["with-monitoring"])
+        off = dict(cast(dict[str, Any], VARIANTS["with-monitoring"]))
         off[key] = {"enabled": False}
         kinds = [d["kind"] for d in render(off)]
         if key == "dashboards":
@@ -324,7 +326,8 @@ def test_dashboard_configmaps_equal_dashboards() -> None:
 
 
 def _pod(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    return one(docs, "DaemonSet")["spec"]["template"]["spec"]
+    pod: dict[str, Any] = one(docs, "DaemonSet")["spec"]["template"]["spec"]
+    return pod
 
 
 def test_daemonset_meets_the_restricted_pod_security_profile() -> None:
@@ -453,11 +456,11 @@ def test_job_name_is_the_alerts_exporter_job() -> None:
 
 
 def test_chart_app_version_is_the_package_version() -> None:
-    import tomllib
-
-    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    # the [project] table's version line (tomllib is 3.11+, and mypy checks as 3.10)
+    found = re.search(r'^version = "([^"]+)"$', (ROOT / "pyproject.toml").read_text(), re.MULTILINE)
+    assert found is not None, "pyproject.toml has no version line"
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
-    assert chart["apiVersion"] == "v2" and chart["appVersion"] == version
+    assert chart["apiVersion"] == "v2" and chart["appVersion"] == found.group(1)
 
 
 # --------------------------------------------------------------------------- the sidecar example

@@ -10,7 +10,8 @@ from typing import Any
 import helm_python
 import pytest
 import yaml
-from deploy_helpers import (
+
+from tests.deploy.deploy_helpers import (
     CHART,
     CRD_KINDS,
     KUBERNETES_VERSION,
@@ -33,7 +34,8 @@ RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
 
 
 def _pod(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    return one(docs, "DaemonSet")["spec"]["template"]["spec"]
+    pod: dict[str, Any] = one(docs, "DaemonSet")["spec"]["template"]["spec"]
+    return pod
 
 
 def _validate(docs: list[dict[str, Any]], tmp_path: Path) -> None:
@@ -148,6 +150,7 @@ def test_the_exporter_accepts_what_the_chart_writes(tmp_path: Path) -> None:
     args = [f"--config={path}" if a.startswith("--config=") else a for a in args]
     cfg = load_config(build_parser(args).parse_args(args), environ={"NODE_NAME": "gpu-node-1"})
     k = cfg.kubernetes
+    assert k is not None
     assert k.enabled and k.discovers and k.gpu_labels and k.node_name == "gpu-node-1"
     assert k.pod_resources_socket == "/var/lib/kubelet/pod-resources/kubelet.sock"
     assert k.pod_labels == (("team", "label_team"), ("app.kubernetes.io/name", "label_app_kubernetes_io_name"))
@@ -158,6 +161,7 @@ def test_the_exporter_accepts_what_the_chart_writes(tmp_path: Path) -> None:
     path.write_text(kmap["data"]["config.yaml"])
     kargs = [f"--config={path}" if a.startswith("--config=") else a for a in kargs]
     kk = load_config(build_parser(kargs).parse_args(kargs), environ={"NODE_NAME": "gpu-node-1"}).kubernetes
+    assert kk is not None
     assert kk.pods_url == "https://10.0.0.7:10250/pods" and kk.tls_verify is False
 
 

@@ -6,7 +6,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from deploy_helpers import CHART, DASHBOARDS_JSON, ROOT, dashboard_sources, run
+from tests.deploy.deploy_helpers import CHART, DASHBOARDS_JSON, ROOT, dashboard_sources, run
 
 RULES = ROOT / "alerts"
 

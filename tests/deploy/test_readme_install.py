@@ -97,6 +97,7 @@ def test_readme_install_then_serve_line_as_written(tmp_path: Path) -> None:
             return text if "llm_engine_info{" in text and 'engine="vllm"' in text else None
 
         text = proc.wait_ready(vllm_values, 60, "vLLM values on /metrics", interval=0.5)
+        assert text is not None
         assert re.search(r"llm_exporter_build_info\{", text)
         verdict = requests.get(f"http://127.0.0.1:{port}/diagnosis", timeout=5).json()
         assert verdict["schema_version"] == 2 and verdict["state"] in ("healthy", "degraded", "unknown")

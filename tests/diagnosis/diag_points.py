@@ -111,7 +111,7 @@ def engine(
 
 def process(busiest: float, total: float | None = None, server: str = "sim", demand: float | None = None) -> list[Point]:
     labels = {"server": server}
-    points = [
+    points: list[Point] = [
         _s("llm_process_busiest_thread_cpu_ratio", labels, busiest),
         _s("llm_process_cpu_ratio", labels, busiest if total is None else total),
     ]
@@ -143,6 +143,15 @@ def run(
 
 def steady(points: list[Point], cycles: int = 3) -> list[list[Point]]:
     return [list(points) for _ in range(cycles)]
+
+
+def samples(points: Iterable[Point]) -> list[Sample]:
+    """``points`` as plain samples (what the diagnosis publishes are gauges): a histogram fails the test."""
+    out: list[Sample] = []
+    for p in points:
+        assert isinstance(p, Sample), f"not a plain sample: {p!r}"
+        out.append(p)
+    return out
 
 
 def causes(verdict: Verdict) -> set[str]:

@@ -1,13 +1,13 @@
 from exporter.diagnosis.capacity import CapacityStep, predicted_max_concurrency
 from exporter.diagnosis.window import Window
-from exporter.samples import Sample
+from exporter.samples import Point, Sample
 from exporter.store import Snapshot, SnapshotStore
 
 ENG = {"server": "a", "engine": "vllm", "model": "m", "rank": "0"}
 
 
 def _snap(ts: float, finished: float, prompt: float, generated: float, capacity: float | None = 16384) -> Snapshot:
-    points = [
+    points: list[Point] = [
         Sample("llm_requests_finished_total", {**ENG, "reason": "stop"}, finished),
         Sample("llm_prompt_tokens_total", ENG, prompt),
         Sample("llm_generation_tokens_total", ENG, generated),
@@ -45,6 +45,7 @@ def test_source_publishes_the_schema_metric() -> None:
     assert src.derive(store.snapshot()).points == []
     store.record_success("engine:a", _snap(0, 20, 2000, 2000).points, 0.0)
     (point,) = src.derive(store.snapshot()).points
+    assert isinstance(point, Sample)
     assert point.name == "llm_kv_cache_predicted_max_concurrency"
     assert point.labels == {"server": "a"}
     assert point.value == 16384 / 200

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -40,7 +41,7 @@ def kv_model(capacity_tokens: float, block: float) -> list[Point]:
     ]
 
 
-def tokens(i: int, per_cycle: int, prompt: int, output: int) -> list[Point]:
+def tokens(i: int, per_cycle: int, prompt: float, output: float) -> list[Point]:
     """Token counters and finished requests after ``i`` cycles of ``per_cycle`` requests."""
     done = float(per_cycle * i)
     return [
@@ -50,8 +51,10 @@ def tokens(i: int, per_cycle: int, prompt: int, output: int) -> list[Point]:
     ]
 
 
-def latency(i: int, *, ttft: float | None = None, itl: float | None = None, queue: float | None = None, n: int = 30) -> list:
-    out = []
+def latency(
+    i: int, *, ttft: float | None = None, itl: float | None = None, queue: float | None = None, n: int = 30
+) -> list[Point]:
+    out: list[Point] = []
     for name, value in (
         ("llm_request_ttft_seconds", ttft),
         ("llm_request_inter_token_seconds", itl),
@@ -93,8 +96,8 @@ def lengths(i: int, prompt: float, output: float, n: int = 30) -> list[Point]:
     ]
 
 
-#: a decode leaving the SMs mostly idle: kernels launched one by one
-LAUNCHING = {"util": 0.6, "sm": 0.15, "tensor": 0.05, "dram": 0.1, "pcie": 0.1e9}
+#: a decode leaving the SMs mostly idle: kernels launched one by one (keyword arguments of gpu())
+LAUNCHING: dict[str, Any] = {"util": 0.6, "sm": 0.15, "tensor": 0.05, "dram": 0.1, "pcie": 0.1e9}
 
 
 def slots_reserving(i: int, per_slot: float, used: float) -> list[Point]:
@@ -114,8 +117,8 @@ def slots_reserving(i: int, per_slot: float, used: float) -> list[Point]:
     )
 
 
-CAPPED = {"power": 699.0, "reasons": ["sw_power_cap"]}
-BUSY = {"util": 0.9, "sm": 0.6, "tensor": 0.3, "dram": 0.5}
+CAPPED: dict[str, Any] = {"power": 699.0, "reasons": ["sw_power_cap"]}
+BUSY: dict[str, Any] = {"util": 0.9, "sm": 0.6, "tensor": 0.3, "dram": 0.5}
 
 
 @dataclass(frozen=True)
@@ -140,7 +143,8 @@ def _no_capacity_advice(v: Verdict) -> None:
 
 
 def _capacity_advice(v: Verdict) -> None:
-    assert v.primary is not None and "add replicas" in v.primary.advice, v.primary.advice
+    assert v.primary is not None
+    assert "add replicas" in v.primary.advice, v.primary.advice
 
 
 def _one_slot_flicker(i: int) -> list[Point]:
@@ -463,7 +467,10 @@ ROWS = [
             + latency(i, ttft=3.0, queue=2.5)
         ),
         "kv_fragmentation_or_capacity_misjudged",
-        check=lambda v: _assert("free blocks would hold the next 3 waiting (48 blocks each)" in v.primary.summary, v.primary),
+        check=lambda v: _assert(
+            v.primary is not None and "free blocks would hold the next 3 waiting (48 blocks each)" in v.primary.summary,
+            v.primary,
+        ),
     ),
     Row(
         "KV 35 % full of a small cache that cannot hold the head of the queue: not a misjudgment",
@@ -517,7 +524,7 @@ ROWS = [
             + latency(i, ttft=6.0)
         ),
         "kv_fragmentation_or_capacity_misjudged",
-        check=lambda v: _assert("all 1 slots busy" in v.primary.summary, v.primary),
+        check=lambda v: _assert(v.primary is not None and "all 1 slots busy" in v.primary.summary, v.primary),
     ),
     # ---------------------------------------------------------------- issue 12's open case
     Row(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterable
 
 import pytest
 
@@ -15,7 +16,7 @@ from exporter.diagnosis.parallel import ParallelStep
 from exporter.diagnosis.source import DiagnosisStep
 from exporter.runner import RunnerGroup
 from exporter.samples import SampleResult, SourceError
-from exporter.store import Snapshot, SnapshotStore
+from exporter.store import Outcome, Snapshot, SnapshotStore
 from tests.diagnosis.diag_points import engine, gpu, healthy_gpu
 from tests.support.waiting import wait_until
 
@@ -104,7 +105,7 @@ def test_the_steps_are_published_in_one_write() -> None:
     seen_versions: list[int] = []
     real = store.record_batch
 
-    def batch(outcomes):  # type: ignore[no-untyped-def]
+    def batch(outcomes: Iterable[Outcome]) -> None:
         seen_versions.append(store.version)
         real(outcomes)
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import csv
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import requests
 
 from exporter.gpu.replay import bundled_trace
+from exporter.store import SnapshotStore
 from tests.support.browser import run_chromium
 from tests.support.ports import free_port
 from tests.support.processes import Child, exporter_argv
@@ -36,7 +38,7 @@ def h2d_trace(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def served(tmp_path):
+def served(tmp_path: Path) -> Iterator[str]:
     port = free_port()
     argv = exporter_argv(
         "serve", "--gpu-source", f"replay:{h2d_trace(tmp_path)}", "--listen-address", f"127.0.0.1:{port}", "--gpu-interval", "0.5"
@@ -47,7 +49,7 @@ def served(tmp_path):
         yield base
 
 
-def test_page_dom_shows_the_active_cause(served, tmp_path):
+def test_page_dom_shows_the_active_cause(served: str, tmp_path: Path) -> None:
     result = run_chromium([RENDER, "--dump-dom", served + "/"], tmp_path / "profile")
     dom = result.stdout
     assert result.returncode == 0, result.stderr[-2000:]
@@ -66,7 +68,7 @@ def test_page_dom_shows_the_active_cause(served, tmp_path):
     assert 'data-cause="pcie_transfer_bound"' not in served_html
 
 
-def test_page_leads_with_the_state_primary_and_chain(live_exporter, tmp_path):
+def test_page_leads_with_the_state_primary_and_chain(live_exporter: tuple[str, SnapshotStore], tmp_path: Path) -> None:
     """A degraded service (the live fixture: PCIe copy beside an engine over its TTFT SLO): the page
     shows the state, the primary and the chain before the layer map."""
     base, _ = live_exporter

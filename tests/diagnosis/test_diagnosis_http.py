@@ -6,17 +6,20 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from typing import Any
 
+import pytest
 import requests
 from fastapi import FastAPI
 
 from exporter.commands import diagnose as diagnose_cli
 from exporter.schema import LAYERS
+from exporter.store import SnapshotStore
 from tests.support.asgi import UvicornThread
 from tests.support.ports import free_port
 
 
-def test_diagnosis_json_names_the_cause(live_exporter):
+def test_diagnosis_json_names_the_cause(live_exporter: tuple[str, SnapshotStore]) -> None:
     base, _ = live_exporter
     r = requests.get(base + "/diagnosis", timeout=5)
     assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
@@ -33,7 +36,7 @@ def test_diagnosis_json_names_the_cause(live_exporter):
     assert body["bottlenecks"][0]["cause"] == "pcie_transfer_bound"
 
 
-def test_diagnosis_metrics_reach_the_store(live_exporter):
+def test_diagnosis_metrics_reach_the_store(live_exporter: tuple[str, SnapshotStore]) -> None:
     _, store = live_exporter
     snap = store.snapshot()
     active = {(p.labels["layer"], p.labels["cause"]): p.value for p in snap.samples("llm_bottleneck_active")}
@@ -43,7 +46,7 @@ def test_diagnosis_metrics_reach_the_store(live_exporter):
     assert snap.values("llm_parallel_group_gpus") == [1.0]
 
 
-def test_page_is_self_contained(live_exporter):
+def test_page_is_self_contained(live_exporter: tuple[str, SnapshotStore]) -> None:
     base, _ = live_exporter
     r = requests.get(base + "/", timeout=5)
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
@@ -62,14 +65,14 @@ def _args(url: str, fmt: str) -> argparse.Namespace:
     return parser.parse_args(["--exporter", url, "--format", fmt])
 
 
-def test_diagnose_json(live_exporter, capsys):
+def test_diagnose_json(live_exporter: tuple[str, SnapshotStore], capsys: pytest.CaptureFixture[str]) -> None:
     base, _ = live_exporter
     assert diagnose_cli.run(_args(base, "json")) == 0
     body = json.loads(capsys.readouterr().out)
     assert body["bottlenecks"][0]["cause"] == "pcie_transfer_bound"
 
 
-def test_diagnose_text_report(live_exporter, capsys):
+def test_diagnose_text_report(live_exporter: tuple[str, SnapshotStore], capsys: pytest.CaptureFixture[str]) -> None:
     base, _ = live_exporter
     assert diagnose_cli.run(_args(base + "/", "text")) == 0
     out = capsys.readouterr().out
@@ -81,7 +84,7 @@ def test_diagnose_text_report(live_exporter, capsys):
     assert "PCIe" in out  # the advice
 
 
-def test_diagnose_against_an_exporter_that_measured_nothing_says_what_is_missing(capsys):
+def test_diagnose_against_an_exporter_that_measured_nothing_says_what_is_missing(capsys: pytest.CaptureFixture[str]) -> None:
     from exporter.diagnosis.verdict import unknown_verdict
 
     app = FastAPI()
@@ -92,7 +95,7 @@ def test_diagnose_against_an_exporter_that_measured_nothing_says_what_is_missing
     ]
 
     @app.get("/diagnosis")
-    def nothing() -> dict:
+    def nothing() -> dict[str, Any]:
         return body
 
     with UvicornThread(app) as server:
@@ -104,18 +107,18 @@ def test_diagnose_against_an_exporter_that_measured_nothing_says_what_is_missing
     assert "no layer is a bottleneck" not in out
 
 
-def test_diagnose_unreachable_exporter_is_one_line_and_status_1(capsys):
+def test_diagnose_unreachable_exporter_is_one_line_and_status_1(capsys: pytest.CaptureFixture[str]) -> None:
     url = f"http://127.0.0.1:{free_port()}"
     assert diagnose_cli.run(_args(url, "text")) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "cannot reach the exporter" in err and url in err
 
 
-def test_diagnose_rejects_a_server_that_is_not_an_exporter(capsys):
+def test_diagnose_rejects_a_server_that_is_not_an_exporter(capsys: pytest.CaptureFixture[str]) -> None:
     app = FastAPI()
 
     @app.get("/diagnosis")
-    def nope() -> dict:
+    def nope() -> dict[str, Any]:
         return {"hello": "world"}
 
     with UvicornThread(app) as server:

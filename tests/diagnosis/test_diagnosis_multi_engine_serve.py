@@ -19,7 +19,9 @@ import csv
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -102,8 +104,8 @@ class Ticking:
         self.thread.join(timeout=5)
 
 
-def serve(tmp_path: Path, config: dict, gpus: list[Path], name: str) -> Child:
-    """``serve`` with ``config`` on the replayed ``gpus``, every interval at 0.5 s (not started)."""
+def serve(tmp_path: Path, config: dict[str, Any], gpus: list[Path], name: str) -> tuple[Child, str]:
+    """``serve`` with ``config`` on the replayed ``gpus``, every interval at 0.5 s (not started), and its base URL."""
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     port = free_port()
@@ -112,17 +114,16 @@ def serve(tmp_path: Path, config: dict, gpus: list[Path], name: str) -> Child:
         "--listen-address", f"127.0.0.1:{port}", "--gpu-interval", "0.5", "--diagnosis-interval", "0.5",
         "--process-interval", "0.5",
     )  # fmt: skip
-    child = Child(argv, name)
-    child.base = f"http://127.0.0.1:{port}"  # type: ignore[attr-defined]
-    return child
+    return Child(argv, name), f"http://127.0.0.1:{port}"
 
 
-def engine_verdict(base: str, name: str) -> dict:
-    return requests.get(base + "/diagnosis", params={"engine": name}, timeout=3).json()
+def engine_verdict(base: str, name: str) -> dict[str, Any]:
+    verdict: dict[str, Any] = requests.get(base + "/diagnosis", params={"engine": name}, timeout=3).json()
+    return verdict
 
 
 @pytest.fixture
-def two_engine_serve(tmp_path):
+def two_engine_serve(tmp_path: Path) -> Iterator[tuple[str, Child]]:
     gpu0 = phase_trace(tmp_path, "decode_gemv_bf16")
     gpu1 = phase_trace(tmp_path, "prefill_gemm_bf16", uuid=UUID_B)
     with FakeEngine() as a, FakeEngine() as b, Ticking({a: (0.3, 0.4, 4), b: (0.2, 0.03, 4)}):
@@ -132,8 +133,8 @@ def two_engine_serve(tmp_path):
                 {"url": b.url, "name": "B", "gpus": [UUID_B], "interval": 0.5},
             ]
         }
-        with serve(tmp_path, config, [gpu0, gpu1], "serve-two-engines").start() as proc:
-            base = proc.base  # type: ignore[attr-defined]
+        child, base = serve(tmp_path, config, [gpu0, gpu1], "serve-two-engines")
+        with child.start() as proc:
 
             def a_named() -> bool:
                 p = engine_verdict(base, "A")["primary"]
@@ -152,7 +153,7 @@ def series_at_one(text: str, name: str) -> set[str]:
     }
 
 
-def test_each_engine_gets_its_own_primary(two_engine_serve):
+def test_each_engine_gets_its_own_primary(two_engine_serve: tuple[str, Child]) -> None:
     base, proc = two_engine_serve
     for _ in range(READINGS):  # bounded: one reading per diagnosis cycle
         a = requests.get(base + "/diagnosis", params={"engine": "A"}, timeout=3).json()
@@ -176,13 +177,19 @@ def test_each_engine_gets_its_own_primary(two_engine_serve):
         assert series_at_one(metrics, "llm_service_state") == {'{engine="A",state="degraded"}', '{engine="B",state="healthy"}'}
         assert series_at_one(metrics, "llm_symptom_active") == {'{engine="A",symptom="itl_high"}'}
         seen = node["timestamp"]
-        proc.wait_ready(lambda seen=seen: requests.get(base + "/diagnosis", timeout=3).json()["timestamp"] > seen, 10, "a cycle")
+
+        def a_cycle_later(seen: float = seen) -> bool:
+            return bool(requests.get(base + "/diagnosis", timeout=3).json()["timestamp"] > seen)
+
+        proc.wait_ready(a_cycle_later, 10, "a cycle")
     unknown = requests.get(base + "/diagnosis", params={"engine": "C"}, timeout=3)
     assert unknown.status_code == 404
     assert unknown.json() == {"error": "unknown engine 'C'", "engines": ["A", "B"]}
 
 
-def test_diagnose_names_every_engine_and_shows_one_on_request(two_engine_serve, capsys):
+def test_diagnose_names_every_engine_and_shows_one_on_request(
+    two_engine_serve: tuple[str, Child], capsys: pytest.CaptureFixture[str]
+) -> None:
     """`diagnose` on a two-engine node: a row per engine above the worst one's verdict;
     `--engine B` prints B's; an engine the exporter does not judge is one line, exit 1."""
     from exporter.cli import main
@@ -204,7 +211,7 @@ def test_diagnose_names_every_engine_and_shows_one_on_request(two_engine_serve, 
 
 @pytest.mark.integration
 @pytest.mark.external
-def test_the_page_shows_every_engine_and_opens_one(two_engine_serve, tmp_path):
+def test_the_page_shows_every_engine_and_opens_one(two_engine_serve: tuple[str, Child], tmp_path: Path) -> None:
     """Headless Chromium on / and /?engine=B: the engine bar names both engines with their state;
     the node page shows A's verdict, B's page shows B's, marked as the one shown."""
     from tests.support.browser import run_chromium
@@ -222,7 +229,7 @@ def test_the_page_shows_every_engine_and_opens_one(two_engine_serve, tmp_path):
 
 
 @pytest.fixture
-def busy_thread():
+def busy_thread() -> Iterator[int]:
     """A real process with one thread at a full core, its CUDA_VISIBLE_DEVICES=0: engine A's
     serving process (bounded: it ends by itself after 120 s, and is killed at teardown)."""
     code = "import time\nend = time.monotonic() + 120\nwhile time.monotonic() < end:\n    pass\n"
@@ -234,7 +241,7 @@ def busy_thread():
         proc.wait(timeout=10)
 
 
-def test_a_host_bound_engine_beside_a_busy_one_keeps_its_host_ceiling(tmp_path, busy_thread):
+def test_a_host_bound_engine_beside_a_busy_one_keeps_its_host_ceiling(tmp_path: Path, busy_thread: int) -> None:
     """Engine A: batch-1 decode on GPU 0 (the recorded HF generate, SMs ~2 % busy), its serving
     thread at a full core, TTFT 3 s; its GPU is found from its process (CUDA_VISIBLE_DEVICES).
     Engine B: the power-capped GEMM on GPU 1, users fine. Judged as one node, B's busy GPU hid
@@ -248,8 +255,8 @@ def test_a_host_bound_engine_beside_a_busy_one_keeps_its_host_ceiling(tmp_path, 
                 {"url": b.url, "name": "B", "gpus": [1], "interval": 0.5},
             ]
         }
-        with serve(tmp_path, config, [gpu0, gpu1], "serve-host-bound").start() as proc:
-            base = proc.base  # type: ignore[attr-defined]
+        child, base = serve(tmp_path, config, [gpu0, gpu1], "serve-host-bound")
+        with child.start() as proc:
 
             def a_named() -> bool:
                 p = engine_verdict(base, "A")["primary"]
@@ -264,4 +271,8 @@ def test_a_host_bound_engine_beside_a_busy_one_keeps_its_host_ceiling(tmp_path, 
                     assert "gpu_imbalance" not in v["holding"], v
                 assert vb["state"] == "healthy", vb
                 seen = va["timestamp"]
-                proc.wait_ready(lambda seen=seen: engine_verdict(base, "A")["timestamp"] > seen, 10, "a cycle")
+
+                def a_cycle_later(seen: float = seen) -> bool:
+                    return bool(engine_verdict(base, "A")["timestamp"] > seen)
+
+                proc.wait_ready(a_cycle_later, 10, "a cycle")

@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from exporter.diagnosis.parallel import ParallelStep, group_points
+from exporter.samples import Point
 from exporter.store import Snapshot, SnapshotStore
-from tests.diagnosis.diag_points import gpu
+from tests.diagnosis.diag_points import gpu, samples
 
 
-def values(points, name):
-    return {tuple(sorted(p.labels.items())): p.value for p in points if p.name == name}
+def values(points: Iterable[Point], name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    return {tuple(sorted(p.labels.items())): p.value for p in samples(points) if p.name == name}
 
 
-def four_gpus():
+def four_gpus() -> list[Point]:
     sms = (0.8, 0.2, 0.2, 0.2)
     return [p for i, sm in enumerate(sms) for p in gpu(i, util=0.9, sm=sm, tensor=0.1, dram=0.3, pcie=1e9, nvlink=4e9 * (i + 1))]
 
 
-def test_default_group_is_every_gpu_seen():
+def test_default_group_is_every_gpu_seen() -> None:
     pts = group_points(Snapshot(0, four_gpus(), {}), None)
     assert values(pts, "llm_parallel_group_gpus") == {(("group", "all"),): 4.0}
     assert values(pts, "llm_parallel_sm_active_skew_ratio") == {(("group", "all"),): 0.8 / 0.35}
@@ -26,7 +29,7 @@ def test_default_group_is_every_gpu_seen():
     }
 
 
-def test_configured_groups_and_absent_links():
+def test_configured_groups_and_absent_links() -> None:
     pts = [p for p in four_gpus() if "nvlink" not in p.name]
     out = group_points(Snapshot(0, pts, {}), {"tp0": [0, 1], "tp1": [2, 3], "ghost": [7]})
     skew = values(out, "llm_parallel_sm_active_skew_ratio")
@@ -38,16 +41,16 @@ def test_configured_groups_and_absent_links():
     assert links == {"pcie"}
 
 
-def test_idle_group_is_balanced_not_infinite():
+def test_idle_group_is_balanced_not_infinite() -> None:
     idle = [p for i in range(2) for p in gpu(i, util=0.0, sm=0.0, tensor=0.0, dram=0.0)]
     assert values(group_points(Snapshot(0, idle, {}), None), "llm_parallel_sm_active_skew_ratio") == {(("group", "all"),): 1.0}
 
 
-def test_no_gpus_no_groups():
+def test_no_gpus_no_groups() -> None:
     assert group_points(Snapshot(0, [], {}), None) == []
 
 
-def test_source_reads_the_store():
+def test_source_reads_the_store() -> None:
     store = SnapshotStore()
     store.register("gpu", 1.0)
     store.record_success("gpu", four_gpus(), 0.01)

@@ -3,10 +3,14 @@ and stays quiet on the near miss that distinguishes it from a neighbour."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from exporter.diagnosis import signals as s
+from exporter.diagnosis.engine import Verdict
 from exporter.diagnosis.rules import CAUSES, RULES
 from exporter.diagnosis.thresholds import Thresholds
-from exporter.samples import Sample
+from exporter.samples import Point, Sample
 from exporter.schema import LAYERS
 from tests.diagnosis.diag_points import (
     ENG,
@@ -22,14 +26,15 @@ from tests.diagnosis.diag_points import (
     steady,
 )
 
-GEMM = {"util": 0.95, "sm": 0.93, "tensor": 0.9, "dram": 0.17, "mem_used": 20 * GIB, "power": 650}
+#: keyword arguments of gpu(): a GPU busy with large matrix multiplies
+GEMM: dict[str, Any] = {"util": 0.95, "sm": 0.93, "tensor": 0.9, "dram": 0.17, "mem_used": 20 * GIB, "power": 650}
 
 
-def last(cycles, **kw):
+def last(cycles: list[list[Point]], **kw: Any) -> Verdict:
     return run(cycles, **kw)[-1]
 
 
-def test_contract_cause_ids_per_layer():
+def test_contract_cause_ids_per_layer() -> None:
     assert CAUSES == {
         "hardware": (
             "compute_bound",
@@ -64,12 +69,12 @@ def test_contract_cause_ids_per_layer():
     assert all(r.advice and r.evidence for r in RULES)
 
 
-def test_healthy_service_has_no_cause_and_every_layer_judged_ok():
+def test_healthy_service_has_no_cause_and_every_layer_judged_ok() -> None:
     pts = healthy_gpu(0) + healthy_gpu(1) + engine(finished={"stop": 0}, drafted=0, accepted=0) + process(0.4)
-    cycles = []
+    cycles: list[list[Point]] = []
     for i in range(4):
         e = engine(finished={"stop": 10.0 * i}, drafted=100.0 * i, accepted=70.0 * i)
-        hist = [
+        hist: list[Point] = [
             histogram("llm_request_ttft_seconds", [0.2] * (10 * i)),
             histogram("llm_request_inter_token_seconds", [0.03] * (50 * i)),
         ]
@@ -83,7 +88,7 @@ def test_healthy_service_has_no_cause_and_every_layer_judged_ok():
 # ---------------------------------------------------------------- hardware
 
 
-def test_compute_bound_on_saturated_tensor_pipes():
+def test_compute_bound_on_saturated_tensor_pipes() -> None:
     v = last(steady(gpu(**GEMM)))
     assert "compute_bound" in causes(v)
     # GPU data alone: nobody can say whether users suffer, so it is a candidate, not a bottleneck
@@ -97,26 +102,26 @@ def test_compute_bound_on_saturated_tensor_pipes():
     assert v.layers["hardware"].status == "bottleneck"
 
 
-def test_memory_bandwidth_bound_on_busy_dram_not_compute_bound():
+def test_memory_bandwidth_bound_on_busy_dram_not_compute_bound() -> None:
     v = last(steady(gpu(util=0.83, sm=0.63, tensor=0.11, dram=0.72, mem_used=2 * GIB)))
     assert causes(v) == {"memory_bandwidth_bound"}
     ev = v.bottlenecks[0].evidence
     assert ev['llm_gpu_dram_active_ratio{gpu="0"}'] == 0.72
 
 
-def test_pcie_transfer_bound_when_util_high_sms_idle_and_bus_busy():
+def test_pcie_transfer_bound_when_util_high_sms_idle_and_bus_busy() -> None:
     v = last(steady(gpu(util=0.99, sm=0.0, tensor=0.0, dram=0.01, pcie=58e9)))
     assert causes(v) == {"pcie_transfer_bound"}
     assert v.layers["operator"].status == "ok"
 
 
-def test_small_pcie_traffic_is_not_a_transfer_bottleneck_but_launch_bound():
+def test_small_pcie_traffic_is_not_a_transfer_bottleneck_but_launch_bound() -> None:
     v = last(steady(gpu(util=0.27, sm=0.001, tensor=0.0, dram=0.0, pcie=0.25e9)))
     assert causes(v) == {"launch_bound_small_kernels"}
     assert v.layers["hardware"].status == "ok"
 
 
-def test_power_throttling_needs_a_lowered_clock_and_a_power_or_thermal_reason():
+def test_power_throttling_needs_a_lowered_clock_and_a_power_or_thermal_reason() -> None:
     throttled = last(steady(gpu(**GEMM, clock=1500e6, reasons=["sw_power_cap"])))
     assert "power_or_thermal_throttling" in causes(throttled)
     c = next(c for c in throttled.bottlenecks if c.cause == "power_or_thermal_throttling")
@@ -132,7 +137,7 @@ def test_power_throttling_needs_a_lowered_clock_and_a_power_or_thermal_reason():
     assert causes(idle) == set()
 
 
-def test_memory_capacity_exhausted_above_ratio_only():
+def test_memory_capacity_exhausted_above_ratio_only() -> None:
     full = last(steady(gpu(**{**GEMM, "mem_used": 139.5 * GIB})))
     assert "memory_capacity_exhausted" in causes(full)
     vllm_default = last(steady(gpu(**{**GEMM, "mem_used": 0.9 * 141 * GIB})))
@@ -142,14 +147,14 @@ def test_memory_capacity_exhausted_above_ratio_only():
 # ---------------------------------------------------------------- operator
 
 
-def test_launch_bound_gives_way_to_serial_host_ceiling_when_a_thread_is_saturated():
+def test_launch_bound_gives_way_to_serial_host_ceiling_when_a_thread_is_saturated() -> None:
     sig = gpu(util=0.27, sm=0.001, tensor=0.0, dram=0.0, pcie=0.25e9)
     v = last(steady(sig + process(1.0)))
     assert "launch_bound_small_kernels" not in causes(v)
     assert "serial_host_ceiling" in causes(v)
 
 
-def test_tensor_cores_unused_when_sms_busy_without_tensor_or_dram():
+def test_tensor_cores_unused_when_sms_busy_without_tensor_or_dram() -> None:
     v = last(steady(gpu(util=0.9, sm=0.8, tensor=0.0, dram=0.3)))
     assert causes(v) == {"tensor_cores_unused"}
     copy = last(steady(gpu(util=0.98, sm=0.97, tensor=0.0, dram=0.87)))
@@ -159,7 +164,7 @@ def test_tensor_cores_unused_when_sms_busy_without_tensor_or_dram():
 # ---------------------------------------------------------------- memory
 
 
-def test_kv_cache_pressure_needs_full_cache_and_rising_preemptions():
+def test_kv_cache_pressure_needs_full_cache_and_rising_preemptions() -> None:
     rising = run([healthy_gpu() + engine(kv=0.97, preemptions=p, waiting=3) for p in (0, 3, 6)])
     assert "kv_cache_pressure" not in causes(rising[0])  # one snapshot: no rate yet
     assert "kv_cache_pressure" in causes(rising[-1])
@@ -173,7 +178,7 @@ def test_kv_cache_pressure_needs_full_cache_and_rising_preemptions():
     assert "kv_cache_pressure" in causes(sampled)
 
 
-def test_kv_fragmentation_when_requests_wait_with_most_of_the_cache_free():
+def test_kv_fragmentation_when_requests_wait_with_most_of_the_cache_free() -> None:
     v = last(steady(healthy_gpu() + engine(waiting=6, running=2, kv=0.2)))
     assert "kv_fragmentation_or_capacity_misjudged" in causes(v)
     assert last(steady(healthy_gpu() + engine(waiting=0, running=2, kv=0.2))).bottlenecks == []
@@ -183,11 +188,11 @@ def test_kv_fragmentation_when_requests_wait_with_most_of_the_cache_free():
     assert "kv_fragmentation_or_capacity_misjudged" not in causes(last(steady(idle + engine(waiting=6, running=2, kv=0.2))))
 
 
-def test_kv_fragmentation_needs_sustained_queueing_where_queue_time_is_known():
+def test_kv_fragmentation_needs_sustained_queueing_where_queue_time_is_known() -> None:
     """With a queue-time histogram, one waiting request on a healthy server is not enough."""
     busy = gpu(util=0.85, sm=0.68, tensor=0.3, dram=0.55)
 
-    def cycles(queue_wait: float) -> list:
+    def cycles(queue_wait: float) -> list[list[Point]]:
         return [
             busy + engine(waiting=w, running=14, kv=0.2) + [histogram("llm_scheduler_queue_seconds", [queue_wait] * n)]
             for w, n in ((0, 0), (1, 20), (0, 40))
@@ -197,14 +202,14 @@ def test_kv_fragmentation_needs_sustained_queueing_where_queue_time_is_known():
     assert "kv_fragmentation_or_capacity_misjudged" not in causes(last(cycles(queue_wait=0.01)))
 
 
-def test_waits_the_queue_time_histogram_proves_are_judged_over_the_span_they_waited():
+def test_waits_the_queue_time_histogram_proves_are_judged_over_the_span_they_waited() -> None:
     """The gauges read 0 running, 0 waiting in every look of the recent seconds (scrapes that
     land between bursts, or only succeed when the server is momentarily idle) while the
     queue-time histogram shows the admitted requests waited ~4 s: the queue, its capacity
     reason and the one running request are read over that span instead."""
     busy = gpu(util=0.85, sm=0.68, tensor=0.3, dram=0.55)
 
-    def cycles(queue_wait: float) -> list:
+    def cycles(queue_wait: float) -> list[list[Point]]:
         out = []
         for i in range(12):
             queued = i < 5  # 9 waiting for the one slot, then the gauges read 0 / 0
@@ -231,7 +236,7 @@ def _capacity(waiting: float) -> Sample:
 # ---------------------------------------------------------------- scheduler
 
 
-def test_serial_host_ceiling_busy_thread_idle_sms_work_queued():
+def test_serial_host_ceiling_busy_thread_idle_sms_work_queued() -> None:
     v = last(steady(gpu(util=0.08, sm=0.02, tensor=0.001, dram=0.02) + process(0.997) + engine(waiting=5, running=1, kv=0.1)))
     assert "serial_host_ceiling" in causes(v)
     assert v.layers["scheduler"].status == "bottleneck"
@@ -245,7 +250,7 @@ def test_serial_host_ceiling_busy_thread_idle_sms_work_queued():
     )
 
 
-def test_a_starved_serial_thread_is_a_host_ceiling_too():
+def test_a_starved_serial_thread_is_a_host_ceiling_too() -> None:
     """On a contended node the scheduler thread gets 30 % of a core but wants all of it."""
     idle_gpu = gpu(util=0.05, sm=0.04, tensor=0.01, dram=0.03)
     starved = last(steady(idle_gpu + process(0.3, demand=1.0) + engine(waiting=40, running=64, kv=0.3)))
@@ -255,7 +260,7 @@ def test_a_starved_serial_thread_is_a_host_ceiling_too():
     assert "serial_host_ceiling" not in causes(relaxed)
 
 
-def test_queue_backlog_above_threshold_only():
+def test_queue_backlog_above_threshold_only() -> None:
     assert "queue_backlog" in causes(last(steady(gpu(**GEMM) + engine(waiting=20, running=64, kv=0.7))))
     # a few requests waiting now and then (the queue drains between looks) is no backlog
     flicker = [gpu(**GEMM) + engine(waiting=w, running=64, kv=0.7) for w in (3, 0, 3)]
@@ -267,7 +272,7 @@ def test_queue_backlog_above_threshold_only():
 # ---------------------------------------------------------------- parallel
 
 
-def test_gpu_imbalance_in_the_default_group_of_all_gpus():
+def test_gpu_imbalance_in_the_default_group_of_all_gpus() -> None:
     pts = [p for i, sm in enumerate((0.8, 0.2, 0.2, 0.2)) for p in gpu(i, util=0.9, sm=sm, tensor=sm / 2, dram=0.3)]
     v = last(steady(pts))
     assert causes(v) == {"gpu_imbalance"}
@@ -279,7 +284,7 @@ def test_gpu_imbalance_in_the_default_group_of_all_gpus():
     assert last(steady(idle)).bottlenecks == []
 
 
-def test_gpu_imbalance_names_the_configured_group():
+def test_gpu_imbalance_names_the_configured_group() -> None:
     pts = [p for i, sm in enumerate((0.8, 0.1, 0.5, 0.5)) for p in gpu(i, util=0.9, sm=sm, tensor=0.2, dram=0.3)]
     v = last(steady(pts), groups={"tp0": [0, 1], "tp1": [2, 3]})
     assert causes(v) == {"gpu_imbalance"}
@@ -289,7 +294,7 @@ def test_gpu_imbalance_names_the_configured_group():
 # ---------------------------------------------------------------- speculative decoding
 
 
-def test_low_acceptance_over_the_window():
+def test_low_acceptance_over_the_window() -> None:
     low = run([healthy_gpu() + engine(drafted=d, accepted=d * 0.2) for d in (0, 500, 1000)])
     assert "low_acceptance" in causes(low[-1])
     good = run([healthy_gpu() + engine(drafted=d, accepted=d * 0.8) for d in (0, 500, 1000)])
@@ -301,7 +306,7 @@ def test_low_acceptance_over_the_window():
 # ---------------------------------------------------------------- application
 
 
-def _ttft_cycles(sm: float, slow: float, waiting: float = 0) -> list:
+def _ttft_cycles(sm: float, slow: float, waiting: float = 0) -> list[list[Point]]:
     return [
         gpu(util=0.2, sm=sm, tensor=0.05, dram=0.1)
         + engine(waiting=waiting, running=2, kv=0.2)
@@ -310,7 +315,7 @@ def _ttft_cycles(sm: float, slow: float, waiting: float = 0) -> list:
     ]
 
 
-def test_batching_window_when_ttft_high_while_gpu_idles():
+def test_batching_window_when_ttft_high_while_gpu_idles() -> None:
     v = last(_ttft_cycles(sm=0.1, slow=1.0, waiting=3))
     assert causes(v) == {"batching_window_too_large", "queue_backlog"}
     # requests wait behind the window: the window, not the queue, is the primary
@@ -330,7 +335,9 @@ def test_batching_window_when_ttft_high_while_gpu_idles():
     assert "batching_window_too_large" not in causes(last(was_busy))
 
 
-def _after_a_fast_hour(name: str, slow: float, gpu_points, waiting=(0,) * 12, kv: float = 0.2) -> list:
+def _after_a_fast_hour(
+    name: str, slow: float, gpu_points: list[Point], waiting: Sequence[float] = (0,) * 12, kv: float = 0.2
+) -> list[list[Point]]:
     """12 cycles: 1000 fast requests long ago (cycle 1), then 6 slow ones per cycle from cycle 7."""
     out = []
     for i in range(12):
@@ -339,7 +346,7 @@ def _after_a_fast_hour(name: str, slow: float, gpu_points, waiting=(0,) * 12, kv
     return out
 
 
-def test_batching_window_judged_on_the_recent_requests_not_the_diluted_window():
+def test_batching_window_judged_on_the_recent_requests_not_the_diluted_window() -> None:
     idle = gpu(util=0.2, sm=0.1, tensor=0.05, dram=0.1)
     v = last(_after_a_fast_hour("llm_request_ttft_seconds", 1.0, idle, waiting=(2,) * 12))
     named = next(c for c in v.bottlenecks if c.cause == "batching_window_too_large")
@@ -347,14 +354,14 @@ def test_batching_window_judged_on_the_recent_requests_not_the_diluted_window():
     assert named.evidence["p95_over_recent(llm_request_ttft_seconds)"] >= 0.5
 
 
-def test_batching_window_not_on_the_tail_of_a_drained_backlog():
+def test_batching_window_not_on_the_tail_of_a_drained_backlog() -> None:
     """Slow first tokens that waited behind a queue that has just drained are no batching window."""
     idle = gpu(util=0.2, sm=0.1, tensor=0.05, dram=0.1)
     drained = (0, 0, 0, 0, 0, 0, 30, 30, 0, 0, 0, 0)
     assert "batching_window_too_large" not in causes(last(_after_a_fast_hour("llm_request_ttft_seconds", 1.0, idle, drained)))
 
 
-def test_kv_fragmentation_judged_on_the_recent_queue_times():
+def test_kv_fragmentation_judged_on_the_recent_queue_times() -> None:
     busy = gpu(util=0.85, sm=0.68, tensor=0.3, dram=0.55)
     v = last(_after_a_fast_hour("llm_scheduler_queue_seconds", 0.8, busy, waiting=(0,) * 7 + (10,) * 5))
     assert "kv_fragmentation_or_capacity_misjudged" in causes(v)
@@ -362,7 +369,7 @@ def test_kv_fragmentation_judged_on_the_recent_queue_times():
     assert "kv_fragmentation_or_capacity_misjudged" not in causes(quiet)
 
 
-def test_retries_and_timeouts_share_of_failed_requests():
+def test_retries_and_timeouts_share_of_failed_requests() -> None:
     failing = run([healthy_gpu() + engine(finished={"stop": 4.0 * i, "abort": 1.0 * i}) for i in range(3)])
     c = next(c for c in failing[-1].bottlenecks if c.cause == "retries_and_timeouts")
     assert c.evidence["failed_or_rejected_share"] == 0.2
@@ -372,7 +379,7 @@ def test_retries_and_timeouts_share_of_failed_requests():
     assert "retries_and_timeouts" not in causes(fine[-1])
 
 
-def test_slo_breach_against_configured_slos():
+def test_slo_breach_against_configured_slos() -> None:
     cycles = [
         healthy_gpu()
         + engine()

@@ -9,19 +9,25 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import psutil
 import pytest
 
-from exporter.diagnosis.engine import DiagnosisEngine
-from exporter.diagnosis.fanout import STALE_CYCLES, NodeDiagnosis
+from exporter.diagnosis.engine import DiagnosisEngine, Verdict
+from exporter.diagnosis.fanout import STALE_CYCLES, NodeDiagnosis, NodeVerdict
 from exporter.diagnosis.scope import EngineSpec, ProcessGpus, parse_visible_devices, resolve, scoped
 from exporter.samples import Point, Sample
 from exporter.schema import SPECS
 from exporter.store import Snapshot, SourceState
-from tests.diagnosis.diag_points import GIB, engine, gpu, histogram, process
+from tests.diagnosis.diag_points import GIB, engine, gpu, histogram, process, samples
 from tests.fakes.pynvml_fake import FakeGpu, FakeNvml
+
+if TYPE_CHECKING:
+    from exporter.config import Config
 
 
 def as_server(points: list[Point], server: str) -> list[Point]:
@@ -70,7 +76,9 @@ def host_bound_a_busy_b(i: int) -> list[Point]:
 TWO = [EngineSpec("A", ("0",)), EngineSpec("B", ("1",))]
 
 
-def judge(scene, cycles: int = 6, specs=TWO, **kw):
+def judge(
+    scene: Callable[[int], list[Point]], cycles: int = 6, specs: Sequence[EngineSpec] = TWO, **kw: Any
+) -> tuple[Verdict, NodeVerdict]:
     """(the whole node judged as one service, the per-engine NodeVerdict) after ``cycles``."""
     whole = DiagnosisEngine()
     node = NodeDiagnosis(engines=specs, **kw)
@@ -84,7 +92,7 @@ def judge(scene, cycles: int = 6, specs=TWO, **kw):
 # --------------------------------------------------------------------------- the issue's scenes
 
 
-def test_a_throttled_gpu_of_engine_b_is_never_engine_a_primary():
+def test_a_throttled_gpu_of_engine_b_is_never_engine_a_primary() -> None:
     old, new = judge(overloaded_a_throttled_b)
     # judged as one service, the hot GPU 1 is a cause of A's queue (with the old ranking, the
     # primary: issue 20); which cause wins there is the ranking's business, that it is a
@@ -101,7 +109,7 @@ def test_a_throttled_gpu_of_engine_b_is_never_engine_a_primary():
     assert [(c.cause, c.role) for c in b.bottlenecks] == [("power_or_thermal_throttling", "warning")]
 
 
-def test_a_host_bound_engine_beside_a_busy_one_keeps_its_serial_host_ceiling():
+def test_a_host_bound_engine_beside_a_busy_one_keeps_its_serial_host_ceiling() -> None:
     old, new = judge(host_bound_a_busy_b)
     # as one service: the busy GPU 1 hides A's idle SMs and the two pods read as one TP group
     assert old.primary is not None and old.primary.cause != "serial_host_ceiling"
@@ -124,7 +132,7 @@ def _snap(points: list[Point], sources: dict[str, SourceState] | None = None) ->
 TWO_GPUS = [*gpu(0, util=0.5), *gpu(1, util=0.5)]
 
 
-def test_configured_gpus_by_index_or_uuid_come_first():
+def test_configured_gpus_by_index_or_uuid_come_first() -> None:
     pod = Sample("llm_gpu_pod_info", {"gpu": "0", "uuid": "GPU-0", "namespace": "ns", "pod": "a", "container": "c"}, 1.0)
     scopes = resolve([EngineSpec("ns/a", ("GPU-1",)), EngineSpec("b", ("0", "7"))], _snap([*TWO_GPUS, pod]))
     assert (scopes["ns/a"].gpus, scopes["ns/a"].origin, scopes["ns/a"].notice) == (("1",), "config", None)
@@ -132,7 +140,7 @@ def test_configured_gpus_by_index_or_uuid_come_first():
     assert scopes["b"].notice == "engine b: configured GPU(s) 7 not reported by the GPU source"
 
 
-def test_kubernetes_attribution_gives_a_pods_gpus():
+def test_kubernetes_attribution_gives_a_pods_gpus() -> None:
     info = [
         Sample("llm_gpu_pod_info", {"gpu": "1", "uuid": "GPU-1", "namespace": "ml", "pod": "llama", "container": "c"}, 1.0),
         Sample("llm_gpu_pod_info", {"gpu": "0", "uuid": "GPU-0", "namespace": "ml", "pod": "other", "container": "c"}, 1.0),
@@ -145,7 +153,7 @@ def test_kubernetes_attribution_gives_a_pods_gpus():
 
 
 @pytest.fixture
-def engine_process():
+def engine_process() -> Iterator[tuple[int, int]]:
     """A real process tree: a Python root (CUDA_VISIBLE_DEVICES=GPU-1) with one child; (root, child) PIDs."""
     code = "import subprocess, time; c = subprocess.Popen(['sleep', '30']); print(c.pid, flush=True); time.sleep(30)"
     env = {"CUDA_VISIBLE_DEVICES": "GPU-1", "PATH": "/usr/bin:/bin"}
@@ -160,7 +168,7 @@ def engine_process():
         subprocess.run(["kill", str(child)], check=False, capture_output=True)
 
 
-def test_nvml_process_list_names_the_gpus_of_the_engines_process_tree(engine_process):
+def test_nvml_process_list_names_the_gpus_of_the_engines_process_tree(engine_process: tuple[int, int]) -> None:
     root, child = engine_process
     nvml = FakeNvml([FakeGpu(uuid="GPU-0", processes=[(999999, 1 << 30)]), FakeGpu(uuid="GPU-1", processes=[(child, 1 << 30)])])
     finder = ProcessGpus(nvml=nvml)
@@ -169,7 +177,7 @@ def test_nvml_process_list_names_the_gpus_of_the_engines_process_tree(engine_pro
     assert (scope.gpus, scope.origin, scope.notice) == (("1",), "process", None)
 
 
-def test_cuda_visible_devices_of_the_process_when_nvml_is_absent(engine_process):
+def test_cuda_visible_devices_of_the_process_when_nvml_is_absent(engine_process: tuple[int, int]) -> None:
     root, _ = engine_process
     finder = ProcessGpus(use_nvml=False)
     by_substring = resolve([EngineSpec("e", process="scope-test-marker-7c1")], _snap(TWO_GPUS), finder)["e"]
@@ -182,12 +190,12 @@ def test_cuda_visible_devices_of_the_process_when_nvml_is_absent(engine_process)
     ("value", "gpus"),
     [("0,1", ("0", "1")), ("1", ("1",)), ("GPU-1", ("1",)), ("GPU-", ()), ("", ()), ("-1", ()), ("1,-1,0", ("1",))],
 )
-def test_cuda_visible_devices_reads_like_cuda(value, gpus):
+def test_cuda_visible_devices_reads_like_cuda(value: str, gpus: tuple[str, ...]) -> None:
     """Indexes or unique UUID prefixes; CUDA stops at the first invalid entry ("-1" hides every GPU)."""
     assert parse_visible_devices(value, {"GPU-0": "0", "GPU-1": "1"}) == gpus
 
 
-def test_without_any_source_an_engine_gets_every_gpu_with_a_notice():
+def test_without_any_source_an_engine_gets_every_gpu_with_a_notice() -> None:
     scopes = resolve([EngineSpec("e", pid=2**22 + 12345)], _snap(TWO_GPUS), ProcessGpus(use_nvml=False))
     assert (scopes["e"].gpus, scopes["e"].origin) == (("0", "1"), "node")
     assert scopes["e"].notice is not None and "every GPU of the node (0, 1)" in scopes["e"].notice
@@ -195,7 +203,7 @@ def test_without_any_source_an_engine_gets_every_gpu_with_a_notice():
     assert (one.gpus, one.origin, one.notice) == (("0",), "node", None)  # one GPU: nothing guessed
 
 
-def test_a_scoped_snapshot_holds_the_engine_its_gpus_and_no_other_engines_sources():
+def test_a_scoped_snapshot_holds_the_engine_its_gpus_and_no_other_engines_sources() -> None:
     up, down = SourceState("x", 1.0), SourceState("y", 1.0)
     sources = {"gpu": up, "engine:A": up, "engine:B": down, "process:B": down, "kubernetes:discovery": up}
     points = [
@@ -214,7 +222,7 @@ def test_a_scoped_snapshot_holds_the_engine_its_gpus_and_no_other_engines_source
 # --------------------------------------------------------------------------- fan-out, JSON, metrics
 
 
-def test_a_gpu_no_engine_uses_is_judged_for_hardware_warnings_only():
+def test_a_gpu_no_engine_uses_is_judged_for_hardware_warnings_only() -> None:
     def scene(i: int) -> list[Point]:
         hot = gpu(2, util=0.9, sm=0.9, tensor=0.9, dram=0.3, power=700, clock=1300e6, reasons=("hw_thermal_slowdown",))
         return [*overloaded_a_throttled_b(i), *hot]
@@ -227,12 +235,12 @@ def test_a_gpu_no_engine_uses_is_judged_for_hardware_warnings_only():
         assert all("GPU 2" not in c.summary for c in v.bottlenecks)
 
 
-def test_every_engine_gets_labelled_series_and_the_node_body_takes_the_worst():
+def test_every_engine_gets_labelled_series_and_the_node_body_takes_the_worst() -> None:
     clock = [5000.0]
     node = NodeDiagnosis(engines=TWO, interval=1.0, clock=lambda: clock[0])
     for i in range(6):
         node.observe(Snapshot(1000.0 + i, overloaded_a_throttled_b(i), {}))
-    pts = node.latest.points()
+    pts = samples(node.latest.points())
     for p in pts:
         assert "engine" in p.labels and set(p.labels) == set(SPECS[p.name].labels), p
     state = {(p.labels["engine"], p.labels["state"]): p.value for p in pts if p.name == "llm_service_state"}
@@ -256,7 +264,7 @@ def test_every_engine_gets_labelled_series_and_the_node_body_takes_the_worst():
     assert all(v["state"] == "unknown" for v in stale["engines"].values())
 
 
-def test_one_engine_keeps_the_old_body_and_a_node_without_engines_labels_engine_empty():
+def test_one_engine_keeps_the_old_body_and_a_node_without_engines_labels_engine_empty() -> None:
     node = NodeDiagnosis(engines=[EngineSpec("sim")])
     for i in range(3):
         node.observe(Snapshot(1000.0 + i, [*gpu(0, util=0.5, sm=0.4, tensor=0.1, dram=0.3), *engine()], {}))
@@ -265,10 +273,11 @@ def test_one_engine_keeps_the_old_body_and_a_node_without_engines_labels_engine_
     gpu_only = NodeDiagnosis()
     gpu_only.observe(Snapshot(1000.0, gpu(0, util=0.5), {}))
     assert {p.labels["engine"] for p in gpu_only.latest.points()} == {""}
-    assert gpu_only.body() is not None and gpu_only.body()["state"] == "unknown"  # type: ignore[index]
+    gpu_body = gpu_only.body()
+    assert gpu_body is not None and gpu_body["state"] == "unknown"
 
 
-def test_a_discovered_engine_is_judged_and_forgotten_when_its_source_goes():
+def test_a_discovered_engine_is_judged_and_forgotten_when_its_source_goes() -> None:
     up = SourceState("x", 1.0)
     node = NodeDiagnosis()
     node.observe(Snapshot(1000.0, [*gpu(0, util=0.5), *as_server(engine(), "ns/p")], {"engine:ns/p": up}))
@@ -280,7 +289,7 @@ def test_a_discovered_engine_is_judged_and_forgotten_when_its_source_goes():
 # --------------------------------------------------------------------------- configuration
 
 
-def _load(argv: list[str], environ: dict[str, str] | None = None):
+def _load(argv: list[str], environ: dict[str, str] | None = None) -> Config:
     import argparse
 
     from exporter.config import add_serve_arguments, load_config
@@ -290,7 +299,7 @@ def _load(argv: list[str], environ: dict[str, str] | None = None):
     return load_config(parser.parse_args(argv), environ or {})
 
 
-def test_engine_gpus_by_flag_environment_and_file(tmp_path):
+def test_engine_gpus_by_flag_environment_and_file(tmp_path: Path) -> None:
     cfg = _load(["--engine", "http://127.0.0.1:1", "--engine-gpus", "1, GPU-ab12"])
     assert cfg.engines[0].gpus == ("1", "GPU-ab12")
     cfg = _load(["--engine", "http://127.0.0.1:1"], {"LLM_EXPORTER_ENGINE_GPUS": "0,0,3"})
@@ -317,7 +326,7 @@ def test_engine_gpus_by_flag_environment_and_file(tmp_path):
         ),
     ],
 )
-def test_a_bad_engine_gpus_setting_is_one_named_line(argv, message):
+def test_a_bad_engine_gpus_setting_is_one_named_line(argv: list[str], message: str) -> None:
     from exporter.errors import UsageError
 
     with pytest.raises(UsageError) as err:
@@ -325,7 +334,7 @@ def test_a_bad_engine_gpus_setting_is_one_named_line(argv, message):
     assert str(err.value) == message
 
 
-def test_a_bad_gpus_entry_in_the_file_names_the_engine(tmp_path):
+def test_a_bad_gpus_entry_in_the_file_names_the_engine(tmp_path: Path) -> None:
     from exporter.errors import UsageError
 
     path = tmp_path / "c.yaml"
@@ -335,7 +344,7 @@ def test_a_bad_gpus_entry_in_the_file_names_the_engine(tmp_path):
     assert str(err.value) == f"{path}: engines[0]: gpus: expected a non-empty list of GPU indexes or UUIDs"
 
 
-def test_a_process_s_gpus_are_looked_up_again_only_after_the_refresh():
+def test_a_process_s_gpus_are_looked_up_again_only_after_the_refresh() -> None:
     looks: list[str] = []
     now = [0.0]
 
@@ -351,7 +360,7 @@ def test_a_process_s_gpus_are_looked_up_again_only_after_the_refresh():
     assert looks == ["e", "e"]  # at 0 s and at 30 s
 
 
-def test_discovered_pods_are_judged_on_the_gpus_kubernetes_attributes():
+def test_discovered_pods_are_judged_on_the_gpus_kubernetes_attributes() -> None:
     up = SourceState("x", 1.0)
     info = [
         Sample("llm_gpu_pod_info", {"gpu": g, "uuid": f"GPU-{g}", "namespace": "ml", "pod": p, "container": "c"}, 1.0)

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from exporter.diagnosis.thresholds import Thresholds
 
 
-def test_empty_or_missing_section_gives_defaults():
+def test_empty_or_missing_section_gives_defaults() -> None:
     assert Thresholds.from_mapping({}) == Thresholds() == Thresholds.from_mapping(None)
     assert Thresholds().slo_ttft_p95_seconds == 2.0 and Thresholds().slo_itl_p95_seconds == 0.2
 
 
-def test_overrides_accept_yaml_text_and_dashes():
+def test_overrides_accept_yaml_text_and_dashes() -> None:
     t = Thresholds.from_mapping({"slo-ttft-p95-seconds": "1.5", "persistence_cycles": 3, "window_seconds": "30s"})
     assert (t.slo_ttft_p95_seconds, t.persistence_cycles, t.window_seconds) == (1.5, 3, 30.0)
     assert isinstance(t.persistence_cycles, int)
@@ -37,13 +39,13 @@ def test_overrides_accept_yaml_text_and_dashes():
         ({"throttle_min_share": 1.2}, "diagnosis.throttle_min_share: expected a ratio between 0 and 1"),
     ],
 )
-def test_bad_values_name_the_key(raw, message):
+def test_bad_values_name_the_key(raw: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError) as err:
         Thresholds.from_mapping(raw)
     assert str(err.value).startswith(message)
     assert "\n" not in str(err.value)
 
 
-def test_not_a_mapping():
+def test_not_a_mapping() -> None:
     with pytest.raises(ValueError, match="^diagnosis: expected a mapping"):
         Thresholds.from_mapping(["slo_ttft_p95_seconds"])  # type: ignore[arg-type]

@@ -66,23 +66,23 @@ def share(verdicts: list[Verdict], layer: str, cause: str) -> float:
         ("decode_gemv_bf16", "hardware", "memory_bandwidth_bound"),
     ],
 )
-def test_kernel_phase_is_named(kernels, phase, layer, cause):
+def test_kernel_phase_is_named(kernels: dict[str, list[Verdict]], phase: str, layer: str, cause: str) -> None:
     assert share(kernels[phase], layer, cause) == 1.0
     assert all(v.layers[layer].status in ("warning", "bottleneck") for v in kernels[phase][SETTLE_ROWS:])
 
 
-def test_pcie_copy_is_not_mistaken_for_busy_compute(kernels):
+def test_pcie_copy_is_not_mistaken_for_busy_compute(kernels: dict[str, list[Verdict]]) -> None:
     """NVML says 99 % busy; the SMs are idle: neither compute- nor launch-bound."""
     for v in kernels["h2d_copy_pcie"][CLEAR_ROWS:]:
         assert {c.cause for c in v.bottlenecks} == {"pcie_transfer_bound"}
 
 
-def test_decode_gemv_is_memory_not_compute_bound(kernels):
+def test_decode_gemv_is_memory_not_compute_bound(kernels: dict[str, list[Verdict]]) -> None:
     settled = kernels["decode_gemv_bf16"][CLEAR_ROWS:]
     assert not any(("hardware", "compute_bound") in v.active() for v in settled)
 
 
-def test_idle_phases_raise_no_cause(kernels, serving):
+def test_idle_phases_raise_no_cause(kernels: dict[str, list[Verdict]], serving: dict[str, list[Verdict]]) -> None:
     """Idle phases raise nothing once the previous phase's causes have cleared."""
     for phases, names in ((kernels, ("init", "idle", "cooldown")), (serving, ("load", "idle_loaded", "cooldown"))):
         for name in names:
@@ -91,7 +91,7 @@ def test_idle_phases_raise_no_cause(kernels, serving):
                 assert v.layers["hardware"].status == "ok"
 
 
-def test_without_engine_or_process_the_other_layers_are_unknown_not_ok(kernels):
+def test_without_engine_or_process_the_other_layers_are_unknown_not_ok(kernels: dict[str, list[Verdict]]) -> None:
     v = kernels["idle"][-1]
     assert v.layers["memory"].status == "unknown"
     assert v.layers["scheduler"].status == "unknown"
@@ -99,7 +99,7 @@ def test_without_engine_or_process_the_other_layers_are_unknown_not_ok(kernels):
     assert v.layers["memory"].score is None
 
 
-def test_batch1_decode_hits_the_serial_host_ceiling(serving):
+def test_batch1_decode_hits_the_serial_host_ceiling(serving: dict[str, list[Verdict]]) -> None:
     """HF generate, batch 1: one thread at 99.7 % of a core, SMs 2 % busy."""
     assert share(serving["decode_b1_hf_generate"], "scheduler", "serial_host_ceiling") == 1.0
     for v in serving["decode_b1_hf_generate"][SETTLE_ROWS:]:
@@ -121,7 +121,7 @@ SYMPTOMATIC = [
 ]
 
 
-def test_the_capped_gemm_throttle_contributes_its_share():
+def test_the_capped_gemm_throttle_contributes_its_share() -> None:
     verdicts = verdicts_by_phase("kernels", symptom="ttft", only="prefill_gemm_bf16")["prefill_gemm_bf16"]
     for v in verdicts[SETTLE_ROWS + Thresholds().symptom_persistence_cycles :]:
         roles = {c.cause: c.role for c in v.bottlenecks}
@@ -131,7 +131,9 @@ def test_the_capped_gemm_throttle_contributes_its_share():
 
 
 @pytest.mark.parametrize("trace, phase, symptom, layer, cause", SYMPTOMATIC, ids=[r[1] for r in SYMPTOMATIC])
-def test_phase_with_a_symptom_names_its_cause_as_the_primary(trace, phase, symptom, layer, cause):
+def test_phase_with_a_symptom_names_its_cause_as_the_primary(
+    trace: str, phase: str, symptom: str, layer: str, cause: str
+) -> None:
     verdicts = verdicts_by_phase(trace, symptom=symptom, only=phase)[phase]
     # symptoms need symptom_persistence_cycles to count, on top of the phase's settling rows
     settled = verdicts[SETTLE_ROWS + Thresholds().symptom_persistence_cycles :]
@@ -144,7 +146,9 @@ def test_phase_with_a_symptom_names_its_cause_as_the_primary(trace, phase, sympt
 
 
 @pytest.mark.parametrize("trace, phase, symptom, layer, cause", SYMPTOMATIC, ids=[r[1] for r in SYMPTOMATIC])
-def test_phase_without_a_symptom_is_headroom_not_a_bottleneck(trace, phase, symptom, layer, cause):
+def test_phase_without_a_symptom_is_headroom_not_a_bottleneck(
+    trace: str, phase: str, symptom: str, layer: str, cause: str
+) -> None:
     for v in verdicts_by_phase(trace, symptom="none")[phase][CLEAR_ROWS:]:
         assert v.state == "healthy" and v.primary is None
         assert cause in v.holding  # the condition still holds: the layer is near its limit
@@ -155,12 +159,12 @@ def test_phase_without_a_symptom_is_headroom_not_a_bottleneck(trace, phase, symp
         assert v.layers[layer].headroom is not None and "headroom" in v.layers[layer].limit
 
 
-def test_larger_decode_batches_stay_host_bound(serving):
+def test_larger_decode_batches_stay_host_bound(serving: dict[str, list[Verdict]]) -> None:
     assert share(serving["decode_b64_hf_generate"], "scheduler", "serial_host_ceiling") == 1.0
     assert share(serving["decode_b256_hf_generate"], "scheduler", "serial_host_ceiling") >= 0.75
 
 
-def test_gpu_metrics_alone_miss_the_host_ceiling():
+def test_gpu_metrics_alone_miss_the_host_ceiling() -> None:
     """The same decode without the per-thread CPU column: scheduler unknown, no false verdict."""
     phases = verdicts_by_phase("serving", with_process=False)
     for v in phases["decode_b1_hf_generate"][CLEAR_ROWS:]:

@@ -7,7 +7,11 @@ and the exceptions that stay warnings in a healthy service.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from exporter.diagnosis.thresholds import Thresholds
+from exporter.samples import Point
 from tests.diagnosis.diag_points import (
     engine,
     gpu,
@@ -18,45 +22,49 @@ from tests.diagnosis.diag_points import (
     run,
 )
 
-DECODE_B1 = {"util": 0.83, "sm": 0.6, "tensor": 0.1, "dram": 0.6}
+#: keyword arguments of gpu(): a batch-1 decode
+DECODE_B1: dict[str, Any] = {"util": 0.83, "sm": 0.6, "tensor": 0.1, "dram": 0.6}
 
 
-def latency(i: int, ttft: float = 0.2, itl: float = 0.03, queue: float | None = None, n: int = 30) -> list:
+def latency(i: int, ttft: float = 0.2, itl: float = 0.03, queue: float | None = None, n: int = 30) -> list[Point]:
     """Cumulative latency histograms after ``i`` cycles of ``n`` requests each."""
-    out = [histogram("llm_request_ttft_seconds", [ttft] * (n * i)), histogram("llm_request_inter_token_seconds", [itl] * (n * i))]
+    out: list[Point] = [
+        histogram("llm_request_ttft_seconds", [ttft] * (n * i)),
+        histogram("llm_request_inter_token_seconds", [itl] * (n * i)),
+    ]
     if queue is not None:
         out.append(histogram("llm_scheduler_queue_seconds", [queue] * (n * i)))
     return out
 
 
-def cycles(n: int, build) -> list:  # type: ignore[no-untyped-def]
+def cycles(n: int, build: Callable[[int], list[Point]]) -> list[list[Point]]:
     return [build(i) for i in range(n)]
 
 
-def test_a_healthy_batch1_decode_is_healthy_with_hbm_headroom_not_a_hardware_warning():
+def test_a_healthy_batch1_decode_is_healthy_with_hbm_headroom_not_a_hardware_warning() -> None:
     v = run(
         cycles(6, lambda i: gpu(**DECODE_B1) + engine(waiting=0, running=1, kv=0.05, finished={"stop": 10.0 * i}) + latency(i))
     )[-1]
     assert v.state == "healthy" and v.primary is None and v.bottlenecks == []
     assert "memory_bandwidth_bound" not in v.holding  # 60 % is under its line; what matters is the headroom
     hw = v.layers["hardware"]
-    assert hw.status == "ok" and abs(hw.headroom - 0.4) < 1e-6 and "40 % headroom" in hw.limit
+    assert hw.status == "ok" and hw.headroom is not None and abs(hw.headroom - 0.4) < 1e-6 and "40 % headroom" in hw.limit
     assert all(lv.status == "ok" for name, lv in v.layers.items() if name != "speculative_decoding")
 
 
-def test_hbm_at_its_line_while_nobody_suffers_is_headroom_information():
-    busy = {"util": 0.95, "sm": 0.9, "tensor": 0.05, "dram": 0.8}
+def test_hbm_at_its_line_while_nobody_suffers_is_headroom_information() -> None:
+    busy: dict[str, Any] = {"util": 0.95, "sm": 0.9, "tensor": 0.05, "dram": 0.8}
     v = run(cycles(6, lambda i: gpu(**busy) + engine(waiting=0, running=64, kv=0.3) + latency(i, itl=0.02)))[-1]
     assert v.state == "healthy" and "memory_bandwidth_bound" in v.holding and v.bottlenecks == []
     assert v.layers["hardware"].status == "ok" and v.layers["hardware"].headroom == 0.2
 
 
-def test_an_overloaded_kv_cache_is_one_primary_not_three_layers_at_one():
-    def build(i: int) -> list:
+def test_an_overloaded_kv_cache_is_one_primary_not_three_layers_at_one() -> None:
+    def build(i: int) -> list[Point]:
         return healthy_gpu() + engine(waiting=39, running=12, kv=1.0, preemptions=3.0 * i) + latency(i, ttft=3.3, queue=9.7)
 
     v = run(cycles(6, build))[-1]
-    assert v.state == "degraded"
+    assert v.state == "degraded" and v.primary is not None
     assert (v.primary.layer, v.primary.cause) == ("memory", "kv_cache_pressure")
     assert [s.id for s in v.symptoms] == ["ttft_high", "queueing"]
     assert v.primary.chain.startswith("TTFT p95 ") and " ← 39 requests waiting, queue p95 " in v.primary.chain
@@ -68,7 +76,7 @@ def test_an_overloaded_kv_cache_is_one_primary_not_three_layers_at_one():
     assert v.layers["memory"].headroom == 0.0
 
 
-def test_a_full_kv_cache_holding_requests_back_without_preemptions_is_a_memory_finding():
+def test_a_full_kv_cache_holding_requests_back_without_preemptions_is_a_memory_finding() -> None:
     """94 % full, 22 waiting, no preemption: admission limited by KV (the state vllm-doctor reports)."""
     v = run(
         cycles(
@@ -82,10 +90,10 @@ def test_a_full_kv_cache_holding_requests_back_without_preemptions_is_a_memory_f
     assert primary(v) == "kv_fragmentation_or_capacity_misjudged"
 
 
-def test_requests_waiting_while_nothing_is_admitted_are_a_capacity_misjudgment_not_a_backlog():
+def test_requests_waiting_while_nothing_is_admitted_are_a_capacity_misjudgment_not_a_backlog() -> None:
     """The queue-time histogram does not move (nobody admitted), the cache is mostly free."""
 
-    def build(i: int) -> list:
+    def build(i: int) -> list[Point]:
         return healthy_gpu() + engine(waiting=9, running=1, kv=0.08) + [histogram("llm_scheduler_queue_seconds", [0.1] * 5)]
 
     v = run(cycles(6, build))[-1]
@@ -94,9 +102,9 @@ def test_requests_waiting_while_nothing_is_admitted_are_a_capacity_misjudgment_n
     assert "queue_backlog" not in {c.cause for c in v.bottlenecks if c.role == "primary"}
 
 
-def test_first_party_waiting_reason_decides_memory_versus_other_waits():
-    def build(capacity: float, deferred: float):  # type: ignore[no-untyped-def]
-        def one(i: int) -> list:
+def test_first_party_waiting_reason_decides_memory_versus_other_waits() -> None:
+    def build(capacity: float, deferred: float) -> Callable[[int], list[Point]]:
+        def one(i: int) -> list[Point]:
             from tests.diagnosis.diag_points import ENG, _s
 
             return (
@@ -115,11 +123,11 @@ def test_first_party_waiting_reason_decides_memory_versus_other_waits():
     # deferred for a LoRA budget or a KV transfer: not a memory verdict; nothing explains it -> capacity
     v = run(cycles(6, build(0, 9)))[-1]
     assert "kv_fragmentation_or_capacity_misjudged" not in v.holding
-    assert primary(v) == "queue_backlog" and "Capacity" in v.primary.advice
+    assert primary(v) == "queue_backlog" and v.primary is not None and "Capacity" in v.primary.advice
 
 
-def test_a_busy_host_thread_outranks_the_queue_it_causes():
-    def build(i: int) -> list:
+def test_a_busy_host_thread_outranks_the_queue_it_causes() -> None:
+    def build(i: int) -> list[Point]:
         return (
             gpu(util=0.2, sm=0.05, tensor=0.01, dram=0.05)
             + process(0.99)
@@ -130,13 +138,14 @@ def test_a_busy_host_thread_outranks_the_queue_it_causes():
     v = run(cycles(6, build))[-1]
     assert primary(v) == "serial_host_ceiling"
     assert {c.cause: c.role for c in v.bottlenecks}["queue_backlog"] == "symptom"
+    assert v.primary is not None
     assert v.primary.chain.endswith("busiest serving thread at 99 % of a core while SMs are 5 % busy")
 
 
-def test_batch1_host_ceiling_keeps_its_verdict_with_one_request_running_and_none_waiting():
+def test_batch1_host_ceiling_keeps_its_verdict_with_one_request_running_and_none_waiting() -> None:
     """A closed-loop client: one running, none waiting, ITL over the SLO, one thread at a core."""
 
-    def build(i: int) -> list:
+    def build(i: int) -> list[Point]:
         return (
             gpu(util=0.3, sm=0.02, tensor=0.001, dram=0.02)
             + process(0.997)
@@ -149,8 +158,16 @@ def test_batch1_host_ceiling_keeps_its_verdict_with_one_request_running_and_none
     assert primary(v) == "serial_host_ceiling" and v.layers["scheduler"].status == "bottleneck"
 
 
-def test_a_power_capped_gpu_outranks_compute_bound_for_the_same_symptoms():
-    capped = {"util": 0.98, "sm": 0.97, "tensor": 0.9, "dram": 0.2, "power": 699, "clock": 1.3e9, "reasons": ["sw_power_cap"]}
+def test_a_power_capped_gpu_outranks_compute_bound_for_the_same_symptoms() -> None:
+    capped: dict[str, Any] = {
+        "util": 0.98,
+        "sm": 0.97,
+        "tensor": 0.9,
+        "dram": 0.2,
+        "power": 699,
+        "clock": 1.3e9,
+        "reasons": ["sw_power_cap"],
+    }
     v = run(cycles(6, lambda i: gpu(**capped) + engine(waiting=0, running=32, kv=0.4) + latency(i, ttft=3.0)))[-1]
     assert {"compute_bound", "power_or_thermal_throttling"} <= set(v.holding)
     assert primary(v) == "power_or_thermal_throttling"
@@ -158,13 +175,14 @@ def test_a_power_capped_gpu_outranks_compute_bound_for_the_same_symptoms():
     # (0.9 x 0.66 = 0.59): the clock, not the math, is the limit, so compute-bound explains nothing
     # of its own and is headroom information (it was "contributing" under the fixed causal order)
     assert "compute_bound" not in {c.cause for c in v.bottlenecks}
+    assert v.primary is not None
     assert v.primary.explains == ("ttft_high",) and "66 % of max" in v.primary.chain
 
 
-def test_waste_and_danger_stay_warnings_in_a_healthy_service():
-    capped = {**DECODE_B1, "power": 699, "clock": 1.3e9, "reasons": ["sw_power_cap"]}
+def test_waste_and_danger_stay_warnings_in_a_healthy_service() -> None:
+    capped: dict[str, Any] = {**DECODE_B1, "power": 699, "clock": 1.3e9, "reasons": ["sw_power_cap"]}
 
-    def build(i: int) -> list:
+    def build(i: int) -> list[Point]:
         return (
             gpu(**capped)
             + engine(
@@ -189,7 +207,7 @@ def test_waste_and_danger_stay_warnings_in_a_healthy_service():
     assert v.layers["memory"].status == "warning"
 
 
-def test_gpu_only_data_gives_candidates_and_says_what_is_missing():
+def test_gpu_only_data_gives_candidates_and_says_what_is_missing() -> None:
     pts = gpu(util=0.99, sm=0.0, tensor=0.0, dram=0.01, pcie=58e9)
     v = run([pts, pts, pts])[-1]
     assert v.state == "unknown" and v.primary is None
@@ -198,14 +216,14 @@ def test_gpu_only_data_gives_candidates_and_says_what_is_missing():
     assert v.layers["hardware"].status == "warning"  # never a bottleneck without a symptom
 
 
-def test_nothing_measured_is_unknown_with_notices_not_a_clean_bill_of_health():
+def test_nothing_measured_is_unknown_with_notices_not_a_clean_bill_of_health() -> None:
     v = run([[], []])[-1]
     assert v.state == "unknown" and all(lv.status == "unknown" for lv in v.layers.values())
     assert any("no GPU source" in n for n in v.notices) and any("not a clean bill of health" in n for n in v.notices)
 
 
-def test_confidence_grows_with_time_held_and_independent_evidence():
-    def build(i: int) -> list:
+def test_confidence_grows_with_time_held_and_independent_evidence() -> None:
+    def build(i: int) -> list[Point]:
         return gpu(util=0.95, sm=0.9, tensor=0.05, dram=0.85) + engine(waiting=0, running=64, kv=0.3) + latency(i, itl=0.4)
 
     seen = [v.primary.confidence for v in run(cycles(8, build)) if v.primary]
@@ -213,8 +231,8 @@ def test_confidence_grows_with_time_held_and_independent_evidence():
     assert 0.5 < seen[-1] <= 1.0
 
 
-def test_a_one_cycle_blip_does_not_degrade_the_state():
-    def build(i: int) -> list:
+def test_a_one_cycle_blip_does_not_degrade_the_state() -> None:
+    def build(i: int) -> list[Point]:
         slow = i == 3
         return (
             healthy_gpu()

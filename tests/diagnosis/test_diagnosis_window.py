@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from exporter.diagnosis.window import Window, bucket_quantile
-from exporter.samples import HistogramSample, Sample
+from exporter.samples import HistogramSample, Point, Sample
 from exporter.store import Snapshot
 
 INF = math.inf
 
 
-def snap(ts: float, *points) -> Snapshot:
+def snap(ts: float, *points: Point) -> Snapshot:
     return Snapshot(ts, list(points), {})
 
 
@@ -23,7 +24,7 @@ def counter(value: float, **labels: str) -> Sample:
     return Sample("llm_kv_cache_preemptions_total", {"server": "a", **labels}, value)
 
 
-def test_rate_sums_series_and_handles_a_reset():
+def test_rate_sums_series_and_handles_a_reset() -> None:
     w = Window(60)
     w.add(snap(0, counter(10, rank="0"), counter(100, rank="1")))
     w.add(snap(10, counter(30, rank="0"), counter(5, rank="1")))  # rank 1 restarted
@@ -31,7 +32,7 @@ def test_rate_sums_series_and_handles_a_reset():
     assert w.rate("llm_kv_cache_preemptions_total") == 2.5
 
 
-def test_rate_unknown_with_one_snapshot_or_no_common_series():
+def test_rate_unknown_with_one_snapshot_or_no_common_series() -> None:
     w = Window(60)
     w.add(snap(0, counter(1, rank="0")))
     assert w.rate("llm_kv_cache_preemptions_total") is None
@@ -39,7 +40,7 @@ def test_rate_unknown_with_one_snapshot_or_no_common_series():
     assert w.rate("llm_kv_cache_preemptions_total") is None
 
 
-def test_window_drops_old_snapshots_but_keeps_the_span():
+def test_window_drops_old_snapshots_but_keeps_the_span() -> None:
     w = Window(5)
     for t in range(20):
         w.add(snap(float(t), counter(float(t))))
@@ -47,27 +48,27 @@ def test_window_drops_old_snapshots_but_keeps_the_span():
     assert w.rate("llm_kv_cache_preemptions_total") == 1.0
 
 
-def hist(ts: float, buckets, labels=None) -> Snapshot:
+def hist(ts: float, buckets: Sequence[tuple[float, float]], labels: dict[str, str] | None = None) -> Snapshot:
     return snap(ts, HistogramSample("llm_request_ttft_seconds", labels or {"server": "a"}, tuple(buckets), 0.0, buckets[-1][1]))
 
 
-def test_quantile_of_the_window_delta_not_the_lifetime():
+def test_quantile_of_the_window_delta_not_the_lifetime() -> None:
     w = Window(60)
     # lifetime: 1000 fast requests; during the window: 100 slow ones
     w.add(hist(0, [(0.1, 1000), (1.0, 1000), (10.0, 1000), (INF, 1000)]))
     w.add(hist(10, [(0.1, 1000), (1.0, 1000), (10.0, 1100), (INF, 1100)]))
     q = w.quantile("llm_request_ttft_seconds", 0.95)
-    assert 1.0 < q <= 10.0
+    assert q is not None and 1.0 < q <= 10.0
 
 
-def test_quantile_none_when_nothing_observed_in_the_window():
+def test_quantile_none_when_nothing_observed_in_the_window() -> None:
     w = Window(60)
     w.add(hist(0, [(0.1, 5), (INF, 5)]))
     w.add(hist(1, [(0.1, 5), (INF, 5)]))
     assert w.quantile("llm_request_ttft_seconds", 0.95) is None
 
 
-def test_quantile_merges_ranks_with_the_same_buckets():
+def test_quantile_merges_ranks_with_the_same_buckets() -> None:
     w = Window(60)
     w.add(
         snap(0, *(HistogramSample("llm_request_ttft_seconds", {"rank": r}, ((1.0, 0), (2.0, 0), (INF, 0)), 0, 0) for r in "01"))
@@ -83,7 +84,7 @@ def test_quantile_merges_ranks_with_the_same_buckets():
     assert w.quantile("llm_request_ttft_seconds", 0.95) == 1.5
 
 
-def test_bucket_quantile_matches_prometheus_interpolation():
+def test_bucket_quantile_matches_prometheus_interpolation() -> None:
     buckets = [(0.1, 10), (0.5, 60), (1.0, 100), (INF, 100)]
     assert bucket_quantile(0.5, buckets) == 0.1 + 0.4 * (50 - 10) / 50
     assert bucket_quantile(0.05, buckets) == 0.05
@@ -93,7 +94,7 @@ def test_bucket_quantile_matches_prometheus_interpolation():
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.floats(min_value=0.0, max_value=20.0), min_size=1, max_size=200), st.floats(min_value=0.01, max_value=0.99))
-def test_bucket_quantile_lies_in_the_bucket_holding_the_true_quantile(obs, q):
+def test_bucket_quantile_lies_in_the_bucket_holding_the_true_quantile(obs: list[float], q: float) -> None:
     assume(abs(q * len(obs) - round(q * len(obs))) > 1e-6)  # a rank on a count boundary is ambiguous
     bounds = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, INF]
     buckets = [(le, sum(1 for o in obs if o <= le)) for le in bounds]
@@ -109,7 +110,7 @@ def test_bucket_quantile_lies_in_the_bucket_holding_the_true_quantile(obs, q):
         assert lower <= got <= upper
 
 
-def test_a_series_missing_from_the_oldest_snapshot_still_has_a_rate():
+def test_a_series_missing_from_the_oldest_snapshot_still_has_a_rate() -> None:
     """The engine source had not sampled yet (or was stale) when the window began."""
     w = Window(60)
     w.add(snap(0))
@@ -123,7 +124,7 @@ def test_a_series_missing_from_the_oldest_snapshot_still_has_a_rate():
     assert w2.quantile("llm_request_ttft_seconds", 0.5) == 1.0  # all 20 new observations above 1 s
 
 
-def test_gauge_history_of_the_recent_seconds_only():
+def test_gauge_history_of_the_recent_seconds_only() -> None:
     w = Window(60)
     for t in range(10):
         w.add(snap(float(t), Sample("llm_scheduler_requests_waiting", {}, float(t))))
@@ -135,34 +136,41 @@ def test_gauge_history_of_the_recent_seconds_only():
     assert w.gauge_history(reduce, seconds=3) == [6.0, 7.0, 8.0, 9.0]
 
 
-def test_quantile_over_the_last_seconds_only():
+def test_quantile_over_the_last_seconds_only() -> None:
     w = Window(20)
     # 100 fast requests in the first 12 s, then 4 slow ones in the last 5 s
     w.add(hist(0, [(0.1, 0), (1.0, 0), (10.0, 0), (INF, 0)]))
     w.add(hist(12, [(0.1, 100), (1.0, 100), (10.0, 100), (INF, 100)]))
     w.add(hist(17, [(0.1, 100), (1.0, 100), (10.0, 104), (INF, 104)]))
-    assert w.quantile("llm_request_ttft_seconds", 0.95) < 1.0  # diluted by the window
+    diluted = w.quantile("llm_request_ttft_seconds", 0.95)
+    assert diluted is not None and diluted < 1.0  # diluted by the window
     assert w.histogram_delta_count("llm_request_ttft_seconds", 5) == 4
-    assert w.quantile("llm_request_ttft_seconds", 0.95, 5) > 1.0  # what requests see now
+    now = w.quantile("llm_request_ttft_seconds", 0.95, 5)
+    assert now is not None and now > 1.0  # what requests see now
 
 
-def test_recent_quantile_looks_back_until_it_has_enough_requests():
+def _found(quantile: tuple[float, float] | None) -> tuple[float, float]:
+    assert quantile is not None, "nothing observed"
+    return quantile
+
+
+def test_recent_quantile_looks_back_until_it_has_enough_requests() -> None:
     w = Window(20)
     w.add(hist(0, [(0.1, 0), (1.0, 0), (10.0, 0), (INF, 0)]))
     w.add(hist(10, [(0.1, 0), (1.0, 0), (10.0, 30), (INF, 30)]))  # 30 slow, 10 s ago
     w.add(hist(18, [(0.1, 1), (1.0, 1), (10.0, 30), (INF, 31)]))
     w.add(hist(19, [(0.1, 3), (1.0, 3), (10.0, 30), (INF, 33)]))  # then only 3 fast ones
-    value, look = w.recent_quantile("llm_request_ttft_seconds", 0.95, 20)
+    value, look = _found(w.recent_quantile("llm_request_ttft_seconds", 0.95, 20))
     assert value > 1.0 and 9 < look < 10.1  # 3 requests are not a p95: it reached back to the slow ones
-    value, look = w.recent_quantile("llm_request_ttft_seconds", 0.95, 2)
+    value, look = _found(w.recent_quantile("llm_request_ttft_seconds", 0.95, 2))
     assert value <= 0.1 and look < 1.1  # enough in the last cycle alone
-    value, look = w.recent_quantile("llm_request_ttft_seconds", 0.95, 2, seconds=5)
+    value, look = _found(w.recent_quantile("llm_request_ttft_seconds", 0.95, 2, seconds=5))
     assert value <= 0.1 and look == 5
-    assert w.recent_quantile("llm_request_ttft_seconds", 0.95, 100)[1] == w.span  # never enough: the window
+    assert _found(w.recent_quantile("llm_request_ttft_seconds", 0.95, 100))[1] == w.span  # never enough: the window
     assert Window(20).recent_quantile("llm_request_ttft_seconds", 0.95, 20) is None
 
 
-def test_the_slim_window_judges_exactly_what_the_whole_snapshots_would():
+def test_the_slim_window_judges_exactly_what_the_whole_snapshots_would() -> None:
     """The diagnosis window keeps only the families the signals read: same signals, fewer points."""
     from exporter.diagnosis import signals as sig
     from exporter.diagnosis.window import Window
@@ -202,13 +210,13 @@ def test_the_slim_window_judges_exactly_what_the_whole_snapshots_would():
 
 
 @pytest.mark.slow  # 760 000 samples through the window
-def test_the_window_stays_bounded_whatever_an_engine_publishes():
+def test_the_window_stays_bounded_whatever_an_engine_publishes() -> None:
     from exporter.diagnosis.window import Window
     from exporter.samples import Sample
 
     w = Window(60.0, per_name_cap=256, max_points=10_000)
     for i in range(40):
-        pts = [Sample("llm_scheduler_requests_running", {"rank": f"{i}-{n}"}, 1.0) for n in range(19_000)]
+        pts: list[Point] = [Sample("llm_scheduler_requests_running", {"rank": f"{i}-{n}"}, 1.0) for n in range(19_000)]
         w.add(Snapshot(1000.0 + i, pts, {}))
     assert all(len(s.points) <= 256 for s in w.snapshots)
     assert sum(len(s.points) for s in w.snapshots) <= 10_000 and len(w) >= 2

@@ -18,14 +18,15 @@ from exporter.collector import meta_points
 from exporter.engines.config import EngineConfig
 from exporter.engines.source import EngineSource
 from exporter.runner import SourceRunner
+from exporter.samples import Sample
 from exporter.store import SnapshotStore
 from tests.engines.engine_helpers import fixture
-from tests.support.fake_engine import RawServer
+from tests.support.fake_engine import Handler, RawServer
 
 VLLM = fixture("vllm-0.33-v1-2dp.prom").encode()
 
 
-def answer(head: str, body: bytes = VLLM):  # type: ignore[no-untyped-def]
+def answer(head: str, body: bytes = VLLM) -> Handler:
     """A handler that sends ``head`` (UTF-8, as a hostile server may) and then ``body``."""
 
     def handle(conn: socket.socket, srv: RawServer) -> None:
@@ -34,7 +35,7 @@ def answer(head: str, body: bytes = VLLM):  # type: ignore[no-untyped-def]
     return handle
 
 
-def errors_after_one_scrape(handler, caplog: pytest.LogCaptureFixture) -> tuple[str, str, dict[str, float]]:  # type: ignore[no-untyped-def]
+def errors_after_one_scrape(handler: Handler, caplog: pytest.LogCaptureFixture) -> tuple[str, str, dict[str, float]]:
     caplog.set_level(logging.DEBUG)
     store = SnapshotStore()
     with RawServer(handler) as srv:
@@ -46,7 +47,7 @@ def errors_after_one_scrape(handler, caplog: pytest.LogCaptureFixture) -> tuple[
     counted = {
         p.labels["reason"]: p.value
         for p in meta_points(store.states().values())
-        if p.name == "llm_exporter_source_errors_total" and p.labels["source"] == source.name
+        if p.name == "llm_exporter_source_errors_total" and p.labels["source"] == source.name and isinstance(p, Sample)
     }
     assert not [r for r in caplog.records if r.exc_info], "a traceback reached the log"
     assert "Traceback" not in caplog.text and "internal" not in counted

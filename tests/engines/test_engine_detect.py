@@ -7,6 +7,7 @@ import pytest
 from exporter.engines import FAMILIES, ParseError, coverage, normalize_exposition
 from exporter.engines.mappings import MAPPINGS
 from exporter.engines.normalize import wanted_names
+from exporter.samples import Sample
 from exporter.schema import SPECS
 from tests.engines.engine_helpers import fixture
 
@@ -46,7 +47,7 @@ def test_configured_type_overrides_detection() -> None:
     assert normalize_exposition(text, "srv").family == "llamacpp"
     forced = normalize_exposition(text, "srv", "vllm")
     assert forced.family == "vllm"
-    assert [p.value for p in forced.points if p.name == "llm_scheduler_requests_running"] == [4]
+    assert [p.value for p in forced.points if p.name == "llm_scheduler_requests_running" and isinstance(p, Sample)] == [4]
 
 
 def test_configured_type_with_none_of_its_names_is_a_parse_error() -> None:

@@ -17,7 +17,7 @@ from exporter.engines.budget import MAX_LABEL_LENGTH, PRIORITY, cut_value, famil
 from exporter.engines.config import EngineConfig
 from exporter.engines.source import EngineSource
 from exporter.engines.textparse import lines_by_name, parse
-from exporter.samples import HistogramSample
+from exporter.samples import HistogramSample, Point, Sample, SampleResult
 from tests.engines.engine_helpers import fixture
 from tests.support.fake_engine import FakeEngine
 
@@ -39,8 +39,8 @@ def e2e_histograms(models: int, bump: int = 0) -> str:
     return "\n".join(lines) + "\n"
 
 
-def by_name(points: list) -> dict[str, list]:  # type: ignore[type-arg]
-    out: dict[str, list] = {}  # type: ignore[type-arg]
+def by_name(points: list[Point]) -> dict[str, list[Point]]:
+    out: dict[str, list[Point]] = {}
     for p in points:
         out.setdefault(p.name, []).append(p)
     return out
@@ -146,8 +146,12 @@ def test_engine_source_stays_up_over_budget_and_counts_what_it_dropped(caplog: p
         srv.body = VLLM.encode()
         third = source.sample()
 
-    def dropped(result) -> dict[str, float]:  # type: ignore[no-untyped-def]
-        return {p.labels["reason"]: p.value for p in result.points if p.name == "llm_exporter_series_dropped_total"}
+    def dropped(result: SampleResult) -> dict[str, float]:
+        return {
+            p.labels["reason"]: p.value
+            for p in result.points
+            if p.name == "llm_exporter_series_dropped_total" and isinstance(p, Sample)
+        }
 
     assert published_series(first.points) <= 1_000  # the counter's own series included
     assert dropped(first)["budget"] > 0 and dropped(second)["budget"] == 2 * dropped(first)["budget"]

@@ -17,7 +17,7 @@ import pytest
 
 from exporter.engines.config import EngineConfig
 from exporter.engines.source import EngineSource
-from exporter.samples import SourceError
+from exporter.samples import Sample, SourceError
 from tests.engines.engine_helpers import fixture
 from tests.support.fake_engine import RawServer, head_for, redirect, trickle, whole
 
@@ -71,7 +71,10 @@ def test_headers_trickled_a_byte_at_a_time_fail_within_timeout_plus_one_second()
 
 
 def test_a_server_that_accepts_and_never_answers_fails_within_the_deadline() -> None:
-    with RawServer(lambda conn, srv: srv.stopping.wait(10)) as srv:
+    def hang(conn: socket.socket, srv: RawServer) -> None:
+        srv.stopping.wait(10)
+
+    with RawServer(hang) as srv:
         err, took = failure(make_source(srv.url))
     assert err.reason == "timeout" and took <= TIMEOUT + SLACK
 
@@ -80,7 +83,7 @@ def test_a_server_that_accepts_and_never_answers_fails_within_the_deadline() -> 
 def test_every_framing_delivers_the_body_intact(framing: str) -> None:
     with RawServer(whole(framing, VLLM)) as srv:
         result = make_source(srv.url).sample()
-    running = sorted(p.value for p in result.points if p.name == "llm_scheduler_requests_running")
+    running = sorted(p.value for p in result.points if p.name == "llm_scheduler_requests_running" and isinstance(p, Sample))
     assert running == [3.0, 5.0]
     request = srv.requests[0].decode()
     assert request.startswith("GET /metrics HTTP/1.1\r\n") and f"Host: 127.0.0.1:{srv.port}\r\n" in request

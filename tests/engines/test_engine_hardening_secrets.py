@@ -107,7 +107,11 @@ def test_failures_that_print_the_url_never_print_the_password(caplog: pytest.Log
     with RawServer(redirect(lambda srv: with_creds(srv.url.replace("/metrics", "/elsewhere")))) as srv:
         cfg = load_config(_args("--engine", with_creds(srv.url)), environ={}).engines[0]
         errors.append(_failure(EngineSource(cfg)))
-    with RawServer(lambda conn, srv: srv.stopping.wait(5)) as srv:
+
+    def hang(conn: socket.socket, srv: RawServer) -> None:
+        srv.stopping.wait(5)
+
+    with RawServer(hang) as srv:
         cfg = load_config(
             _args("--engine", with_creds(srv.url), "--engine-interval", "1", "--engine-timeout", "0.3"), environ={}
         ).engines[0]

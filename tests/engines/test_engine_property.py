@@ -91,7 +91,7 @@ def test_mutated_fixtures(text: str) -> None:
     check(text)
 
 
-label_value = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=8)
+label_value = st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=8)
 number = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
     st.sampled_from(["+Inf", "-Inf", "NaN", "0", "1e3", "16", "None", "x"]),
@@ -107,7 +107,7 @@ def sample_line(draw: st.DrawFn) -> str:
         v = draw(st.one_of(label_value, number))
         escaped = v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
         pairs.append(f'{k}="{escaped}"')
-    labels = "{" + ",".join(pairs) + "}" if pairs or draw(st.booleans()) else ""
+    labels = "{" + ",".join(pairs) + "}" if bool(pairs) or draw(st.booleans()) else ""
     return f"{name}{labels} {draw(number)}"
 
 

@@ -23,6 +23,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -51,13 +52,13 @@ LLAMACPP_ARGV = ["llama-server", "-m", "tiny-llama.gguf", "--host", "127.0.0.1",
 LLAMACPP_ARGV += ["--no-webui", "-np", "2", "-c", "512", "-t", "1"]
 
 
-def test_vllm_argv_as_the_integration_tests_start_it():
+def test_vllm_argv_as_the_integration_tests_start_it() -> None:
     got = settings.from_argv("vllm", VLLM_ARGV)
     assert got.numbers == {"max_model_len": 256.0, "block_size": 32.0, "max_num_seqs": 8.0}
     assert got.texts == {"enforce_eager": "true"}
 
 
-def test_vllm_spellings_last_flag_wins_and_compilation_config():
+def test_vllm_spellings_last_flag_wins_and_compilation_config() -> None:
     argv = ["vllm", "serve", "m", "--max_num_seqs=64", "--max-num-batched-tokens", "2048", "-O3", "--max-num-seqs", "128"]
     argv += ["--enforce-eager", "--no-enforce-eager", "--no-enable-chunked-prefill", "--attention-backend", "FLASHINFER"]
     argv += ["--compilation-config", '{"cudagraph_capture_sizes": [1, 2, 4, 8, 16]}', "-tp", "2"]
@@ -78,14 +79,14 @@ def test_vllm_spellings_last_flag_wins_and_compilation_config():
     assert sizes.numbers == {"cuda_graph_max_batch_size": 4.0}
 
 
-def test_vllm_served_cache_config_info_real_capture():
+def test_vllm_served_cache_config_info_real_capture() -> None:
     text = (FIXTURES / "real-vllm-v0-aibrix-runtime-docs-truncated.prom").read_text()
     got = settings.from_exposition("vllm", text)
     assert got.numbers == {"block_size": 16.0, "gpu_memory_utilization": 0.9}
     assert got.texts == {"kv_cache_dtype": "auto"}
 
 
-def test_sglang_served_gauges_and_documented_command_line():
+def test_sglang_served_gauges_and_documented_command_line() -> None:
     text = (FIXTURES / "sglang-0.5.23-colon-2dp.prom").read_text()
     assert settings.from_exposition("sglang", text).numbers["block_size"] == 64.0
     argv = ["python", "-m", "sglang.launch_server", "--model-path", "m", "--tp", "8", "--cuda-graph-max-bs=8"]
@@ -102,7 +103,7 @@ def test_sglang_served_gauges_and_documented_command_line():
     assert got.texts == {"kv_cache_dtype": "fp8_e4m3", "attention_backend": "aiter", "enforce_eager": "true"}
 
 
-def test_tgi_flags_and_environment():
+def test_tgi_flags_and_environment() -> None:
     argv = ["text-generation-launcher", "--model-id", "m", "--max-batch-prefill-tokens", "4096", "--max-total-tokens", "8192"]
     argv += ["--max-input-tokens", "4000", "--cuda-graphs", "1,2,4,8,16,32", "--num-shard", "2"]
     got = settings.from_argv("tgi", argv)
@@ -118,7 +119,7 @@ def test_tgi_flags_and_environment():
     assert env.numbers == {"max_num_seqs": 32.0} and env.texts == {"enforce_eager": "true", "attention_backend": "flashdecoding"}
 
 
-def test_trtllm_serve_underscore_flags():
+def test_trtllm_serve_underscore_flags() -> None:
     argv = ["trtllm-serve", "serve", "m", "--backend", "pytorch", "--tp_size", "8", "--max_batch_size", "161"]
     argv += ["--max_num_tokens", "1160", "--max_seq_len", "49152", "--kv_cache_free_gpu_memory_fraction", "0.8"]
     assert settings.from_argv("trtllm", argv).numbers == {
@@ -130,7 +131,7 @@ def test_trtllm_serve_underscore_flags():
     }
 
 
-def test_llamacpp_props_capture_agrees_with_its_command_line():
+def test_llamacpp_props_capture_agrees_with_its_command_line() -> None:
     props = json.loads((FIXTURES / "llamacpp-b11434-props.json").read_text())
     served = settings.from_llamacpp_props(props)
     assert served.numbers == {"slots": 2.0, "context_per_slot": 256.0}
@@ -149,18 +150,18 @@ def test_llamacpp_props_capture_agrees_with_its_command_line():
         ["vllm", "--compilation-config", "{not json", "--cudagraph-capture-sizes", "x", "y"],
     ],
 )
-def test_bad_values_stay_unknown(argv):
+def test_bad_values_stay_unknown(argv: list[str]) -> None:
     got = settings.from_argv("vllm", argv)
     assert got.numbers == {} and got.texts == {}
 
 
-def test_unknown_family_and_empty_input_give_nothing():
+def test_unknown_family_and_empty_input_give_nothing() -> None:
     assert settings.from_argv("nosuch", ["--max-num-seqs", "4"]).numbers == {}
     assert settings.from_exposition("vllm", "") == settings.EngineSettings()
     assert settings.from_llamacpp_props({"total_slots": True}) == settings.EngineSettings()
 
 
-def test_vocabulary_is_the_schema_s_and_every_flag_names_a_known_setting():
+def test_vocabulary_is_the_schema_s_and_every_flag_names_a_known_setting() -> None:
     assert tuple(settings.NUMBER_SETTINGS) == ENGINE_SETTINGS
     assert SPECS["llm_engine_setting"].closed_values("setting") == ENGINE_SETTINGS
     for family, flags in settings.FLAGS.items():
@@ -186,7 +187,7 @@ def _sleeper(argv_tail: list[str], env: dict[str, str]) -> subprocess.Popen[byte
     return proc
 
 
-def test_read_process_reads_cmdline_and_only_the_named_environment():
+def test_read_process_reads_cmdline_and_only_the_named_environment() -> None:
     proc = _sleeper(
         ["--max-num-seqs", "4", "--enforce-eager"], {"VLLM_ATTENTION_BACKEND": "TORCH_SDPA", "HF_TOKEN": "hf_secret123"}
     )
@@ -215,7 +216,7 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-def test_engine_source_publishes_served_and_command_line_settings():
+def test_engine_source_publishes_served_and_command_line_settings() -> None:
     """A real HTTP vLLM exposition plus the PID of a real process: served values win, the argv fills in."""
     text = (FIXTURES / "real-vllm-v0-aibrix-runtime-docs-truncated.prom").read_text()
     handler = type("H", (_Handler,), {"body": text.encode()})
@@ -241,7 +242,7 @@ def test_engine_source_publishes_served_and_command_line_settings():
     assert all(set(p.labels) <= set(SPECS[p.name].labels) for p in result.points if p.name in SPECS)
 
 
-def test_engine_source_without_pid_publishes_only_served_settings():
+def test_engine_source_without_pid_publishes_only_served_settings() -> None:
     text = (FIXTURES / "real-vllm-v0-aibrix-runtime-docs-truncated.prom").read_text()
     handler = type("H", (_Handler,), {"body": text.encode()})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -281,7 +282,7 @@ TGI_INFO = {
 }
 
 
-def test_info_routes_documented_fields():
+def test_info_routes_documented_fields() -> None:
     got = settings.from_info("sglang", SGLANG_INFO)
     assert got.numbers == {
         "max_num_batched_tokens": 8192.0,
@@ -312,9 +313,11 @@ class _Routes(BaseHTTPRequestHandler):
         pass
 
 
-def test_engine_source_reads_tgi_info_once_a_minute():
+def test_engine_source_reads_tgi_info_once_a_minute() -> None:
     text = (FIXTURES / "tgi-3.x-failures.prom").read_bytes()
-    handler = type("H", (_Routes,), {"routes": {"/metrics": text, "/info": json.dumps(TGI_INFO).encode()}, "hits": []})
+    handler = cast(
+        type[_Routes], type("H", (_Routes,), {"routes": {"/metrics": text, "/info": json.dumps(TGI_INFO).encode()}, "hits": []})
+    )
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
@@ -330,7 +333,7 @@ def test_engine_source_reads_tgi_info_once_a_minute():
     assert handler.hits.count("/info") == 1 and handler.hits.count("/metrics") == 2
 
 
-def test_engine_source_without_an_info_route_still_scrapes():
+def test_engine_source_without_an_info_route_still_scrapes() -> None:
     """TGI's Prometheus port has no /info: 404, nothing published from it, the scrape is fine."""
     text = (FIXTURES / "tgi-3.x-failures.prom").read_bytes()
     handler = type("H", (_Routes,), {"routes": {"/metrics": text}, "hits": []})

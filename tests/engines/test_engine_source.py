@@ -11,7 +11,7 @@ import pytest
 from exporter.engines.config import EngineConfig
 from exporter.engines.source import EngineSource, safe_url
 from exporter.runner import SourceRunner
-from exporter.samples import SourceError
+from exporter.samples import Sample, SourceError
 from exporter.store import SnapshotStore
 from tests.engines.engine_helpers import fixture
 from tests.support.fake_engine import FakeEngine, closing_server
@@ -44,11 +44,15 @@ def test_scrape_normalises_and_names_the_source() -> None:
             source.close()
     assert (source.name, source.interval, source.timeout) == ("engine:eng1", 5.0, 2.0)
     assert (source.family, source.generation) == ("vllm", "v1")
-    running = sorted(p.value for p in result.points if p.name == "llm_scheduler_requests_running")
+    running = sorted(p.value for p in result.points if p.name == "llm_scheduler_requests_running" and isinstance(p, Sample))
     assert running == [3.0, 5.0]
     engine_points = [p for p in result.points if not p.name.startswith("llm_exporter_")]
     assert all(p.labels["server"] == "eng1" and p.labels["engine"] == "vllm" for p in engine_points)
-    dropped = {p.labels["reason"]: p.value for p in result.points if p.name == "llm_exporter_series_dropped_total"}
+    dropped = {
+        p.labels["reason"]: p.value
+        for p in result.points
+        if p.name == "llm_exporter_series_dropped_total" and isinstance(p, Sample)
+    }
     assert dropped == {"budget": 0.0, "label_too_long": 0.0, "bad_histogram": 0.0}
     assert result.partial_errors == []
     assert srv.seen_headers[0]["Accept"].startswith("text/plain")

@@ -25,7 +25,7 @@ from exporter.diagnosis.window import Window
 from exporter.engines import normalize_exposition, value_rewrites
 from exporter.engines.mappings import MAPPINGS
 from exporter.engines.textparse import parse
-from exporter.samples import Sample
+from exporter.samples import Point, Sample
 from exporter.schema import FAILED_FINISH_REASONS, FINISH_REASON_FALLBACK, FINISH_REASONS, SPECS
 from exporter.store import Snapshot
 from tests.engines.engine_helpers import FIXTURES, find, fixture, normalize, value
@@ -171,7 +171,7 @@ def test_the_docs_list_each_engines_raw_reasons() -> None:
 # --------------------------------------------------------------------------- the diagnosis
 
 
-def _snapshot(points: list, at: float) -> Snapshot:
+def _snapshot(points: list[Point], at: float) -> Snapshot:
     return Snapshot(at, points, {}, monotonic=at)
 
 

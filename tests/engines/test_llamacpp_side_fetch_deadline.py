@@ -15,7 +15,9 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Protocol
 
 import pytest
 
@@ -23,7 +25,8 @@ from exporter.collector import meta_points
 from exporter.engines.config import EngineConfig
 from exporter.engines.source import SIDE_FETCH_SHARE, EngineSource
 from exporter.runner import SourceRunner
-from exporter.store import SnapshotStore
+from exporter.samples import Sample
+from exporter.store import SnapshotStore, SourceState
 from tests.engines.test_llamacpp_slots import METRICS, PROPS, SLOTS
 
 TIMEOUT = 2.0
@@ -57,7 +60,7 @@ class _Slow(BaseHTTPRequestHandler):
 
 
 class Server:
-    def __init__(self, slow: set[str], broken: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+    def __init__(self, slow: set[str], broken: AbstractSet[str] = frozenset()) -> None:
         self.stopping = threading.Event()
         handler = type("Handler", (_Slow,), {"slow": frozenset(slow), "broken": frozenset(broken), "stopping": self.stopping})
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -76,11 +79,19 @@ class Server:
         self.thread.join(5)
 
 
+class Scrape(Protocol):
+    """The ``scrape`` fixture: one sample through the real runner, against a server with these routes slow/broken."""
+
+    def __call__(
+        self, slow: set[str], broken: set[str] = ..., /
+    ) -> tuple[bool, SnapshotStore, SourceState, dict[str, float]]: ...
+
+
 @pytest.fixture()
-def scrape() -> Iterator:  # type: ignore[type-arg]
+def scrape() -> Iterator[Scrape]:
     servers: list[Server] = []
 
-    def run(slow: set[str], broken: set[str] = set()):  # type: ignore[no-untyped-def] # noqa: B006
+    def run(slow: set[str], broken: set[str] = set()) -> tuple[bool, SnapshotStore, SourceState, dict[str, float]]:  # noqa: B006
         server = Server(slow, broken).__enter__()
         servers.append(server)
         store = SnapshotStore()
@@ -90,7 +101,7 @@ def scrape() -> Iterator:  # type: ignore[type-arg]
         errors = {
             p.labels["reason"]: p.value
             for p in meta_points(store.states().values())
-            if p.name == "llm_exporter_source_errors_total" and p.labels["source"] == source.name
+            if p.name == "llm_exporter_source_errors_total" and p.labels["source"] == source.name and isinstance(p, Sample)
         }
         return ok, store, state, errors
 
@@ -100,7 +111,7 @@ def scrape() -> Iterator:  # type: ignore[type-arg]
 
 
 @pytest.mark.parametrize("slow", [{"/props"}, {"/slots"}, {"/props", "/slots"}])
-def test_a_slow_side_fetch_degrades_only_the_slot_metrics(scrape, slow: set[str]) -> None:  # type: ignore[no-untyped-def]
+def test_a_slow_side_fetch_degrades_only_the_slot_metrics(scrape: Scrape, slow: set[str]) -> None:
     ok, store, state, errors = scrape(slow)
     assert ok and state.up, state.last_error  # the runner's timeout was kept: the source is up
     assert state.last_duration <= TIMEOUT
@@ -115,7 +126,7 @@ def test_a_slow_side_fetch_degrades_only_the_slot_metrics(scrape, slow: set[str]
     assert errors == {"timeout": float(len(slow))}  # one counted reason per side fetch that did not fit
 
 
-def test_both_side_fetches_end_within_the_one_deadline(scrape) -> None:  # type: ignore[no-untyped-def]
+def test_both_side_fetches_end_within_the_one_deadline(scrape: Scrape) -> None:
     ok, _, state, errors = scrape({"/props", "/slots"})
     assert ok
     # each side fetch waits its share of what is left, and the two together end by the deadline
@@ -123,7 +134,7 @@ def test_both_side_fetches_end_within_the_one_deadline(scrape) -> None:  # type:
     assert errors == {"timeout": 2.0}
 
 
-def test_a_side_fetch_that_closes_is_counted_and_the_rest_publishes(scrape) -> None:  # type: ignore[no-untyped-def]
+def test_a_side_fetch_that_closes_is_counted_and_the_rest_publishes(scrape: Scrape) -> None:
     ok, store, state, errors = scrape(set(), {"/slots"})
     assert ok and state.up
     snap = store.snapshot()
@@ -131,7 +142,7 @@ def test_a_side_fetch_that_closes_is_counted_and_the_rest_publishes(scrape) -> N
     assert errors == {"connection": 1.0}
 
 
-def test_fast_side_fetches_count_nothing(scrape) -> None:  # type: ignore[no-untyped-def]
+def test_fast_side_fetches_count_nothing(scrape: Scrape) -> None:
     ok, store, state, errors = scrape(set())
     assert ok and state.up and errors == {}
     assert {name for name in SLOT_NAMES if store.snapshot().find(name)} == SLOT_NAMES

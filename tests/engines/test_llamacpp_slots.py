@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from exporter.engines import llamacpp_slots
 from exporter.engines.config import EngineConfig
 from exporter.engines.source import EngineSource
+from exporter.samples import Sample
 
 METRICS = """# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.
 # TYPE llamacpp:prompt_tokens_total counter
@@ -50,7 +51,7 @@ SLOTS = [
 LABELS = {"server": "s", "engine": "llamacpp", "model": "", "rank": ""}
 
 
-def test_props_and_slots_bodies_become_points():
+def test_props_and_slots_bodies_become_points() -> None:
     props = {p.name: p.value for p in llamacpp_slots.props_points(json.dumps(PROPS), LABELS)}
     assert props == {"llm_scheduler_slots": 2.0, "llm_kv_cache_slot_context_tokens": 512.0}
     slots = {p.name: p.value for p in llamacpp_slots.slots_points(json.dumps(SLOTS), LABELS)}
@@ -59,7 +60,7 @@ def test_props_and_slots_bodies_become_points():
     assert {p.name: p.value for p in llamacpp_slots.slots_points(json.dumps(idle), LABELS)}["llm_scheduler_slots_busy"] == 0.0
 
 
-def test_garbled_bodies_publish_nothing_rather_than_zeros():
+def test_garbled_bodies_publish_nothing_rather_than_zeros() -> None:
     for body in (None, b"", b"<html>", b"[1, 2]", json.dumps({"total_slots": "two", "default_generation_settings": 5})):
         assert llamacpp_slots.props_points(body, LABELS) == [], body
     for body in (None, b"", b"<html>", json.dumps({"slots": []}), json.dumps([{"id": 0}, 3])):
@@ -89,7 +90,7 @@ def _serve(routes: dict[str, tuple[int, bytes]]) -> tuple[ThreadingHTTPServer, s
     return server, f"http://127.0.0.1:{server.server_address[1]}"
 
 
-def test_engine_source_adds_slot_evidence_for_llamacpp():
+def test_engine_source_adds_slot_evidence_for_llamacpp() -> None:
     server, base = _serve(
         {
             "/metrics": (200, METRICS.encode()),
@@ -102,7 +103,7 @@ def test_engine_source_adds_slot_evidence_for_llamacpp():
     finally:
         server.shutdown()
         server.server_close()
-    values = {p.name: p.value for p in result.points if getattr(p, "value", None) is not None}
+    values = {p.name: p.value for p in result.points if isinstance(p, Sample)}
     assert values["llm_scheduler_requests_waiting"] == 5.0
     assert values["llm_scheduler_slots"] == 2.0 and values["llm_scheduler_slots_busy"] == 2.0
     assert values["llm_kv_cache_slot_context_tokens"] == 512.0 and values["llm_kv_cache_used_tokens"] == 515.0
@@ -110,7 +111,7 @@ def test_engine_source_adds_slot_evidence_for_llamacpp():
     assert slot.labels["server"] == "llama" and slot.labels["engine"] == "llamacpp"
 
 
-def test_a_server_without_slots_endpoints_still_scrapes():
+def test_a_server_without_slots_endpoints_still_scrapes() -> None:
     """--no-slots answers 501; /props missing: the scrape succeeds with the /metrics values only."""
     server, base = _serve({"/metrics": (200, METRICS.encode()), "/slots": (501, b"slots disabled")})
     try:

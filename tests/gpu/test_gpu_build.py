@@ -12,6 +12,7 @@ from exporter.gpu.dcgm import DcgmSource
 from exporter.gpu.nvml import NvmlSource
 from exporter.gpu.replay import ReplaySource
 from exporter.gpu.sim import SimSource
+from exporter.sources import Source
 from tests.fakes.pynvml_fake import FakeGpu, FakeNvml
 from tests.gpu.gpu_helpers import copy_fake_dcgm, value
 
@@ -30,7 +31,7 @@ def test_none_means_no_source() -> None:
         ("nvml", NvmlSource),
     ],
 )
-def test_explicit_specs_build_their_source_without_touching_hardware(spec: str, cls: type) -> None:
+def test_explicit_specs_build_their_source_without_touching_hardware(spec: str, cls: type[Source]) -> None:
     src = build_gpu_source(spec, 2.0, 1.5, nvml_module=FakeNvml([], library_missing=True))
     assert isinstance(src, cls)
     assert (src.name, src.interval, src.timeout) == ("gpu", 2.0, 1.5)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -12,6 +13,7 @@ from exporter.gpu.dcgm import (
     DCGM_FP64_BLANK,
     DCGM_INT64_BLANK,
     DcgmSource,
+    DcgmValue,
     is_blank,
     reading_from_dcgm,
 )
@@ -20,7 +22,7 @@ from exporter.samples import SourceError
 from tests.gpu.gpu_helpers import PROFILING_METRICS, copy_fake_dcgm, names, reasons, value
 
 MIB = 1024 * 1024
-H200_FIELDS = {
+H200_FIELDS: dict[int, DcgmValue] = {
     50: "NVIDIA H200",
     54: "GPU-dcgm-0",
     203: 95,
@@ -76,7 +78,7 @@ def test_field_values_decode_to_the_same_metrics_as_nvml() -> None:
     "blank",
     [DCGM_INT64_BLANK, DCGM_INT64_BLANK + 2, DCGM_FP64_BLANK, DCGM_FP64_BLANK + 3, float("nan"), None, "<<<NOT_SUPPORTED>>>"],
 )
-def test_blank_sentinels_are_absent_never_exported(blank: object) -> None:
+def test_blank_sentinels_are_absent_never_exported(blank: DcgmValue) -> None:
     assert is_blank(blank)
     fields = {54: "GPU-1", 150: blank, 1002: blank, 112: blank, 50: blank}
     reading = reading_from_dcgm(fields)
@@ -122,7 +124,7 @@ def test_dcgm_recovers_once_bindings_are_installed(dcgm_dir: Path) -> None:
     assert pydcgm.STATE["live_groups"] == set()
 
 
-def _programmed(folder: Path, values: dict | None = None):  # type: ignore[no-untyped-def]
+def _programmed(folder: Path, values: dict[int, dict[int, DcgmValue]] | None = None) -> ModuleType:
     """Import the fake pydcgm from ``folder`` and give it one H200 (or ``values``)."""
     import sys
 
@@ -138,6 +140,7 @@ def test_standalone_host_engine_and_energy_on_its_own_slow_watch(dcgm_dir: Path)
     copy_fake_dcgm(dcgm_dir)
     pydcgm = _programmed(dcgm_dir, {0: dict(H200_FIELDS), 1: {**H200_FIELDS, 54: "GPU-dcgm-1", 1002: 0.5}})
     src = build_gpu_source("dcgm:10.0.0.7:5555", 0.5, 1.0, dcgm_binding_paths=(str(dcgm_dir),))
+    assert src is not None
     pts = src.sample().points
     assert pydcgm.STATE["hosts"] == ["10.0.0.7:5555"]
     assert value(pts, "llm_gpu_sm_active_ratio", gpu="1", uuid="GPU-dcgm-1") == 0.5

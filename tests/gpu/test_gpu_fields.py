@@ -121,6 +121,6 @@ def test_lost_gpu_reports_only_info_and_up_zero() -> None:
         {"uuid": 7},
     ],
 )
-def test_bad_values_raise_reading_error_naming_the_key(raw: dict) -> None:
+def test_bad_values_raise_reading_error_naming_the_key(raw: dict[str, object]) -> None:
     with pytest.raises(ReadingError, match=next(iter(raw))):
         normalise(raw)

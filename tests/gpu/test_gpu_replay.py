@@ -11,6 +11,7 @@ import pytest
 from exporter.gpu import build_gpu_source
 from exporter.gpu.replay import ReplaySource, bundled_trace
 from exporter.samples import SourceError
+from exporter.sources import Source
 from tests.gpu.gpu_helpers import PROFILING_METRICS, names, reasons, value
 
 #: the shared recordings beside the checkout (CI lays shared/ there too)
@@ -85,6 +86,7 @@ def test_one_file_per_gpu_each_looping_on_its_own(tmp_path: Path) -> None:
     a = write(tmp_path / "a.csv", ["uuid", "power_w"], ["GPU-a", 100], ["GPU-a", 200])
     b = write(tmp_path / "b.csv", ["uuid", "power_w"], ["GPU-b", 1], ["GPU-b", 2], ["GPU-b", 3])
     src = build_gpu_source(f"replay:{a},{b}", 0.5, 0.5)
+    assert src is not None
     seen = []
     for _ in range(4):
         pts = src.sample().points
@@ -104,7 +106,7 @@ def test_missing_column_means_absent_and_no_gpm_columns_mean_profiling_unavailab
     assert value(pts, "llm_gpu_utilization_ratio", gpu="0") == 0.5
 
 
-def sample_error(src: ReplaySource) -> SourceError:
+def sample_error(src: Source) -> SourceError:
     with pytest.raises(SourceError) as info:
         src.sample()
     return info.value
@@ -113,6 +115,7 @@ def sample_error(src: ReplaySource) -> SourceError:
 def test_missing_file_fails_then_recovers_when_it_appears(tmp_path: Path) -> None:
     path = tmp_path / "late.csv"
     src = build_gpu_source(f"replay:{path}", 1.0, 1.0)
+    assert src is not None
     assert sample_error(src).reason == "file_missing"
     assert sample_error(src).reason == "file_missing"
     write(path, ["uuid", "power_w"], ["GPU-l", 42])

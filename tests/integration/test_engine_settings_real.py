@@ -11,11 +11,11 @@ Set ``LLM_EXPORTER_SKIP_VLLM=1`` / ``LLM_EXPORTER_SKIP_LLAMACPP=1`` to skip.
 from __future__ import annotations
 
 import pytest
-from integration_helpers import SMALL_KV_VLLM_ARGS, llamacpp_proc, skip_if_off, vllm_proc
 
 from exporter.engines.config import EngineConfig
 from exporter.engines.source import EngineSource
 from exporter.samples import Sample
+from tests.integration.integration_helpers import SMALL_KV_VLLM_ARGS, llamacpp_proc, skip_if_off, vllm_proc
 
 pytestmark = [pytest.mark.integration, pytest.mark.external, pytest.mark.slow, pytest.mark.timeout(1200)]
 

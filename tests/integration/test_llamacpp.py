@@ -31,10 +31,12 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
-from integration_helpers import (
+
+from tests.integration.integration_helpers import (
     LOG_DIR,
     Expected,
     LabelKey,
@@ -50,7 +52,6 @@ from integration_helpers import (
     scrape,
     skip_if_off,
 )
-
 from tests.support.loadloop import PolledLoad, polled_load, quick_value
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(5400)]
@@ -68,7 +69,7 @@ FIRST_WORD_PIECE = 259  # ids 0-2 are control tokens, 3-258 the byte tokens
 
 
 @pytest.fixture(scope="module")
-def llama() -> RunningEngine:
+def llama() -> Iterator[RunningEngine]:
     skip_if_off("llamacpp")
     proc, base = llamacpp_proc(
         [
@@ -144,7 +145,9 @@ def expected_llamacpp(text: str) -> Expected:
     return Expected(scalars, {})
 
 
-def test_load_deferred_requests_and_reused_the_cache(llama: RunningEngine, load: PolledLoad, record_property) -> None:
+def test_load_deferred_requests_and_reused_the_cache(
+    llama: RunningEngine, load: PolledLoad, record_property: Callable[[str, object], None]
+) -> None:
     raw = raw_series(load.after)
     figures = {
         "startup_s": round(llama.startup_s, 1),

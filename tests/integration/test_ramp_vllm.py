@@ -47,7 +47,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from integration_helpers import (
+
+from tests.integration.integration_helpers import (
     LOG_DIR,
     ROOT,
     SMALL_KV_VLLM_ARGS,
@@ -58,7 +59,6 @@ from integration_helpers import (
     start_exporter_with,
     vllm_proc,
 )
-
 from tests.support.processes import tail
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(3600)]

@@ -30,12 +30,14 @@ import os
 import random
 import statistics
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import pytest
-from integration_helpers import (
+
+from tests.integration.integration_helpers import (
     LOG_DIR,
     Proc,
     llamacpp_proc,
@@ -44,7 +46,6 @@ from integration_helpers import (
     vllm_engine_below_front_end,
     vllm_proc,
 )
-
 from tests.support.loadloop import ClosedLoop, primary_of, read_verdicts, story
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(3600)]
@@ -129,7 +130,7 @@ def _start_exporter(case: Case, engine_base: str) -> tuple[Proc, str]:
     )
 
 
-def _sender(case: Case, engine_base: str):  # type: ignore[no-untyped-def]
+def _sender(case: Case, engine_base: str) -> Callable[[httpx.Client, int], int]:
     rng = random.Random(case.name)
     if case.engine == "vllm":
 

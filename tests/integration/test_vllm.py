@@ -28,12 +28,14 @@ import os
 import random
 import threading
 import time
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import httpx
 import pytest
-from integration_helpers import (
+
+from tests.integration.integration_helpers import (
     LOG_DIR,
     SMALL_KV_VLLM_ARGS,
     Expected,
@@ -46,7 +48,6 @@ from integration_helpers import (
     engine_info,
     exporter_values,
     pick_expositions,
-    quick_value,
     raw_histograms,
     raw_series,
     scrape,
@@ -54,6 +55,7 @@ from integration_helpers import (
     start_exporter,
     vllm_proc,
 )
+from tests.support.loadloop import quick_value
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(3600)]
 
@@ -91,7 +93,7 @@ class Vllm:
 
 
 @pytest.fixture(scope="module")
-def vllm() -> Vllm:
+def vllm() -> Iterator[Vllm]:
     skip_if_off("vllm")
     proc, base = vllm_proc(SERVE_ARGS, "vllm")
     try:
@@ -113,7 +115,7 @@ class LoadReport:
     after: str = ""
 
 
-def _gauge(raw: dict, name: str) -> float:
+def _gauge(raw: Mapping[str, Mapping[LabelKey, float]], name: str) -> float:
     return max(raw.get(name, {}).values(), default=0.0)
 
 
@@ -258,7 +260,7 @@ def expected_vllm(text: str) -> Expected:
     )
 
 
-def _figures(vllm: Vllm, load: LoadReport) -> dict:
+def _figures(vllm: Vllm, load: LoadReport) -> dict[str, float]:
     raw = raw_series(load.after)
     return {
         "startup_s": round(vllm.startup_s, 1),
@@ -277,7 +279,9 @@ def _figures(vllm: Vllm, load: LoadReport) -> dict:
     }
 
 
-def test_load_made_requests_wait_and_get_preempted(vllm: Vllm, load: LoadReport, record_property) -> None:
+def test_load_made_requests_wait_and_get_preempted(
+    vllm: Vllm, load: LoadReport, record_property: Callable[[str, object], None]
+) -> None:
     figures = _figures(vllm, load)
     for k, v in figures.items():
         record_property(k, v)
@@ -341,7 +345,7 @@ def test_exporter_serve_publishes_the_engine_values(vllm: Vllm, load: LoadReport
 PROBE_TTFT_TOLERANCE_S = 0.25
 
 
-def test_probe_ttft_matches_vllm_own_ttft_without_a_front_end(vllm: Vllm, record_property) -> None:
+def test_probe_ttft_matches_vllm_own_ttft_without_a_front_end(vllm: Vllm, record_property: Callable[[str, object], None]) -> None:
     """The canary probe against the already-started vLLM (no second start): its client-seen TTFT is
     within PROBE_TTFT_TOLERANCE_S of vLLM's TTFT histogram between the scrapes around each probe."""
     import statistics
@@ -357,13 +361,15 @@ def test_probe_ttft_matches_vllm_own_ttft_without_a_front_end(vllm: Vllm, record
     store = SnapshotStore()
     runner = SourceRunner(EngineSource(cfg), store)
     runner.start()
-    diffs, ttfts = [], []
+    diffs: list[float] = []
+    ttfts: list[float] = []
     try:
         src = ProbeSource(cfg, store)
         for _ in range(6):
             src.sample()
             assert src.last is not None and src.last.result == "ok", src.last and src.last.detail
             assert src.last_method == "histogram", src.last_method
+            assert src.last_outside is not None and src.last.ttft is not None
             diffs.append(src.last_outside)
             ttfts.append(src.last.ttft)
     finally:

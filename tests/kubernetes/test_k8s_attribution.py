@@ -91,7 +91,7 @@ def test_pod_info_for_exclusive_mig_and_shared_gpus(node: Node) -> None:
         ("3", UUID[3], "team-a", "notebook-1", "jupyter"),
         ("3", UUID[3], "team-b", "embed-2", "embedder"),
     }
-    assert all(p.value == 1.0 for p in result.points if p.name == "llm_gpu_pod_info")
+    assert all(isinstance(p, Sample) and p.value == 1.0 for p in result.points if p.name == "llm_gpu_pod_info")
 
 
 def test_process_memory_is_attributed_per_container(node: Node) -> None:
@@ -208,8 +208,10 @@ class _GpuStub:
 
     def sample(self) -> SampleResult:
         return SampleResult(
-            [Sample("llm_gpu_utilization_ratio", {"gpu": str(i), "uuid": u}, 0.5) for i, u in enumerate(UUID)]
-            + [Sample("llm_gpu_info", {"gpu": "0", "uuid": UUID[0], "name": "H200", "source": "nvml"}, 1.0)]
+            [
+                *(Sample("llm_gpu_utilization_ratio", {"gpu": str(i), "uuid": u}, 0.5) for i, u in enumerate(UUID)),
+                Sample("llm_gpu_info", {"gpu": "0", "uuid": UUID[0], "name": "H200", "source": "nvml"}, 1.0),
+            ]
         )
 
     def close(self) -> None:

@@ -8,6 +8,7 @@ import logging
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ from exporter.collector import render_text
 from exporter.kubernetes.discovery import DiscoverySource, Target, target_of
 from exporter.kubernetes.pods import PodDirectory, PodLister, parse_pod, parse_pod_list
 from exporter.kubernetes.settings import KubernetesConfig
-from exporter.runner import RunnerGroup
+from exporter.runner import LoopThread, RunnerGroup
 from exporter.samples import SourceError
 from exporter.store import SnapshotStore
 from tests.support.k8s import (
@@ -77,8 +78,8 @@ def test_targets_from_the_recorded_annotations() -> None:
     assert found["nvidia-device-plugin-daemonset-x8k2p"] is None, "not annotated"
 
 
-def _pod(**annotations: str) -> dict:
-    item = next(i for i in pods_json()["items"] if i["metadata"]["uid"] == LLAMA)
+def _pod(**annotations: str) -> dict[str, Any]:
+    item: dict[str, Any] = next(i for i in pods_json()["items"] if i["metadata"]["uid"] == LLAMA)
     item["metadata"]["annotations"] = {"llm-layer-exporter.io/scrape": "true", **annotations}
     return item
 
@@ -126,11 +127,11 @@ def engine_labels() -> Iterator[None]:
     undo()
 
 
-def _group(api: LocalHTTP, store: SnapshotStore, **kw: object) -> tuple[RunnerGroup, DiscoverySource]:
+def _group(api: LocalHTTP, store: SnapshotStore, **kw: Any) -> tuple[RunnerGroup, DiscoverySource]:
     directory = PodDirectory(PodLister(api.url("/pods"), NODE, timeout=2.0), min_age=0.0)
     discovery = DiscoverySource(
         directory, interval=0.2, timeout=2.0, engine_interval=0.3, engine_timeout=0.25, remove_wait=2.0, **kw
-    )  # type: ignore[arg-type]
+    )
     group = RunnerGroup(store, watch_period=0.1)
     group.add(discovery)
     return group, discovery
@@ -175,13 +176,14 @@ def test_annotated_pods_become_labelled_engines_and_go_away(
             api.set("/pods", doc)
             wait_until(lambda: SGLANG_SOURCE not in store.states(), 10, "sglang's source removed")
             assert not store.snapshot().find("llm_engine_info", pod="sglang-qwen-7d9f6c5b8-tq2lm")
-            assert SGLANG_SOURCE not in {r.source.name for r in group.runners}
+            assert SGLANG_SOURCE not in {r.name for r in group.runners}
             assert store.snapshot().source_up(LLAMA_SOURCE), "the other engine keeps running"
 
             # a pod list that fails: discovery is down, the engines found before stay
             api.set("/pods", b"oops", status=500)
             wait_until(lambda: not store.snapshot().source_up("kubernetes:discovery"), 10, "discovery down on the failing list")
-            assert store.states()["kubernetes:discovery"].last_error.reason == "http_status"
+            error = store.states()["kubernetes:discovery"].last_error
+            assert error is not None and error.reason == "http_status"
             assert store.snapshot().source_up(LLAMA_SOURCE)
 
             # the pod deleted (and the list back): its engine goes too
@@ -190,7 +192,7 @@ def test_annotated_pods_become_labelled_engines_and_go_away(
             wait_until(lambda: LLAMA_SOURCE not in store.states(), 10, "llama's source removed")
         finally:
             group.stop()
-    assert not [r for r in group.runners if r._thread.is_alive()]
+    assert not [r for r in group.runners if not isinstance(r, LoopThread) or r._thread.is_alive()]
     assert any("stopped scraping inference/sglang" in r.getMessage() for r in caplog.records)
 
 
@@ -240,7 +242,8 @@ def test_the_process_sampler_finds_the_pid_through_the_cgroup(
             wait_until(
                 lambda: sg in store.states() and store.states()[sg].last_error is not None, 10, "sglang's process source failing"
             )
-            assert store.states()[sg].last_error.reason == "process_gone"
+            error = store.states()[sg].last_error
+            assert error is not None and error.reason == "process_gone"
         finally:
             group.stop()
     finally:

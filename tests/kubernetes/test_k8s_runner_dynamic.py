@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 
-from exporter.runner import RunnerGroup
+from exporter.runner import RunnerGroup, SourceRunner
 from exporter.samples import Sample, SampleResult
 from exporter.store import SnapshotStore
 from tests.support.waiting import wait_until
@@ -61,7 +61,11 @@ def test_a_late_result_of_a_removed_source_is_dropped() -> None:
         group.remove("engine:slow", timeout=0.1)  # its sample is still running: not closed
         assert not slow.closed and "engine:slow" not in store.states()
         gate.set()  # the sample returns now and writes into a store that forgot it
-        wait_until(lambda: not any(r.source is slow for r in group.runners), 1, "the slow source's runner gone")
+        wait_until(
+            lambda: not any(isinstance(r, SourceRunner) and r.source is slow for r in group.runners),
+            1,
+            "the slow source's runner gone",
+        )
     finally:
         group.stop()
     assert "engine:slow" not in store.states()

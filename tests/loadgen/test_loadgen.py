@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
+from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -17,15 +19,15 @@ from tests.support.waiting import wait_until
 
 
 @pytest.fixture(scope="module")
-def url() -> str:
+def url() -> Iterator[str]:
     with sim_server("healthy", "vllm", time_scale=20.0) as srv:
         yield srv.base_url
 
 
-def spec(url: str, **kw: object) -> LoadSpec:
-    base: dict[str, object] = {"concurrency": 4, "duration_s": 60.0, "prompt_tokens": ((40, 1.0),), "max_tokens": ((8, 1.0),)}
+def spec(url: str, **kw: Any) -> LoadSpec:
+    base: dict[str, Any] = {"concurrency": 4, "duration_s": 60.0, "prompt_tokens": ((40, 1.0),), "max_tokens": ((8, 1.0),)}
     base.update(kw)
-    return LoadSpec(url, **base)  # type: ignore[arg-type]
+    return LoadSpec(url, **base)
 
 
 def test_request_count_bounds_the_run_and_streaming_is_measured() -> None:
@@ -40,6 +42,7 @@ def test_request_count_bounds_the_run_and_streaming_is_measured() -> None:
         assert len(r.itl_s) <= 7  # one gap per later chunk; a client that falls behind gets tokens merged
     assert sum(len(r.itl_s) for r in result.records) >= 10
     assert s.output_tokens == 80 and s.prompt_tokens == 400
+    assert s.ttft_p95_s is not None and s.ttft_p99_s is not None
     assert s.ttft_p50_s is not None and s.ttft_p50_s <= s.ttft_p95_s <= s.ttft_p99_s
     assert s.requests_per_s > 0 and s.output_tokens_per_s > 0
 
@@ -76,7 +79,7 @@ def test_drain_lets_requests_in_flight_finish_after_the_deadline(url: str, rate:
 def test_drain_is_bounded_by_the_request_timeout_and_retries_nothing() -> None:
     # the batching window holds every request for 30 s: each attempt can only time out
     with sim_server("healthy", "vllm", time_scale=1.0, batch_wait_s=30.0) as srv:
-        base = {
+        base: dict[str, Any] = {
             "concurrency": 2,
             "duration_s": 0.3,
             "drain": True,
@@ -86,7 +89,7 @@ def test_drain_is_bounded_by_the_request_timeout_and_retries_nothing() -> None:
             "prompt_tokens": ((10, 1.0),),
             "max_tokens": ((4, 1.0),),
         }
-        result = asyncio.run(run_load(LoadSpec(srv.base_url, **base)))  # type: ignore[arg-type]
+        result = asyncio.run(run_load(LoadSpec(srv.base_url, **base)))
         s = result.summary
         # the requests in flight at the deadline end by their own timeout, and no retry starts after it
         assert s.timeouts == 2 and s.cancelled == 0 and all(r.attempts == 1 for r in result.records)
@@ -95,7 +98,7 @@ def test_drain_is_bounded_by_the_request_timeout_and_retries_nothing() -> None:
         async def stopped_while_draining() -> LoadResult:
             stop = asyncio.Event()
             asyncio.get_running_loop().call_later(0.6, stop.set)
-            return await run_load(LoadSpec(srv.base_url, **{**base, "timeout_s": 20.0}), stop=stop)  # type: ignore[arg-type]
+            return await run_load(LoadSpec(srv.base_url, **{**base, "timeout_s": 20.0}), stop=stop)
 
         stopped = asyncio.run(stopped_while_draining()).summary
         assert stopped.cancelled == 2 and stopped.duration_s < 10.0  # the stop event still ends the run at once
@@ -216,7 +219,7 @@ def test_unbounded_or_bad_specs_are_refused() -> None:
         {"prompt_salt": "a b"},
     ):
         with pytest.raises(ValueError):
-            LoadSpec("http://127.0.0.1:9", **bad).validate()  # type: ignore[arg-type]
+            LoadSpec("http://127.0.0.1:9", **bad).validate()
     with pytest.raises(ValueError):
         LoadSpec("ftp://x").validate()
 
@@ -280,8 +283,8 @@ def test_prompt_factory_lengths_and_prefixes() -> None:
 def test_prompt_salt_makes_runs_unique_and_keeps_lengths_and_prefixes() -> None:
     spec_ = LoadSpec("http://x", prompt_tokens=((20, 1.0),), shared_prefix_ratio=0.5, shared_prefix_tokens=8, seed=3)
 
-    def prompts(**kw: object) -> list[str]:
-        f = PromptFactory(dataclasses.replace(spec_, **kw), random.Random(3))  # type: ignore[arg-type]
+    def prompts(**kw: Any) -> list[str]:
+        f = PromptFactory(dataclasses.replace(spec_, **kw), random.Random(3))
         return [f.make(i)[0] for i in range(20)]
 
     first, second = prompts(), prompts()

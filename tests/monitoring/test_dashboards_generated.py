@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -33,11 +34,11 @@ TITLES = {
 }
 
 
-def dashboards() -> dict[str, dict]:
+def dashboards() -> dict[str, dict[str, Any]]:
     return {p.stem: json.loads(p.read_text()) for p in sorted(JSON_DIR.glob("*.json"))}
 
 
-def panels(d: dict) -> dict[str, dict]:
+def panels(d: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {p["title"]: p for p in d["panels"] if p["type"] != "row"}
 
 
@@ -220,7 +221,7 @@ def test_provisioning_points_grafana_at_the_dashboards() -> None:
 VERDICT_BOARDS = {"llm-overview", "llm-fleet"}
 
 
-def _variable(d: dict, name: str) -> dict | None:
+def _variable(d: dict[str, Any], name: str) -> dict[str, Any] | None:
     return next((v for v in d["templating"]["list"] if v["name"] == name), None)
 
 

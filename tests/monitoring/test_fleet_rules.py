@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -42,7 +43,7 @@ def run(*cmd: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(cmd), cwd=ROOT, capture_output=True, text=True, check=False, timeout=timeout)
 
 
-def rules() -> list[dict[str, object]]:
+def rules() -> list[dict[str, Any]]:
     return [r for g in yaml.safe_load(FLEET_RULES.read_text())["groups"] for r in g["rules"]]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -108,14 +109,14 @@ def _ramp(knee: bool) -> dict[str, object]:
 
 
 def test_profiles_from_tune_and_ramp_records() -> None:
-    tune = {
+    tune: dict[str, Any] = {
         "baseline": {"capacity": {"concurrency": 4, "requests_per_second": 1.0, "tokens_per_second": 80}},
         "recommendation": None,
     }
     p = parse_profile(tune, "tune.json")
     assert (p.kind, p.concurrency, p.requests_per_second, p.tokens_per_second, p.model) == ("tune baseline", 4, 1.0, 80, None)
     tune["recommendation"] = {"capacity": {"concurrency": 8, "requests_per_second": 2.5, "tokens_per_second": 200}}
-    tune["baseline"]["runs"] = [{"config": {"model": "qwen"}}]  # type: ignore[index]
+    tune["baseline"]["runs"] = [{"config": {"model": "qwen"}}]
     p = parse_profile(tune, "tune.json")
     assert (p.kind, p.concurrency, p.requests_per_second, p.model) == ("tune recommendation", 8, 2.5, "qwen")
     p = parse_profile(_ramp(knee=True), "report.json")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ from tests.support.ports import closed_port_url
 HOSTILE = "evil*<script>alert(1)</script>|[x](http://e)"
 
 
-def _doc() -> dict[str, object]:
+def _doc() -> dict[str, Any]:
     w = Window(0.0, 2 * 3600.0 - 300, 300.0)
     ts = [w.start + k * w.step for k in range(w.points)]
     labels = {"job": "j", "instance": "i", "engine": "a", "model": HOSTILE}
@@ -37,7 +38,7 @@ def _doc() -> dict[str, object]:
 
 def test_plan_json_has_the_documented_fields() -> None:
     doc = _doc()
-    m = doc["models"][0]  # type: ignore[index]
+    m = doc["models"][0]
     assert m["peak"] == {
         "hour": "1970-01-01T00:00:00Z",
         "requests_per_second": 7.0,
@@ -54,7 +55,7 @@ def test_plan_json_has_the_documented_fields() -> None:
     ]
     assert m["above_capacity"]["hours"] == ["1970-01-01T00:00:00Z"]
     assert len(m["series"]["time"]) == len(m["series"]["requests_per_second"]) == 24
-    assert set(doc["definitions"]) >= {"peak", "trough", "replicas_needed", "concurrency_ceiling", "above_capacity"}  # type: ignore[arg-type]
+    assert set(doc["definitions"]) >= {"peak", "trough", "replicas_needed", "concurrency_ceiling", "above_capacity"}
 
 
 def test_model_names_are_escaped_in_markdown_and_html() -> None:

@@ -16,6 +16,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, cast
 
 
 @dataclass
@@ -47,7 +48,7 @@ class Behaviour:
 class Record:
     """What the server saw."""
 
-    requests: list[dict] = field(default_factory=list)
+    requests: list[dict[str, Any]] = field(default_factory=list)
     in_flight: int = 0
     max_in_flight: int = 0
     served: int = 0
@@ -143,7 +144,7 @@ class _Handler(BaseHTTPRequestHandler):
             with rec.lock:
                 rec.in_flight -= 1
 
-    def _complete(self, b: Behaviour, rec: Record, body: dict) -> None:
+    def _complete(self, b: Behaviour, rec: Record, body: dict[str, Any]) -> None:
         if self.path not in ("/v1/completions", "/v1/chat/completions"):
             self._json(404, {"error": "not found"})
             return
@@ -207,7 +208,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return
         if b.mode == "no_done":
             return
-        last: dict = {"choices": [{"index": 0, "text": "", "finish_reason": "length"}]}
+        last: dict[str, Any] = {"choices": [{"index": 0, "text": "", "finish_reason": "length"}]}
         if b.usage:
             last["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
         if b.prompt_ms is not None:
@@ -243,10 +244,10 @@ class ProbeHTTPServer:
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
+        host, port = cast(tuple[str, int], self._server.server_address[:2])  # an AF_INET server: (host, port)
         return f"{self.scheme}://{host}:{port}"
 
-    def completions(self) -> list[dict]:
+    def completions(self) -> list[dict[str, Any]]:
         return [r for r in self.record.requests if r["path"].startswith("/v1/") and "completions" in r["path"]]
 
     def __enter__(self) -> ProbeHTTPServer:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import http.client
 import socket
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from tests.support.ports import free_port
@@ -39,7 +40,7 @@ class SlowProxy:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def _spawn(self, target, *args) -> None:  # type: ignore[no-untyped-def]
+    def _spawn(self, target: Callable[..., object], *args: object) -> None:
         t = threading.Thread(target=target, args=args, daemon=True)
         with self._lock:
             self._threads.append(t)

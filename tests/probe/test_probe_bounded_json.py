@@ -30,7 +30,7 @@ def probe_once(behaviour: Behaviour, caplog: pytest.LogCaptureFixture) -> tuple[
     with ProbeHTTPServer(behaviour) as server:
         cfg = EngineConfig(
             url=server.url + "/metrics", name="fake", interval=0.1, timeout=0.09, probe=ProbeConfig(interval=1.0, timeout=2.0)
-        )  # type: ignore[arg-type]
+        )
         store = SnapshotStore()
         source = ProbeSource(cfg, store)
         assert SourceRunner(source, store).sample_once(), store.states()[source.name].last_error

@@ -20,7 +20,7 @@ import time
 import pytest
 
 from exporter.probe.client import Deadline
-from exporter.probe.stream import PROBE_HEADER, PROBE_USER, first_model, request_body, run_probe
+from exporter.probe.stream import PROBE_HEADER, PROBE_USER, Outcome, first_model, request_body, run_probe
 from tests.probe.probe_http import Behaviour, ProbeHTTPServer
 from tests.support.ports import free_port
 
@@ -29,7 +29,7 @@ TIMEOUT = 1.0
 SLACK = 0.5
 
 
-def probe(server: ProbeHTTPServer, api: str = "completions", timeout: float = TIMEOUT, auth: str | None = None):
+def probe(server: ProbeHTTPServer, api: str = "completions", timeout: float = TIMEOUT, auth: str | None = None) -> Outcome:
     path = "/v1/chat/completions" if api == "chat" else "/v1/completions"
     return run_probe(server.url + path, request_body(api, "tiny-model", "Say OK.", 8), auth, Deadline(timeout))
 
@@ -39,6 +39,7 @@ def test_ok_measures_ttft_gaps_and_tokens_and_marks_the_request() -> None:
         o = probe(server)
         req = server.completions()[-1]
     assert o.result == "ok", o.detail
+    assert o.ttft is not None
     assert 0.2 <= o.ttft < 0.2 + SLACK
     assert len(o.gaps) == 4 and all(0.02 <= g < 0.03 + SLACK for g in o.gaps)
     assert (o.chunks, o.completion_tokens, o.prompt_tokens) == (5, 5, 5)

@@ -54,7 +54,8 @@ def test_forms_and_defaults() -> None:
     )
     assert got == ProbeConfig(30.0, 5.0, "m", "Hi", 4, "chat", "http://gw:8000")
     # a short interval without a timeout gets one below it
-    assert parse_probe({"interval": 2}, "p").timeout == pytest.approx(1.8)
+    short = parse_probe({"interval": 2}, "p")
+    assert short is not None and short.timeout == pytest.approx(1.8)
 
 
 @pytest.mark.parametrize(

@@ -75,6 +75,7 @@ def test_front_end_overhead_is_the_primary_when_clients_wait_and_the_engine_does
     assert [x.id for x in v.symptoms] == ["ttft_high"] and "canary probe" in v.symptoms[0].text
     assert primary(v) == "front_end_overhead"
     cause = v.primary
+    assert cause is not None
     assert cause.layer == "application" and cause.explains == ("ttft_high",)
     assert "1.20 s outside the engine" in cause.summary
     assert {pr.PROBE_CLIENT_TTFT, pr.PROBE_ENGINE_TTFT, pr.PROBE_OUTSIDE, pr.PROBE_TTFT} <= set(cause.evidence)
@@ -104,9 +105,10 @@ def test_a_hung_engine_outranks_every_engine_side_cause() -> None:
     v = run(hung_engine_cycles(5))[-1]
     assert v.state == "degraded" and "failures" in {x.id for x in v.symptoms}
     assert primary(v) == "engine_unresponsive"
+    assert v.primary is not None
     assert v.primary.evidence[pr.PROBE_HUNG] == 1.0
     assert "kv_cache_pressure" in v.holding
-    active = {p.labels["cause"]: p.value for p in v.points() if p.name == "llm_bottleneck_active"}
+    active = {p.labels["cause"]: p.value for p in v.points() if p.name == "llm_bottleneck_active" and isinstance(p, Sample)}
     assert active["engine_unresponsive"] == 1.0
 
 

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -44,6 +45,7 @@ def _outside(base: str, probe_url: str | None, n: int = 4) -> list[float]:
         src.sample()
         assert src.last is not None and src.last.result == "ok", src.last and src.last.detail
         assert src.last_method == "engine_reported"
+        assert src.last_outside is not None
         out.append(src.last_outside)
     return out
 
@@ -98,7 +100,7 @@ def test_serve_through_a_slow_front_end_names_front_end_overhead(tmp_path: Path)
             base = f"http://127.0.0.1:{port}"
             deadline = time.monotonic() + 60
             outside: list[float] = []
-            verdict: dict = {}
+            verdict: dict[str, Any] = {}
             while time.monotonic() < deadline:
                 assert proc.poll() is None, log.read_text()[-3000:]
                 try:
@@ -132,4 +134,5 @@ def test_slow_proxy_passes_the_stream_through_unchanged(delay: float) -> None:
         cfg = EngineConfig(url=server.url + "/metrics", name="fake", probe=ProbeConfig(interval=2.0, timeout=1.8, url=proxy.url))
         src = ProbeSource(cfg, SnapshotStore())
         src.sample()
+    assert src.last is not None
     assert src.last.result == "ok" and src.last.chunks == 6

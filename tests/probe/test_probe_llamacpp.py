@@ -23,8 +23,10 @@ import signal
 import statistics
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -35,9 +37,10 @@ from exporter.probe.config import ProbeConfig
 from exporter.probe.source import ProbeSource
 from exporter.runner import SourceRunner
 from exporter.store import SnapshotStore
-from tests.integration.integration_helpers import Proc, run_setup, tail
+from tests.integration.integration_helpers import Proc, run_setup
 from tests.probe.proxies import FrozenMetricsProxy, SlowProxy
 from tests.support.ports import free_port
+from tests.support.processes import tail
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 
@@ -59,7 +62,7 @@ class Llama:
 
 
 @pytest.fixture(scope="module")
-def llama():  # type: ignore[no-untyped-def]
+def llama() -> Iterator[Llama]:
     if os.environ.get("LLM_EXPORTER_SKIP_LLAMACPP") == "1":
         pytest.skip("LLM_EXPORTER_SKIP_LLAMACPP=1: the real-llama.cpp integration tests were switched off")
     paths = run_setup("setup_llamacpp.sh", SETUP_TIMEOUT_S)
@@ -129,11 +132,14 @@ class Exporter:
         assert self.proc.alive(), tail(self.proc.log)
         return requests.get(self.base + "/metrics", timeout=5).text
 
-    def diagnosis(self) -> dict:
-        return requests.get(self.base + "/diagnosis", timeout=5).json()
+    def diagnosis(self) -> dict[str, Any]:
+        body: dict[str, Any] = requests.get(self.base + "/diagnosis", timeout=5).json()
+        return body
 
 
-def test_probe_ttft_matches_the_engines_own_without_a_front_end(llama: Llama, record_property) -> None:
+def test_probe_ttft_matches_the_engines_own_without_a_front_end(
+    llama: Llama, record_property: Callable[[str, object], None]
+) -> None:
     cfg = EngineConfig(
         url=llama.base + "/metrics", name="llama", interval=1.0, timeout=0.9, probe=ProbeConfig(interval=2.0, timeout=1.8)
     )
@@ -142,11 +148,13 @@ def test_probe_ttft_matches_the_engines_own_without_a_front_end(llama: Llama, re
     runner.start()
     try:
         src = ProbeSource(cfg, store)
-        diffs, ttfts = [], []
+        diffs: list[float] = []
+        ttfts: list[float] = []
         for _ in range(8):
             src.sample()
             assert src.last is not None and src.last.result == "ok", src.last and src.last.detail
             assert src.last_method == "engine_reported"  # llama.cpp's timings.prompt_ms
+            assert src.last_outside is not None and src.last.ttft is not None
             diffs.append(src.last_outside)
             ttfts.append(src.last.ttft)
     finally:
@@ -165,7 +173,7 @@ def test_probe_ttft_matches_the_engines_own_without_a_front_end(llama: Llama, re
 
 
 def test_a_slow_front_end_is_time_outside_the_engine_and_front_end_overhead(
-    llama: Llama, tmp_path: Path, record_property
+    llama: Llama, tmp_path: Path, record_property: Callable[[str, object], None]
 ) -> None:
     with (
         SlowProxy(llama.port, DELAY_S) as proxy,
@@ -185,7 +193,7 @@ def test_a_slow_front_end_is_time_outside_the_engine_and_front_end_overhead(
     ):
         seen: list[float] = []
         last_ok = 0.0
-        verdict: dict = {}
+        verdict: dict[str, Any] = {}
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             text = exporter.metrics()
@@ -212,7 +220,7 @@ def _unresponsive(exporter: Exporter) -> bool:
     return _metric(exporter.metrics(), "llm_bottleneck_active", cause="engine_unresponsive") == [1.0]
 
 
-def _await(predicate, limit_s: float) -> float | None:  # type: ignore[no-untyped-def]
+def _await(predicate: Callable[[], bool], limit_s: float) -> float | None:
     t0 = time.monotonic()
     while time.monotonic() - t0 < limit_s:
         if predicate():
@@ -222,7 +230,7 @@ def _await(predicate, limit_s: float) -> float | None:  # type: ignore[no-untype
 
 
 def test_a_stopped_engine_behind_a_live_metrics_front_is_engine_unresponsive(
-    llama: Llama, tmp_path: Path, record_property
+    llama: Llama, tmp_path: Path, record_property: Callable[[str, object], None]
 ) -> None:
     assert llama.proc.popen is not None
     pgid = llama.proc.popen.pid

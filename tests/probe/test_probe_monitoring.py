@@ -17,6 +17,7 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -26,7 +27,7 @@ ALERTS = ROOT / "alerts"
 PAGE = "LLMServiceDegraded"
 
 
-def _rules() -> dict[str, dict]:
+def _rules() -> dict[str, dict[str, Any]]:
     groups = yaml.safe_load((ALERTS / "alerting_rules.yml").read_text())["groups"]
     return {r["alert"]: {**r, "group": g["name"]} for g in groups for r in g["rules"]}
 
@@ -119,7 +120,7 @@ def test_recording_rules_and_their_value_tests() -> None:
     assert any(t["name"].startswith("canary probe") for t in tests)
 
 
-def _panels(uid: str) -> dict[str, dict]:
+def _panels(uid: str) -> dict[str, dict[str, Any]]:
     board = json.loads((ROOT / "dashboards" / "json" / f"{uid}.json").read_text())
     return {p["title"]: p for p in board["panels"] if p.get("type") != "row"}
 

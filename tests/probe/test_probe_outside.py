@@ -22,7 +22,11 @@ ROOT = Path(__file__).resolve().parents[2]
 K = ("llm_generation_tokens_total", ())
 
 
-def view(at: float, progress: dict | None = None, ttft: tuple[float, float] | None = None) -> EngineView:
+def view(
+    at: float,
+    progress: dict[tuple[str, tuple[tuple[str, str], ...]], float] | None = None,
+    ttft: tuple[float, float] | None = None,
+) -> EngineView:
     return EngineView(at, progress if progress is not None else {K: 10.0}, ttft[0] if ttft else None, ttft[1] if ttft else None)
 
 

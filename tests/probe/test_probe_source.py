@@ -22,7 +22,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,7 +33,7 @@ from exporter.engines.source import EngineSource
 from exporter.probe.config import ProbeConfig
 from exporter.probe.source import ProbeSource, engine_server
 from exporter.runner import RunnerGroup, SourceRunner
-from exporter.samples import HistogramSample, Sample, SampleResult
+from exporter.samples import HistogramSample, Point, Sample, SampleResult
 from exporter.store import SnapshotStore
 from tests.probe.probe_http import Behaviour, ProbeHTTPServer
 
@@ -77,15 +79,15 @@ class FakeEngine:
         pass
 
 
-def engine_cfg(server: ProbeHTTPServer, **probe: object) -> EngineConfig:
-    settings = {"interval": 1.0, "timeout": 0.8, **probe}
+def engine_cfg(server: ProbeHTTPServer, **probe: Any) -> EngineConfig:
+    settings: dict[str, Any] = {"interval": 1.0, "timeout": 0.8, **probe}
     return EngineConfig(
         url=server.url + "/metrics", name="fake", type="auto", interval=0.1, timeout=0.09, probe=ProbeConfig(**settings)
-    )  # type: ignore[arg-type]
+    )
 
 
-def points(result: SampleResult) -> dict[str, list]:
-    out: dict[str, list] = {}
+def points(result: SampleResult) -> dict[str, list[Point]]:
+    out: dict[str, list[Point]] = {}
     for p in result.points:
         out.setdefault(p.name, []).append(p)
     return out
@@ -97,7 +99,7 @@ def value(res: SampleResult, name: str, **labels: str) -> float:
 
 
 @pytest.fixture()
-def live_engine():
+def live_engine() -> Iterator[tuple[ProbeHTTPServer, SnapshotStore, FakeEngine]]:
     """A fake server, its engine source running in the store, and a way to build the probe."""
     with ProbeHTTPServer(Behaviour(tokens=4, gap=0.002)) as server:
         store = SnapshotStore()
@@ -110,7 +112,9 @@ def live_engine():
             runner.stop()
 
 
-def test_publishes_engine_labels_every_result_tokens_and_the_time_outside(live_engine) -> None:
+def test_publishes_engine_labels_every_result_tokens_and_the_time_outside(
+    live_engine: tuple[ProbeHTTPServer, SnapshotStore, FakeEngine],
+) -> None:
     server, store, _ = live_engine
     src = ProbeSource(engine_cfg(server), store)
     for _ in range(3):
@@ -137,8 +141,10 @@ def test_publishes_engine_labels_every_result_tokens_and_the_time_outside(live_e
     # the engine's TTFT for the window is its histogram's mean over the scrapes around the probe
     assert src.last_method == "histogram"
     assert value(result, "llm_probe_engine_ttft_seconds") == pytest.approx(ENGINE_TTFT)
+    assert src.last is not None and src.last.ttft is not None
     assert value(result, "llm_probe_outside_engine_seconds") == pytest.approx(src.last.ttft - ENGINE_TTFT)
     ttft = by["llm_probe_ttft_seconds"][0]
+    assert isinstance(ttft, HistogramSample)
     assert [c for _, c in ttft.buckets] == sorted(c for _, c in ttft.buckets) and ttft.buckets[-1][1] == 3
 
 
@@ -148,6 +154,7 @@ def test_engine_reported_prefill_time_comes_first() -> None:
         result = src.sample()
     assert src.last_method == "engine_reported"
     assert value(result, "llm_probe_engine_ttft_seconds") == pytest.approx(0.003)
+    assert src.last is not None and src.last.ttft is not None
     assert value(result, "llm_probe_outside_engine_seconds") == pytest.approx(src.last.ttft - 0.003)
 
 
@@ -191,7 +198,7 @@ def test_the_probe_respects_its_timeout() -> None:
 
 
 @pytest.mark.parametrize("missing", ["models", "completions"])
-def test_an_engine_without_openai_routes_is_http_error_and_one_log_line(missing: str, caplog) -> None:
+def test_an_engine_without_openai_routes_is_http_error_and_one_log_line(missing: str, caplog: pytest.LogCaptureFixture) -> None:
     behaviour = Behaviour(models_status=404) if missing == "models" else Behaviour(status=404)
     with ProbeHTTPServer(behaviour) as server:
         store = SnapshotStore()
@@ -228,7 +235,7 @@ def test_a_timeout_while_the_engine_counters_stand_still_is_frozen(frozen: bool)
     assert value(result, "llm_probe_engine_frozen") == (1.0 if frozen else 0.0)
 
 
-def test_credentials_go_to_the_engine_origin_only_and_never_to_logs(tmp_path: Path, caplog) -> None:
+def test_credentials_go_to_the_engine_origin_only_and_never_to_logs(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     token = tmp_path / "token"
     token.write_text("engine-secret-token\n")
     other_token = tmp_path / "probe-token"

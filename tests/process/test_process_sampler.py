@@ -14,6 +14,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import cast
 
 import psutil
 import pytest
@@ -27,7 +28,7 @@ from exporter.process.sampler import (
     own_family,
     read_schedstat,
 )
-from exporter.samples import SourceError
+from exporter.samples import Sample, SampleResult, SourceError
 from tests.support.waiting import wait_until
 
 WORKER = Path(__file__).with_name("proc_worker.py")
@@ -74,11 +75,11 @@ class FakeClock:
         return self.now
 
 
-def values(result) -> dict[str, float]:
-    return {p.name: p.value for p in result.points}
+def values(result: SampleResult) -> dict[str, float]:
+    return {p.name: p.value for p in result.points if isinstance(p, Sample)}
 
 
-def test_busiest_thread_of_a_child_process_is_found(marker):
+def test_busiest_thread_of_a_child_process_is_found(marker: str) -> None:
     w = Worker(marker, with_child=True)
     try:
         clock = FakeClock()
@@ -102,7 +103,7 @@ def test_busiest_thread_of_a_child_process_is_found(marker):
         w.stop()
 
 
-def test_an_idle_process_reads_near_zero(marker):
+def test_an_idle_process_reads_near_zero(marker: str) -> None:
     w = Worker(marker)
     try:
         clock = FakeClock()
@@ -115,7 +116,7 @@ def test_an_idle_process_reads_near_zero(marker):
         w.stop()
 
 
-def test_vanished_pid_is_a_source_fault_every_time(marker):
+def test_vanished_pid_is_a_source_fault_every_time(marker: str) -> None:
     w = Worker(marker)
     src = ProcessSource("sim", pid=w.pid)
     src.sample()
@@ -130,7 +131,7 @@ def test_vanished_pid_is_a_source_fault_every_time(marker):
         src.sample()
 
 
-def test_substring_finds_the_process_again_after_a_restart(marker):
+def test_substring_finds_the_process_again_after_a_restart(marker: str) -> None:
     first = Worker(marker)
     second = None
     try:
@@ -151,7 +152,7 @@ def test_substring_finds_the_process_again_after_a_restart(marker):
             second.stop()
 
 
-def test_pid_with_substring_falls_back_to_the_substring(marker):
+def test_pid_with_substring_falls_back_to_the_substring(marker: str) -> None:
     w = Worker(marker)
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait(10)
@@ -163,7 +164,7 @@ def test_pid_with_substring_falls_back_to_the_substring(marker):
         w.stop()
 
 
-def test_substring_picks_the_root_of_a_matching_tree(marker):
+def test_substring_picks_the_root_of_a_matching_tree(marker: str) -> None:
     w = Worker(marker, with_child=True)
     try:
         found = find_by_substring(marker, own_family())
@@ -173,17 +174,17 @@ def test_substring_picks_the_root_of_a_matching_tree(marker):
         w.stop()
 
 
-def test_own_process_and_ancestors_are_never_the_target():
+def test_own_process_and_ancestors_are_never_the_target() -> None:
     family = own_family()
     assert os.getpid() in family and os.getppid() in family
 
 
-def test_needs_a_pid_or_a_substring():
+def test_needs_a_pid_or_a_substring() -> None:
     with pytest.raises(ValueError):
         ProcessSource("sim")
 
 
-def test_build_process_sources_one_per_engine_that_names_a_process():
+def test_build_process_sources_one_per_engine_that_names_a_process() -> None:
     cfg = Config(process_interval=2.5)
     cfg.engines = [
         EngineConfig(url="http://a/metrics", name="a", pid=123),
@@ -192,10 +193,10 @@ def test_build_process_sources_one_per_engine_that_names_a_process():
     ]
     sources = build_process_sources(cfg.engines, cfg.process_interval)
     assert [(s.name, s.interval) for s in sources] == [("process:a", 2.5), ("process:c", 2.5)]
-    assert sources[0].pid == 123 and sources[1].substring == "vllm serve"
+    assert cast(ProcessSource, sources[0]).pid == 123 and cast(ProcessSource, sources[1]).substring == "vllm serve"
 
 
-def test_schedstat_counts_this_threads_cpu():
+def test_schedstat_counts_this_threads_cpu() -> None:
     import threading
 
     before = read_schedstat(os.getpid(), threading.get_native_id())

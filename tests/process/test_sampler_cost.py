@@ -23,6 +23,7 @@ import pytest
 from bench.process_sampler_cost import cpu_per_call
 from exporter.process import sampler
 from exporter.process.sampler import ProcessSource, read_thread_times
+from exporter.samples import Sample
 
 THREADS = 300
 
@@ -78,9 +79,14 @@ def busy_pid(threaded_child: tuple[int, list[int]]) -> int:
 def test_one_sample_reads_one_small_file_per_thread(busy_pid: int, monkeypatch: pytest.MonkeyPatch) -> None:
     reads: list[str] = []
     real = sampler._read_small
-    monkeypatch.setattr(sampler, "_read_small", lambda path: reads.append(path) or real(path))
+
+    def recording(path: str) -> bytes:
+        reads.append(path)
+        return real(path)
+
+    monkeypatch.setattr(sampler, "_read_small", recording)
     src = ProcessSource("busy", pid=busy_pid, clock=FakeClock())
-    points = {p.name: p.value for p in src.sample().points}
+    points = {p.name: p.value for p in src.sample().points if isinstance(p, Sample)}
     assert points["llm_process_threads"] == THREADS + 1
     assert len(reads) == THREADS + 1 and all(r.endswith("/schedstat") for r in reads)
 
@@ -101,9 +107,14 @@ def test_threads_kept_follow_allocation_order_across_a_tid_wrap() -> None:
 
 
 def test_the_process_tree_is_listed_again_only_every_refresh_period(busy_pid: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    listings = []
+    listings: list[int] = []
     real = psutil.Process.children
-    monkeypatch.setattr(psutil.Process, "children", lambda self, recursive=False: listings.append(1) or real(self, recursive))
+
+    def counting(self: psutil.Process, recursive: bool = False) -> list[psutil.Process]:
+        listings.append(1)
+        return real(self, recursive)
+
+    monkeypatch.setattr(psutil.Process, "children", counting)
     clock = FakeClock()
     src = ProcessSource("busy", pid=busy_pid, clock=clock)
     for _ in range(5):

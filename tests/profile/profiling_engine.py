@@ -12,10 +12,13 @@ from __future__ import annotations
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any
 
 from tests.profile.traces import cpu_trace, gpu_trace, write_trace
 from tests.support.exposition import vllm_exposition
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 #: longest a held /stop_profile waits, whatever the test does
 MAX_HOLD_S = 30.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
@@ -104,7 +105,7 @@ def test_a_cpu_only_trace_has_no_kernels_and_no_shares() -> None:
         {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "dur": 5},
     ],
 )
-def test_events_that_are_not_complete_gpu_activity_add_no_time(event: dict) -> None:
+def test_events_that_are_not_complete_gpu_activity_add_no_time(event: dict[str, Any]) -> None:
     split = Split()
     split.add(event)
     assert split.kernels == 0 and split.time_us == 0
@@ -121,7 +122,7 @@ def test_a_flood_of_kernel_names_is_tallied_within_bounds_and_still_counted_by_k
     assert all(t["name"] != OVERFLOW_NAME for t in split.top()["gemm"])
 
 
-def _op(name: str, ts: float, dur: float, tid: int = 1) -> dict:
+def _op(name: str, ts: float, dur: float, tid: int = 1) -> dict[str, Any]:
     return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 7, "tid": tid, "ts": ts, "dur": dur}
 
 

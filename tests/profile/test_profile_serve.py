@@ -13,9 +13,10 @@ import pytest
 import requests
 import yaml
 
-from exporter.config import add_serve_arguments, load_config
+from exporter.config import Config, add_serve_arguments, load_config
 from exporter.errors import UsageError
 from exporter.httpget import Client, Target
+from exporter.profile.config import ProfileConfig
 from exporter.report import Context, render_html, render_markdown
 from exporter.report.operator import fetch_profiles
 from exporter.schema import OPERATOR_KINDS
@@ -134,7 +135,7 @@ def test_one_profile_at_a_time(stack: tuple[Serve, ProfilingEngine]) -> None:
     ids=["llamacpp", "unknown", "type-unknown", "no-engine", "not-a-number", "too-long", "nan"],
 )
 def test_refusals_are_clear_and_touch_no_engine(
-    stack: tuple[Serve, ProfilingEngine], params: dict, status: int, says: str
+    stack: tuple[Serve, ProfilingEngine], params: dict[str, str], status: int, says: str
 ) -> None:
     serve, engine = stack
     calls = len(engine.calls)
@@ -220,14 +221,20 @@ def test_profiling_is_off_by_default(tmp_path: Path) -> None:
             serve.stop()
 
 
-def _load(argv: list[str], env: dict[str, str] | None = None):
+def _load(argv: list[str], env: dict[str, str] | None = None) -> Config:
     parser = argparse.ArgumentParser()
     add_serve_arguments(parser)
     return load_config(parser.parse_args(argv), env or {})
 
 
+def _settings(argv: list[str], env: dict[str, str] | None = None) -> ProfileConfig:
+    profile = _load(argv, env).profile
+    assert profile is not None  # load_config always sets it
+    return profile
+
+
 def test_the_settings_are_checked_at_start(tmp_path: Path) -> None:
-    assert _load([]).profile.enabled is False
+    assert _settings([]).enabled is False
     with pytest.raises(UsageError, match="--enable-profile: needs --profile-dir"):
         _load(["--enable-profile"])
     with pytest.raises(UsageError, match="--profile-dir: expected an absolute path"):
@@ -236,7 +243,7 @@ def test_the_settings_are_checked_at_start(tmp_path: Path) -> None:
         _load(["--enable-profile", "--profile-dir", str(tmp_path / "missing")])
     with pytest.raises(UsageError, match="--profile-max-trace-bytes: expected a whole number"):
         _load(["--profile-max-trace-bytes", "lots"])
-    on = _load([], {"LLM_EXPORTER_ENABLE_PROFILE": "true", "LLM_EXPORTER_PROFILE_DIR": str(tmp_path)}).profile
+    on = _settings([], {"LLM_EXPORTER_ENABLE_PROFILE": "true", "LLM_EXPORTER_PROFILE_DIR": str(tmp_path)})
     assert on.enabled and on.directory == str(tmp_path)
 
 

@@ -14,6 +14,7 @@ import json
 import math
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -41,7 +42,7 @@ def _load(base: str, model: str, stop: threading.Event) -> None:
             time.sleep(0.2)
 
 
-def test_a_profile_of_the_real_cpu_vllm(tmp_path) -> None:
+def test_a_profile_of_the_real_cpu_vllm(tmp_path: Path) -> None:
     skip_if_off("vllm")
     traces = tmp_path / "traces"
     traces.mkdir()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from exporter.ramp.model import CauseFigures, ClientFigures, DiagnosisFigures, LayerFigures, Percentiles, Step
@@ -21,7 +22,9 @@ def client(tok_s: float, ttft_p95: float | None = 0.1, errors: int = 0, requests
     )
 
 
-def table(rows: list[tuple[int, float, float | None]], layers: list[dict[str, tuple[str, float]]] | None = None) -> list[Step]:
+def table(
+    rows: Sequence[tuple[int, float, float | None]], layers: Sequence[Mapping[str, tuple[str, float]]] | None = None
+) -> list[Step]:
     """rows: (concurrency, output tok/s, TTFT p95 s); layers: per step {layer: (status, score)}."""
     steps = []
     for i, (conc, tok_s, ttft) in enumerate(rows):
@@ -75,7 +78,10 @@ def primary(layer: str, cause: str, confidence: float = 0.7, chain: str = "") ->
 
 
 def diagnosis_doc(
-    state: str | None, layers: LayerSpec, main: dict[str, Any] | None = None, others: list[dict[str, Any]] | None = None
+    state: str | None,
+    layers: Mapping[str, tuple[str, float | None, float | None]],
+    main: dict[str, Any] | None = None,
+    others: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """One GET /diagnosis body; ``state=None`` leaves the key out (an older exporter)."""
     doc: dict[str, Any] = {
@@ -121,7 +127,7 @@ def kv_pressure_layers() -> LayerSpec:
     }
 
 
-def steps_from_docs(rows: list[tuple[int, float, float | None]], docs: list[list[dict[str, Any]]]) -> list[Step]:
+def steps_from_docs(rows: Sequence[tuple[int, float, float | None]], docs: list[list[dict[str, Any]]]) -> list[Step]:
     """rows: (concurrency, output tok/s, TTFT p95 s); docs: the settled /diagnosis readings of each step."""
     from exporter.ramp.aggregate import diagnosis_figures
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from exporter.exposition import read_metrics
+from exporter.exposition import SampleList, read_metrics
 from exporter.ramp.aggregate import diagnosis_figures, exporter_figures, upper_median_status
 from tests.ramp.ramp_steps import KV_ADVICE, diagnosis_doc, healthy_layers, kv_pressure_docs, kv_pressure_layers, kv_primary
 
@@ -29,7 +31,7 @@ llm_request_ttft_seconds_count{{server="a",engine="vllm",model="m",rank="0"}} 2
 """
 
 
-def scrape(kv0: float, kv1: float, w: int, p: int):  # type: ignore[no-untyped-def]
+def scrape(kv0: float, kv1: float, w: int, p: int) -> dict[str, SampleList]:
     return read_metrics(EXPOSITION.format(kv0=kv0, kv1=kv1, w=w, p=p)).scalars()
 
 
@@ -79,7 +81,7 @@ def test_upper_median_status(statuses: list[str], expected: str) -> None:
 
 
 def test_diagnosis_reduction() -> None:
-    def doc(mem: tuple[float, str], sched_score: float | None, bottlenecks: list[dict]) -> dict:  # type: ignore[type-arg]
+    def doc(mem: tuple[float, str], sched_score: float | None, bottlenecks: list[dict[str, Any]]) -> dict[str, Any]:
         return {
             "timestamp": 1.0,
             "layers": {
@@ -89,7 +91,9 @@ def test_diagnosis_reduction() -> None:
             "bottlenecks": bottlenecks,
         }
 
-    b = lambda s, kv: {"layer": "memory", "cause": "kv_cache_pressure", "score": s, "evidence": {"kv": kv}, "advice": "more KV"}  # noqa: E731
+    def b(s: float, kv: float) -> dict[str, Any]:
+        return {"layer": "memory", "cause": "kv_cache_pressure", "score": s, "evidence": {"kv": kv}, "advice": "more KV"}
+
     docs = [doc((0.3, "ok"), None, []), doc((0.6, "warning"), 0.1, [b(0.6, 0.95)]), doc((0.9, "bottleneck"), 0.2, [b(0.9, 0.99)])]
     fig = diagnosis_figures(docs)
     mem = fig.layers["memory"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,8 +30,8 @@ def stack() -> Iterator[SimStack]:
         yield s
 
 
-def _report(directory: Path) -> dict:  # type: ignore[type-arg]
-    doc = json.loads((directory / "report.json").read_text())
+def _report(directory: Path) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((directory / "report.json").read_text())
     assert (directory / "report.md").exists() and (directory / "report.png").exists()
     return doc
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import pytest
 
-from exporter.ramp.knee import KneeCriteria, baseline_saturated, fallback_note, find_knee, first_saturated_layer
+from exporter.ramp.knee import KneeCriteria, Saturation, baseline_saturated, fallback_note, find_knee, first_saturated_layer
 from exporter.ramp.model import Step
 from tests.ramp.ramp_steps import (
     KV_ROWS,
@@ -63,7 +65,8 @@ def test_ttft_jump_is_a_knee_even_while_throughput_scales() -> None:
 def test_tiny_absolute_ttft_wobble_is_not_a_jump() -> None:
     steps = table([(1, 100, 0.002), (2, 200, 0.006), (4, 400, 0.015)])
     assert find_knee(steps) is None
-    assert find_knee(steps, KneeCriteria(ttft_jump_min_s=0.001)).concurrency == 2  # type: ignore[union-attr]
+    knee = find_knee(steps, KneeCriteria(ttft_jump_min_s=0.001))
+    assert knee is not None and knee.concurrency == 2
 
 
 def test_error_share_flags_a_step() -> None:
@@ -76,11 +79,13 @@ def test_error_share_flags_a_step() -> None:
 def test_throughput_drop_is_flat_and_unmeasured_ttft_is_ignored() -> None:
     steps = table([(1, 100, None), (2, 210, None), (4, 150, None)])
     knee = find_knee(steps)
-    assert knee is not None and knee.concurrency == 4 and knee.scaling < 0  # type: ignore[operator]
+    assert knee is not None and knee.concurrency == 4 and knee.scaling is not None and knee.scaling < 0
     assert knee.ttft_p95_ratio is None
 
 
-def saturated_at_knee(rows, layers, concurrency: int):  # type: ignore[no-untyped-def]
+def saturated_at_knee(
+    rows: Sequence[tuple[int, float, float | None]], layers: Sequence[Mapping[str, tuple[str, float]]], concurrency: int
+) -> Saturation | None:
     """The layer that gave out first, once the table's knee is asserted at ``concurrency``."""
     steps = table(rows, layers)
     knee = find_knee(steps)

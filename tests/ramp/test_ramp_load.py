@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from exporter.loadgen import LoadResult, LoadSpec, summarize
@@ -11,8 +13,8 @@ from exporter.ramp.model import Percentiles
 from tests.simulator.sim_helpers import sim_server
 
 
-def settings(base_url: str = "http://127.0.0.1:9", **kw: object) -> LoadSettings:
-    base: dict[str, object] = {
+def settings(base_url: str = "http://127.0.0.1:9", **kw: Any) -> LoadSettings:
+    base: dict[str, Any] = {
         "base_url": base_url,
         "model": "m",
         "step_seconds": 4.0,
@@ -22,7 +24,7 @@ def settings(base_url: str = "http://127.0.0.1:9", **kw: object) -> LoadSettings
         "max_requests_per_step": 50,
         "seed": 7,
     }
-    return LoadSettings(**{**base, **kw})  # type: ignore[arg-type]
+    return LoadSettings(**{**base, **kw})
 
 
 def test_a_step_issues_until_its_deadline_then_drains_with_fresh_prompts() -> None:

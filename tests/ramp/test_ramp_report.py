@@ -7,13 +7,14 @@ from pathlib import Path
 
 from PIL import Image
 
-from exporter.ramp.knee import find_knee, first_saturated_layer
+from exporter.ramp.knee import Saturation, find_knee, first_saturated_layer
+from exporter.ramp.model import Step
 from exporter.ramp.plot import PIXELS
 from exporter.ramp.report import build_report, render_markdown, write_all
 from tests.ramp.ramp_steps import KV_ROWS, kv_pressure_docs, steps_from_docs, table
 
 
-def synthetic():  # type: ignore[no-untyped-def]
+def synthetic() -> tuple[list[Step], Step | None, Saturation | None]:
     rows = [(1, 100, 0.1), (2, 200, 0.1), (4, 390, 0.12), (8, 420, 0.6)]
     layers = [
         {"memory": ("ok", 0.1), "scheduler": ("ok", 0.1), "hardware": ("ok", 0.2)},

@@ -48,7 +48,7 @@ def ramp(stack: SimStack, out: Path, args: list[str], progress: bool = False) ->
     cmd = ["--target", stack.sim_url, "--exporter", stack.exp_url, "--report", str(out), "--sample-interval", "0.5", *args]
     r = run_ramp_cli(cmd if progress else [*cmd, "--no-progress"], timeout=180)
     assert r.returncode == 0, f"exit {r.returncode}\n{r.stderr[-3000:]}"
-    doc = json.loads((out / "report.json").read_text())
+    doc: dict[str, Any] = json.loads((out / "report.json").read_text())
     assert doc["complete"] is True and doc["error"] is None
     with Image.open(out / "report.png") as img:
         assert img.size == PIXELS

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import tracemalloc
+from collections.abc import Iterable
 
 import pytest
 
@@ -20,7 +21,7 @@ from exporter.engines.budget import family_share
 from exporter.engines.config import EngineConfig
 from exporter.engines.source import EngineSource
 from exporter.runner import SourceRunner
-from exporter.samples import SourceError
+from exporter.samples import Point, Sample, SourceError
 from exporter.schema import SERIES_DROP_FAMILIES
 from exporter.store import SnapshotStore
 from tests.support.exposition import vllm_exposition
@@ -53,11 +54,11 @@ def source_for(url: str, **overrides: object) -> EngineSource:
     return EngineSource(cfg)
 
 
-def dropped_by_family(points: list) -> dict[str, float]:  # type: ignore[type-arg]
+def dropped_by_family(points: Iterable[Point]) -> dict[str, float]:
     return {
         p.labels["family"]: p.value
         for p in points
-        if p.name == "llm_exporter_series_dropped_total" and p.labels["reason"] == "family_budget"
+        if p.name == "llm_exporter_series_dropped_total" and p.labels["reason"] == "family_budget" and isinstance(p, Sample)
     }
 
 

@@ -25,9 +25,9 @@ from exporter.collector import ExpositionCache
 from exporter.engines.config import EngineConfig
 from exporter.engines.source import EngineSource
 from exporter.runner import SourceRunner
-from exporter.samples import HistogramSample, Sample
+from exporter.samples import HistogramSample, Point, Sample
 from exporter.schema import SPECS
-from exporter.store import SnapshotStore
+from exporter.store import SnapshotStore, SourceState
 from tests.reliability.rel_helpers import ROOT, foreign_names
 from tests.support.exposition import vllm_exposition
 from tests.support.fake_engine import FakeEngine
@@ -51,7 +51,7 @@ class Path_:
         self.runner = SourceRunner(self.source, self.store)
         self.cache = ExpositionCache(self.store)
 
-    def scrape(self, body: bytes):  # type: ignore[no-untyped-def]
+    def scrape(self, body: bytes) -> SourceState:
         self.engine.set(body=body)
         self.runner.sample_once()
         return self.store.states()[NAME]
@@ -109,7 +109,7 @@ def mutated(draw: st.DrawFn) -> bytes:
 BODIES = st.one_of(mutated(), mutated(), mutated(), st.binary(max_size=3000), st.text(max_size=2000).map(str.encode))
 
 
-def _check_points(points: list) -> None:  # type: ignore[type-arg]
+def _check_points(points: list[Point]) -> None:
     for p in points:
         spec = SPECS[p.name]  # KeyError: a name outside the schema reached the store
         assert set(p.labels) <= set(spec.labels), (p.name, p.labels)

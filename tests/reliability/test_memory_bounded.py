@@ -91,6 +91,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -461,7 +462,7 @@ def test_rss_stays_bounded_under_hostile_engines_and_kubelet_over_rounds_and_pla
     engine = Engine()
     engine.bodies.update(bodies)
     problems: list[str] = []
-    figures: dict[str, object] = {
+    figures: dict[str, Any] = {
         "ceiling_mib": MAX_RSS_MIB,
         "kubelet_ceiling_mib": MAX_KUBELET_RSS_MIB,
         "rounds": ROUNDS,
@@ -471,14 +472,14 @@ def test_rss_stays_bounded_under_hostile_engines_and_kubelet_over_rounds_and_pla
         "bodies_bytes": {k: len(v) for k, v in bodies.items()} | {"healthy": len(VLLM), "50mb_chunked": HUGE},
         "phases": {},
     }
-    phases: dict[str, dict[str, object]] = figures["phases"]  # type: ignore[assignment]
+    phases: dict[str, dict[str, Any]] = figures["phases"]
     serve: Serve | None = None
     monitor: Monitor | None = None
     known: dict[str, float] = {}
     with engine.server as srv, LocalHTTP() as good_engine:
         good_engine.set("/metrics", VLLM_TEXT)
         kubelet = Kubelet(good_engine.port)
-        figures["bodies_bytes"].update({k: len(b) for k, (b, _) in kubelet.bodies.items()})  # type: ignore[attr-defined]
+        figures["bodies_bytes"].update({k: len(b) for k, (b, _) in kubelet.bodies.items()})
         kubelet.serve("healthy")
         server = f"127.0.0.1:{srv.port}"
         source = f"engine:{server}"
@@ -511,7 +512,7 @@ def test_rss_stays_bounded_under_hostile_engines_and_kubelet_over_rounds_and_pla
                             )
                         time.sleep(min(0.25, max(0.0, end - time.monotonic())))
 
-                def run_phase(name: str, mode: str, seconds: float, kubelet_mode: str = "healthy") -> dict[str, object]:
+                def run_phase(name: str, mode: str, seconds: float, kubelet_mode: str = "healthy") -> dict[str, Any]:
                     assert serve is not None and monitor is not None
                     before = counters(serve, source, known)
                     reads = kubelet.reads()
@@ -572,68 +573,68 @@ def test_rss_stays_bounded_under_hostile_engines_and_kubelet_over_rounds_and_pla
                     for name, counter in KUBELET_PHASES.items():
                         got = run_phase(tag + name, "healthy", KUBELET_PHASE_S, kubelet_mode=name)
                         delta = got["counter_delta"]
-                        if not delta[counter] > 0:  # type: ignore[index]
+                        if not delta[counter] > 0:
                             problems.append(
                                 f"{tag}{name}: {counter} did not increase over {got['pod_list_reads']} reads: {delta}"
                             )
-                        if delta["discovery_internal"]:  # type: ignore[index]
+                        if delta["discovery_internal"]:
                             problems.append(f"{tag}{name}: discovery failed with reason internal")
                         # the good pod stays discovered (its source on every /metrics) and is scraped
                         scrapes = [sc for sc in monitor.scrapes_of(tag + name) if sc.ok]
-                        if not scrapes or any(sc.good_up is None for sc in scrapes) or 1.0 not in got["good_pod_up_seen"]:  # type: ignore[operator]
+                        if not scrapes or any(sc.good_up is None for sc in scrapes) or 1.0 not in got["good_pod_up_seen"]:
                             problems.append(
                                 f"{tag}{name}: the good pod's engine was dropped or never up: {got['good_pod_up_seen']}"
                             )
-                        if name == "k8s_bad_pods" and 1.0 not in got["discovery_up_seen"]:  # type: ignore[operator]
+                        if name == "k8s_bad_pods" and 1.0 not in got["discovery_up_seen"]:
                             problems.append(f"{tag}{name}: discovery never up beside the bad pods")
                         # round 1 starts from the baseline: the absolute bound; later rounds: what a phase adds
                         most = got["rss_max_mib"]
-                        if most is None or (rnd == 1 and most >= MAX_KUBELET_RSS_MIB):  # type: ignore[operator]
+                        if most is None or (rnd == 1 and most >= MAX_KUBELET_RSS_MIB):
                             problems.append(f"{tag}{name}: RSS reached {most} MiB, ceiling {MAX_KUBELET_RSS_MIB:g} MiB")
-                        elif rnd > 1 and most > block_start + KUBELET_SLACK_MIB:  # type: ignore[operator]
+                        elif rnd > 1 and most > block_start + KUBELET_SLACK_MIB:
                             problems.append(
                                 f"{tag}{name}: RSS reached {most} MiB, {block_start:.1f} MiB when the kubelet phases "
                                 f"began + {KUBELET_SLACK_MIB:g} MiB"
                             )
                         for what, bound in (("scrape_p99_ms", LATENCY_P99_S), ("healthz_p99_ms", HEALTHZ_P99_S)):
-                            if not got[what] < bound * 1e3:  # type: ignore[operator]
+                            if not got[what] < bound * 1e3:
                                 problems.append(f"{tag}{name}: {what} {got[what]} (bound {bound * 1e3:.0f} ms)")
 
                     # 2. 200 000 series of one family: the family dropped as it streams, the engine kept
                     got = run_phase(tag + "200k_series", "200k_series", PHASE_S)
-                    if not got["counter_delta"]["dropped_family_budget"] > 0:  # type: ignore[index]
+                    if not got["counter_delta"]["dropped_family_budget"] > 0:
                         problems.append(f"{tag}200k_series: family_budget did not increase: {got['counter_delta']}")
-                    if 1.0 not in got["source_up_seen"]:  # type: ignore[operator]
+                    if 1.0 not in got["source_up_seen"]:
                         problems.append(f"{tag}200k_series: the engine never read up (the family goes, not the engine)")
                     # 2b. 60 000 series: under the input limit, three times the budget
                     got = run_phase(tag + "over_budget", "over_budget", OVER_BUDGET_S)
-                    if not got["counter_delta"]["dropped_budget"] > 0:  # type: ignore[index]
+                    if not got["counter_delta"]["dropped_budget"] > 0:
                         problems.append(
                             f'{tag}over_budget: series_dropped_total{{reason="budget"}} did not increase: {got["counter_delta"]}'
                         )
-                    if 1.0 not in got["source_up_seen"]:  # type: ignore[operator]
+                    if 1.0 not in got["source_up_seen"]:
                         problems.append(f"{tag}over_budget: the engine never read up (the budget must cut, not drop the engine)")
                     for name in ("200k_series", "over_budget"):
                         most = phases[tag + name]["engine_series_max"]
-                        if most > BUDGET:  # type: ignore[operator]
+                        if most > BUDGET:
                             problems.append(f"{tag}{name}: {most} engine series in one scrape, over the budget of {BUDGET}")
                     # 3. a 50 MB chunked body: refused at the byte cap
                     got = run_phase(tag + "50mb_chunked", "50mb_chunked", PHASE_S)
-                    if not got["counter_delta"]["errors_too_large"] > 0:  # type: ignore[index]
+                    if not got["counter_delta"]["errors_too_large"] > 0:
                         problems.append(f"{tag}50mb_chunked: too_large did not increase: {got['counter_delta']}")
                     # 4. 19 000 series with label values that change on every scrape, under the budget
                     got = run_phase(tag + "rotating_19k", "rotating_19k", PHASE_S)
-                    if got["engine_series_max"] < SERIES_ROTATING:  # type: ignore[operator]
+                    if got["engine_series_max"] < SERIES_ROTATING:
                         problems.append(
                             f"{tag}rotating_19k: at most {got['engine_series_max']} engine series, the {SERIES_ROTATING} rotating ones never came"
                         )
                     for name in ("50mb_chunked", "rotating_19k"):
                         p99 = phases[tag + name]["scrape_p99_ms"]
-                        if not p99 < LATENCY_P99_S * 1e3:  # type: ignore[operator]
+                        if not p99 < LATENCY_P99_S * 1e3:
                             problems.append(f"{tag}{name}: /metrics p99 {p99} ms (bound {LATENCY_P99_S * 1e3:.0f} ms)")
                     for name in ENGINE_PHASES:
                         most_rss = phases[tag + name]["rss_max_mib"]
-                        if most_rss is None or most_rss >= MAX_RSS_MIB:  # type: ignore[operator]
+                        if most_rss is None or most_rss >= MAX_RSS_MIB:
                             problems.append(f"{tag}{name}: RSS reached {most_rss} MiB, ceiling {MAX_RSS_MIB:g} MiB")
 
                 hostile = [mib for _, p, mib in monitor.rss if p not in ("start", "baseline", "recovery")]
@@ -665,7 +666,7 @@ def test_rss_stays_bounded_under_hostile_engines_and_kubelet_over_rounds_and_pla
                         f"recovery: RSS {recovered:.1f} MiB {RECOVERY_S:g} s after the engine turned normal, still growing: "
                         f"over min(hostile peak {hostile_peak:.1f}, recovery start {started:.1f}) + {RECOVERY_SLACK_MIB:g} MiB = {limit:.1f} MiB"
                     )
-                if 1.0 not in phases["recovery"]["source_up_seen"]:  # type: ignore[operator]
+                if 1.0 not in phases["recovery"]["source_up_seen"]:
                     problems.append("recovery: the engine source never read up again")
                 log = serve.log_path.read_text(errors="replace")
                 internal = counters(serve, source, known)["errors_internal"]

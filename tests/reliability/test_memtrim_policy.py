@@ -19,11 +19,16 @@ class Clock:
 
 
 def policy(clock: Clock, trims: list[float]) -> TrimPolicy:
-    return TrimPolicy(hold_s=60.0, min_gap_s=1.0, clock=clock, trim=lambda: trims.append(clock.now) or True)
+    def trim() -> bool:
+        trims.append(clock.now)
+        return True
+
+    return TrimPolicy(hold_s=60.0, min_gap_s=1.0, clock=clock, trim=trim)
 
 
 def test_a_quiet_exporter_never_trims() -> None:
-    clock, trims = Clock(), []
+    clock = Clock()
+    trims: list[float] = []
     p = policy(clock, trims)
     for _ in range(100):
         assert p.after_scrape(large=False) is False
@@ -32,7 +37,8 @@ def test_a_quiet_exporter_never_trims() -> None:
 
 
 def test_a_large_scrape_trims_then_every_scrape_trims_for_the_hold_at_most_once_a_second() -> None:
-    clock, trims = Clock(), []
+    clock = Clock()
+    trims: list[float] = []
     p = policy(clock, trims)
     assert p.after_scrape(large=True)
     for _ in range(200):  # a scrape every 0.5 s for 100 s
@@ -45,7 +51,8 @@ def test_a_large_scrape_trims_then_every_scrape_trims_for_the_hold_at_most_once_
 
 
 def test_every_large_scrape_trims_and_restarts_the_hold() -> None:
-    clock, trims = Clock(), []
+    clock = Clock()
+    trims: list[float] = []
     p = policy(clock, trims)
     p.after_scrape(large=True)
     clock.now += 0.1

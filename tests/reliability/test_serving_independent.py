@@ -22,13 +22,14 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any, cast
 
 import pytest
 
 from exporter.collector import ExpositionCache, meta_points, render_text
 from exporter.derive import DeriveStage
 from exporter.diagnosis.api import build_router
-from exporter.diagnosis.engine import DiagnosisEngine
+from exporter.diagnosis.engine import DiagnosisEngine, Verdict
 from exporter.diagnosis.source import DiagnosisStep
 from exporter.runner import RunnerGroup
 from exporter.samples import HistogramSample, Point, Sample, SampleResult
@@ -126,11 +127,11 @@ class BlockedRender:
         self.calls = 0
         cache.render = self  # type: ignore[method-assign]
 
-    def __call__(self, openmetrics: bool = False, gz: bool = False) -> bytes:
+    def __call__(self, openmetrics: bool = False, gzip: bool = False) -> bytes:
         self.calls += 1
         self.entered.set()
         self.release.wait(HOLD_S)
-        return self.real(openmetrics, gz)
+        return self.real(openmetrics, gzip)
 
 
 def _scrapes(
@@ -149,7 +150,7 @@ def test_probes_and_the_verdict_answer_while_a_metrics_render_is_blocked() -> No
         answers: list[tuple[int, dict[str, str], bytes]] = []
         try:
             gpu.points = _gpu_points(250.0)
-            landed = lambda: store.states()["gpu"].points[0].value == 250.0  # noqa: E731
+            landed = lambda: cast(Sample, store.states()["gpu"].points[0]).value == 250.0  # noqa: E731
             wait_until(landed, ANSWER_S, "a sample of 250 W in the store")
             assert cache.cached() is None  # that generation was never rendered: the next scrape must render it
             scrapes = _scrapes(srv.port, 3, answers)
@@ -174,9 +175,9 @@ def test_concurrent_scrapes_of_a_new_generation_share_one_render_and_its_gzip_co
         looked = threading.Semaphore(0)
         real_cached = cache.cached
 
-        def counting_cached(openmetrics: bool = False, gz: bool = False) -> bytes | None:
+        def counting_cached(openmetrics: bool = False, gzip: bool = False) -> bytes | None:
             looked.release()  # a scrape reached the server and looked for valid bytes
-            return real_cached(openmetrics, gz)
+            return real_cached(openmetrics, gzip)
 
         cache.cached = counting_cached  # type: ignore[method-assign]
         store.record_success("gpu", _gpu_points(300.0), 0.0)  # a generation nobody has rendered
@@ -206,11 +207,11 @@ def test_serving_answers_while_a_diagnosis_cycle_hangs_and_the_hang_is_reported(
     go, inside = threading.Event(), threading.Event()
     go.set()
 
-    def judge(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+    def judge(*args: Any, **kwargs: Any) -> Verdict:
         if not go.is_set():
             inside.set()
             go.wait(HOLD_S)  # a cycle stuck in the middle of its rules
-        return real_judge(*args, **kwargs)  # type: ignore[arg-type]
+        return real_judge(*args, **kwargs)
 
     engine.judge = judge  # type: ignore[method-assign]
     with _serving([gpu], engine) as (store, srv, _cache):
@@ -354,10 +355,10 @@ def test_every_read_answers_while_a_real_cpu_vllm_saturates_the_cores() -> None:
         print(f"  {path}: n={f['count']:.0f} p50 {f['p50_ms']:.0f} ms p99 {f['p99_ms']:.0f} ms max {f['max_ms']:.0f} ms")
     assert busy_share >= 0.9, f"the cores were not saturated ({100 * busy_share:.0f} % busy): the test proves nothing"
     assert load.completed > done_before, "the vLLM served nothing while it was read"
-    for path, t in reads.items():
-        assert not t.unanswered and not t.errors, (
-            f"{path}: {t.unanswered} unanswered in {UNANSWERED_S:.0f} s, errors {t.errors[:3]}"
+    for path, timings in reads.items():
+        assert not timings.unanswered and not timings.errors, (
+            f"{path}: {timings.unanswered} unanswered in {UNANSWERED_S:.0f} s, errors {timings.errors[:3]}"
         )
-        assert len(t.latencies) >= READ_FOR_S / READ_EVERY_S / 4, f"{path}: only {len(t.latencies)} reads"
-        assert max(t.latencies) < UNANSWERED_S, f"{path}: a read took {max(t.latencies):.1f} s"
+        assert len(timings.latencies) >= READ_FOR_S / READ_EVERY_S / 4, f"{path}: only {len(timings.latencies)} reads"
+        assert max(timings.latencies) < UNANSWERED_S, f"{path}: a read took {max(timings.latencies):.1f} s"
     assert "Traceback" not in log, log[-3000:]

@@ -18,7 +18,8 @@ HERE = Path(__file__).resolve().parent
 
 def recorded_verdict() -> dict[str, Any]:
     """A /diagnosis?signals=1 body recorded from the live diagnosis fixture (PCIe copy, TTFT over the SLO)."""
-    return json.loads((HERE / "verdict_degraded.json").read_text(encoding="utf-8"))
+    verdict: dict[str, Any] = json.loads((HERE / "verdict_degraded.json").read_text(encoding="utf-8"))
+    return verdict
 
 
 def rich_verdict() -> dict[str, Any]:

@@ -8,6 +8,8 @@ import json
 import re
 import struct
 import subprocess
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +26,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.external]
 
 
 @pytest.fixture
-def report(tmp_path):
+def report(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
     verdict = rich_verdict()
     out = tmp_path / "snap"
     specs = charts()
@@ -45,11 +47,11 @@ def report(tmp_path):
     return out, verdict
 
 
-def _run(args: list[str], tmp_path) -> subprocess.CompletedProcess:
+def _run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
     return run_chromium(args, tmp_path / "profile")
 
 
-def test_screenshot_and_dom_show_the_primary_and_every_value(report, tmp_path):
+def test_screenshot_and_dom_show_the_primary_and_every_value(report: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
     out, verdict = report
     page = (out / "report.html").resolve()
     shot = tmp_path / "shot.png"

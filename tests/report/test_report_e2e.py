@@ -8,7 +8,9 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi import FastAPI, Request
@@ -32,13 +34,13 @@ def _png_size(path: Path) -> tuple[int, int]:
 
 
 @pytest.fixture
-def exporter():
+def exporter() -> Iterator[tuple[str, FakeExporter]]:
     fake = FakeExporter(rich_verdict())
     with UvicornThread(fake.app()) as server:
         yield f"http://127.0.0.1:{server.port}", fake
 
 
-def _check_outputs(out: Path) -> tuple[str, str, dict]:
+def _check_outputs(out: Path) -> tuple[str, str, dict[str, Any]]:
     names = {p.name for p in out.iterdir()}
     assert {"report.html", "report.md", "diagnosis.json"} | PNGS <= names, names
     for png in PNGS:
@@ -46,7 +48,7 @@ def _check_outputs(out: Path) -> tuple[str, str, dict]:
         assert w >= 800 and h >= 300
     md = (out / "report.md").read_text(encoding="utf-8")
     page = (out / "report.html").read_text(encoding="utf-8")
-    verdict = json.loads((out / "diagnosis.json").read_text(encoding="utf-8"))
+    verdict: dict[str, Any] = json.loads((out / "diagnosis.json").read_text(encoding="utf-8"))
     for png in PNGS:
         assert f"]({png})" in md
     assert page.count('src="data:image/png;base64,') == len(PNGS)
@@ -54,7 +56,9 @@ def _check_outputs(out: Path) -> tuple[str, str, dict]:
 
 
 @pytest.mark.slow  # samples a live exporter for seconds
-def test_report_samples_the_exporter(exporter, tmp_path, capsys):
+def test_report_samples_the_exporter(
+    exporter: tuple[str, FakeExporter], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     base, fake = exporter
     out = tmp_path / "snap"
     started = time.monotonic()
@@ -102,7 +106,9 @@ class FakePrometheus:
 
 
 @pytest.mark.slow  # samples for seconds
-def test_report_queries_prometheus(exporter, tmp_path, capsys):
+def test_report_queries_prometheus(
+    exporter: tuple[str, FakeExporter], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     base, fake = exporter
     prom = FakePrometheus()
     with UvicornThread(prom.app()) as server:
@@ -121,13 +127,13 @@ def test_report_queries_prometheus(exporter, tmp_path, capsys):
     assert "Prometheus refused 'max by (group) (llm_parallel_sm_active_skew_ratio)': HTTP 400 (boom)" in md
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "exporter", "report", *args], capture_output=True, text=True, timeout=120, cwd=ROOT
     )
 
 
-def test_unreachable_exporter_is_one_line_and_exit_1(tmp_path):
+def test_unreachable_exporter_is_one_line_and_exit_1(tmp_path: Path) -> None:
     out = tmp_path / "snap"
     result = _cli("--exporter", f"http://127.0.0.1:{free_port()}", "--out", str(out), "--timeout", "2")
     assert result.returncode == 1
@@ -136,7 +142,7 @@ def test_unreachable_exporter_is_one_line_and_exit_1(tmp_path):
     assert not out.exists()
 
 
-def test_unreachable_prometheus_is_one_line_and_exit_1(exporter, tmp_path):
+def test_unreachable_prometheus_is_one_line_and_exit_1(exporter: tuple[str, FakeExporter], tmp_path: Path) -> None:
     base, _ = exporter
     out = tmp_path / "snap"
     result = _cli("--exporter", base, "--prometheus", f"http://127.0.0.1:{free_port()}", "--out", str(out), "--timeout", "2")
@@ -146,7 +152,7 @@ def test_unreachable_prometheus_is_one_line_and_exit_1(exporter, tmp_path):
     assert not out.exists()
 
 
-def test_not_an_exporter_and_bad_flags(tmp_path):
+def test_not_an_exporter_and_bad_flags(tmp_path: Path) -> None:
     prom = FakePrometheus()  # answers JSON, but no /diagnosis
     with UvicornThread(prom.app()) as server:
         result = _cli("--exporter", f"127.0.0.1:{server.port}", "--out", str(tmp_path / "x"))

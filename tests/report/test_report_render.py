@@ -6,6 +6,8 @@ import copy
 import html
 import math
 import re
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,11 +27,11 @@ def _rendered(md: str) -> str:
     return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", md)
 
 
-def _ctx(**kw) -> Context:
+def _ctx(**kw: Any) -> Context:
     return Context(exporter_url="http://127.0.0.1:9750", generated=1796119012.0, **kw)
 
 
-def test_markdown_has_every_section_with_full_values():
+def test_markdown_has_every_section_with_full_values() -> None:
     v = rich_verdict()
     md = render_markdown(v, _ctx())
     flat = _flat(_rendered(md))
@@ -65,7 +67,7 @@ def test_markdown_has_every_section_with_full_values():
     assert "[diagnosis.json](diagnosis.json)" in md
 
 
-def test_markdown_references_the_charts_and_says_their_source():
+def test_markdown_references_the_charts_and_says_their_source() -> None:
     ctx = _ctx(
         source="exporter",
         source_url="http://127.0.0.1:9750",
@@ -86,7 +88,7 @@ def test_markdown_references_the_charts_and_says_their_source():
     assert "Charts come from Prometheus at http://127.0.0.1:9090" in prom and "the last 15 minutes" in prom
 
 
-def test_html_is_self_contained_and_shows_every_value(tmp_path):
+def test_html_is_self_contained_and_shows_every_value(tmp_path: Path) -> None:
     v = rich_verdict()
     (tmp_path / "verdict.png").write_bytes(b"\x89PNG\r\n\x1a\nfake")
     ctx = _ctx(
@@ -125,7 +127,7 @@ def test_html_is_self_contained_and_shows_every_value(tmp_path):
 
 
 @pytest.mark.parametrize("state", ["healthy", "unknown"])
-def test_no_primary_says_why(state):
+def test_no_primary_says_why(state: str) -> None:
     v = copy.deepcopy(recorded_verdict())
     v.update(state=state, primary=None, symptoms=[], contributing=[], bottlenecks=[])
     if state == "unknown":
@@ -139,7 +141,7 @@ def test_no_primary_says_why(state):
     assert 'id="chain"' not in page
 
 
-def test_formatting_never_hides_a_value():
+def test_formatting_never_hides_a_value() -> None:
     assert ratio(0.0) == "0.00" and ratio(0.997) == "0.997" and ratio(1.0) == "1.00" and ratio(None) == "n/a"
     assert percent(0.0) == "0 %" and percent(0.004) == "0.4 %" and percent(1.0) == "100 %"
     assert percent(None) == "not measured" and percent(math.nan) == "NaN"
@@ -148,7 +150,7 @@ def test_formatting_never_hides_a_value():
     assert evidence_value("x", 0) == "0"
 
 
-def test_series_use_schema_names_and_prometheus_semantics():
+def test_series_use_schema_names_and_prometheus_semantics() -> None:
     queries = {s.promql() for c in charts() for p in c.panels for s in p.series}
     assert "max by (layer) (llm_bottleneck_score)" in queries
     assert "max by (layer) (llm_layer_headroom_ratio)" in queries

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 import pytest
 
@@ -200,7 +201,7 @@ def test_expected_primaries_are_the_scenario_contract() -> None:
     assert TOUR[0] == "healthy" and set(TOUR[1:]) == {s for s, _, _ in EXPECTED}
 
 
-def _verdict(ts: float, primary: str | None, confidence: float = 0.9) -> dict:
+def _verdict(ts: float, primary: str | None, confidence: float = 0.9) -> dict[str, Any]:
     if primary is None:
         return {"timestamp": ts, "state": "healthy", "primary": None, "bottlenecks": []}
     layer, cause = primary.split("/")
@@ -223,6 +224,7 @@ def test_the_conclusion_is_the_primary_named_most_over_the_second_half() -> None
         _verdict(7, kv, 0.95),
     ]
     c = conclude("kv_pressure", verdicts)
+    assert c.verdict is not None
     assert c.named == kv and c.matched and c.share == (3, 4) and c.verdict["timestamp"] == 7
     assert conclusion_line(c.verdict) == "verdict: degraded primary memory/kv_cache_pressure (confidence 0.95): a ← b"
     healthy = conclude("healthy", [_verdict(1, None), _verdict(2, None)])

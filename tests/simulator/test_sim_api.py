@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -17,12 +19,12 @@ MODEL = SimConfig().model
 
 
 @pytest.fixture(scope="module")
-def url() -> str:
+def url() -> Iterator[str]:
     with sim_server("healthy", "vllm", time_scale=20.0, max_model_len=512) as srv:
         yield srv.base_url
 
 
-def assert_error(resp: httpx.Response, status: int, param: str | None = None, code: str | None = None) -> dict:
+def assert_error(resp: httpx.Response, status: int, param: str | None = None, code: str | None = None) -> dict[str, Any]:
     assert resp.status_code == status, resp.text
     body = resp.json()
     assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}
@@ -31,7 +33,8 @@ def assert_error(resp: httpx.Response, status: int, param: str | None = None, co
         assert body["error"]["param"] == param
     if code is not None:
         assert body["error"]["code"] == code
-    return body["error"]
+    error: dict[str, Any] = body["error"]
+    return error
 
 
 @pytest.mark.parametrize(
@@ -51,7 +54,7 @@ def assert_error(resp: httpx.Response, status: int, param: str | None = None, co
         ({"model": MODEL, "prompt": "hi", "temperature": 9}, 400, "temperature", None),
     ],
 )
-def test_completion_errors_are_openai_style(url: str, body: dict, status: int, param: str, code: str) -> None:
+def test_completion_errors_are_openai_style(url: str, body: dict[str, Any], status: int, param: str, code: str) -> None:
     assert_error(httpx.post(url + "/v1/completions", json=body), status, param, code)
 
 
@@ -154,7 +157,7 @@ def test_client_disconnect_aborts_the_request(url: str) -> None:
         wait_until(lambda: httpx.get(url + "/sim/state").json()["running"] == 0, 15, "nothing running")
 
 
-def _post_quietly(base_url: str, body: dict) -> None:
+def _post_quietly(base_url: str, body: dict[str, Any]) -> None:
     try:
         httpx.post(base_url + "/v1/completions", json=body, timeout=30)
     except httpx.HTTPError:

@@ -9,6 +9,7 @@ did in the GEMM phase.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
@@ -77,7 +78,7 @@ def test_lower_power_limit_throttles_decode_too() -> None:
     assert step.clock_scale < 0.8 and step.kernel_power_w == pytest.approx(400 * cal.POWER_CAP_HOLD)
 
 
-def _live_phase(spec_changes: dict, settings: dict) -> dict:
+def _live_phase(spec_changes: dict[str, Any], settings: dict[str, Any]) -> dict[str, float]:
     """Window readings of GPU 0 once the load has run a while."""
     with sim_server("healthy", "vllm", **settings) as srv:
         spec = LoadSpec(srv.base_url, duration_s=60, shared_prefix_ratio=0.0, **spec_changes)

@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import httpx
 import psutil
@@ -264,7 +265,7 @@ def test_demo_stops_with_one_line_when_its_port_is_taken() -> None:
 
 
 @pytest.mark.slow  # a demo start-up that fails: ~4 s
-def test_demo_stops_with_one_line_when_its_exporter_cannot_start(tmp_path) -> None:
+def test_demo_stops_with_one_line_when_its_exporter_cannot_start(tmp_path: Path) -> None:
     """The exporter exits at start-up (here: a config file it cannot read): one line, exit 1, no '-' view."""
     port = free_port()
     env = {**ENV, "LLM_EXPORTER_CONFIG": str(tmp_path / "missing.yaml")}

@@ -111,8 +111,8 @@ def test_exposition_parses_and_has_the_engine_names(served: dict[str, Any]) -> N
     for fam in families.values():
         if fam.type != "histogram":
             continue
-        by_series: dict[tuple, list[tuple[float, float]]] = {}
-        totals: dict[tuple, float] = {}
+        by_series: dict[tuple[tuple[str, str], ...], list[tuple[float, float]]] = {}
+        totals: dict[tuple[tuple[str, str], ...], float] = {}
         for s in fam.samples:
             key = tuple(sorted((k, v) for k, v in s.labels.items() if k != "le"))
             if s.name.endswith("_bucket"):

@@ -3,6 +3,8 @@ adds kernel-launch gaps to each decode step, read as the recorded host-bound tin
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from exporter.simulator import calibration as cal
@@ -26,7 +28,7 @@ def _decode(seqs: int, prefill: int = 0) -> StepWork:
         ({"enforce_eager": True, "eager_launch_s": 0.01}, _decode(4), 0.01),
     ],
 )
-def test_which_steps_run_eager(overrides: dict, work: StepWork, gap: float) -> None:
+def test_which_steps_run_eager(overrides: dict[str, Any], work: StepWork, gap: float) -> None:
     assert eager_launch_s(apply_overrides(SimConfig(), overrides), work) == gap
 
 

@@ -13,7 +13,7 @@ import pytest
 from exporter.simulator import hostwork
 
 
-def test_burn_cpu_uses_the_cpu_for_the_time_asked():
+def test_burn_cpu_uses_the_cpu_for_the_time_asked() -> None:
     hostwork.burn_cpu(0.01)  # measure the rate first
     start = time.perf_counter()
     cpu = hostwork.burn_cpu(0.05)
@@ -23,7 +23,7 @@ def test_burn_cpu_uses_the_cpu_for_the_time_asked():
     assert hostwork.burn_cpu(0) == 0.0
 
 
-def test_a_slice_is_about_a_millisecond_of_cpu():
+def test_a_slice_is_about_a_millisecond_of_cpu() -> None:
     assert hostwork.CHUNK_CPU_S <= 0.002
 
 
@@ -50,7 +50,7 @@ _STARVED = textwrap.dedent(
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs sched_setaffinity (Linux)")
-def test_deadline_holds_when_the_cpu_is_shared():
+def test_deadline_holds_when_the_cpu_is_shared() -> None:
     """Pinned to one CPU with a busy process, each step gets about half of it: a step of 30 ms
     must still end within a few ms of its deadline (one slice sized for the whole 30 ms of CPU
     would take about 60 ms of wall time)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from exporter.simulator.requests import SimRequest, TokenEvent
-from exporter.simulator.scheduler import QueueFull, Scheduler
+from exporter.simulator.scheduler import Plan, QueueFull, Scheduler
 from exporter.simulator.settings import SimConfig
 from exporter.simulator.stats import EngineStats
 
@@ -19,7 +19,7 @@ def req(n: int, max_tokens: int = 4, tag: str = "r", prefix: list[int] | None = 
     return SimRequest(id=tag, prompt_ids=ids, max_tokens=max_tokens, streaming=True, sink=lambda e: None, arrival=arrival)
 
 
-def step(s: Scheduler, t: float) -> tuple[list[tuple[SimRequest, TokenEvent]], object]:
+def step(s: Scheduler, t: float) -> tuple[list[tuple[SimRequest, TokenEvent]], Plan]:
     plan = s.schedule(t)
     return s.apply(plan, t + 0.01), plan
 

@@ -80,7 +80,8 @@ def why_external(item: pytest.Item) -> str | None:
     if INTEGRATION_DIR in Path(str(item.path)).parents:
         return "under tests/integration/"
     info = getattr(item, "_fixtureinfo", None)
-    fixtures = [fd.func for name in item.fixturenames for fd in (info.name2fixturedefs.get(name, ()) if info else ())]
+    names: list[str] = getattr(item, "fixturenames", [])  # a pytest.Function's (a plain Item has none)
+    fixtures = [fd.func for name in names for fd in (info.name2fixturedefs.get(name, ()) if info else ())]
     for func in fixtures:
         if getattr(func, _ATTR, False):
             return f"fixture {func.__name__}"
@@ -90,9 +91,9 @@ def why_external(item: pytest.Item) -> str | None:
             return f"skipif naming {sorted(named)[0]}"
     for func in [getattr(item, "function", None), *fixtures]:
         code = getattr(func, "__code__", None)
-        named = PROGRAM_NAMES & {c for c in _constants(code) if isinstance(c, str)} if code is not None else set()
-        if named:
-            return f"{func.__name__} runs {sorted(named)[0]}"  # type: ignore[union-attr]
+        programs = PROGRAM_NAMES & {c for c in _constants(code) if isinstance(c, str)} if code is not None else set()
+        if programs:
+            return f"{func.__name__} runs {sorted(programs)[0]}"
     return None
 
 

@@ -166,7 +166,8 @@ class Alertmanager:
             self.process.stop()
 
     def alerts(self) -> list[dict[str, Any]]:
-        return http_json(self.url + "/api/v2/alerts")
+        alerts: list[dict[str, Any]] = http_json(self.url + "/api/v2/alerts")
+        return alerts
 
     def post(self, alerts: list[dict[str, Any]]) -> None:
         http_json(self.url + "/api/v2/alerts", alerts)
@@ -214,10 +215,12 @@ class Prometheus:
             doc = http_json(url)
         except urllib.error.HTTPError as err:
             raise AssertionError(f"query failed: {expr}\n{err.read().decode(errors='replace')}") from None
-        return doc["data"]["result"]
+        result: list[dict[str, Any]] = doc["data"]["result"]
+        return result
 
     def rule_groups(self) -> list[dict[str, Any]]:
-        return http_json(self.url + "/api/v1/rules")["data"]["groups"]
+        groups: list[dict[str, Any]] = http_json(self.url + "/api/v1/rules")["data"]["groups"]
+        return groups
 
     def targets_up(self) -> int:
         return len([t for t in http_json(self.url + "/api/v1/targets")["data"]["activeTargets"] if t["health"] == "up"])

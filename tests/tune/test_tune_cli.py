@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,7 +29,7 @@ def test_tune_usage_errors_are_one_line_and_exit_2(argv: list[str], message: str
     assert message in err and len(err.splitlines()) == 1, err
 
 
-def _write(path: Path, doc: dict) -> str:
+def _write(path: Path, doc: dict[str, Any]) -> str:
     path.write_text(json.dumps(doc))
     return str(path)
 

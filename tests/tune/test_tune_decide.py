@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from exporter.tune.accept import judge
@@ -17,7 +19,7 @@ KV = ("memory", "kv_cache_pressure")
 SLOTS = ("memory", "kv_fragmentation_or_capacity_misjudged")
 
 
-def ramp(cause: tuple[str, str] | None, knee_ttft: float = 2.0, running_max: float | None = None) -> dict:
+def ramp(cause: tuple[str, str] | None, knee_ttft: float = 2.0, running_max: float | None = None) -> dict[str, Any]:
     steps = [step(1, 1.0, 0.1), step(2, 1.9, 0.2), step(4, 2.0, knee_ttft, running_max=running_max, primary=cause)]
     return report(steps, knee_index=2 if cause else None, cause=cause)
 
@@ -77,7 +79,7 @@ def test_without_a_knee_the_first_step_missing_the_slo_names_the_cause() -> None
     assert d.cause == "batching_window_too_large" and d.cmd is not None
 
 
-def _runs(*rps_at_c4: float, errors: int = 0, preemptions: float = 0.0) -> list[dict]:
+def _runs(*rps_at_c4: float, errors: int = 0, preemptions: float = 0.0) -> list[dict[str, Any]]:
     return [report([step(1, 1.0, 0.1), step(4, r, 0.3, errors=errors, preemptions=preemptions)]) for r in rps_at_c4]
 
 

@@ -27,6 +27,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 _HERE = Path(__file__).resolve().parent
 _FAKE = _HERE.parents[1] / "fakes" / "pynvml_fake.py"
@@ -47,8 +48,13 @@ _fake = importlib.util.module_from_spec(_spec)
 sys.modules["pynvml_fake"] = _fake
 _spec.loader.exec_module(_fake)
 
+if TYPE_CHECKING:  # the class the loader above just built, as a type checker can see it
+    from tests.fakes.pynvml_fake import FakeNvml as _FakeNvml
+else:
+    _FakeNvml = _fake.FakeNvml
 
-class ScheduledNvml(_fake.FakeNvml):
+
+class ScheduledNvml(_FakeNvml):
     """FakeNvml whose faults follow a control file the test rewrites."""
 
     def __init__(self, gpus: int, control: str | None) -> None:
