@@ -11,7 +11,9 @@ one-row product takes the matrix-vector path, two rows the matrix-matrix one), s
 slot barely adds throughput and the repeats overlapped on loaded cores (an earlier version
 of this test, hidden 256 in float32: 1.13-1.25 against 1.13-1.43 req/s); in bfloat16 one,
 two or four sequences cost the same (8.9, 8.1, 9.1 ms), so the second slot doubles what the
-engine serves, as on a GPU whose decode streams its weights once per step. And why not the
+engine serves, as on a GPU whose decode streams its weights once per step. (This CPU has
+avx512_bf16; where bfloat16 is emulated the step may grow with the batch again, and the
+figures in docs/tune.md should be re-measured there.) And why not the
 tiny model itself: its step is so cheap that the API server's per-token streaming on the
 same two cores, not the slots, limits (one or two slots served the same ~2.8 req/s).
 
