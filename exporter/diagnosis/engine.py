@@ -109,6 +109,8 @@ class DiagnosisEngine:
         self.configured_groups = dict(groups or {})
         self.window = Window(self.thresholds.window_seconds, keep=sig.reads)
         self._streak: dict[str, int] = {r.cause: 0 for r in rules}
+        #: last cycle's primary cause: it keeps the primary through noise (ranking.pick_primary's band)
+        self._primary: str | None = None
         #: cause -> (last Holding reported, consecutive cycles its condition has failed since)
         self._held: dict[str, tuple[Holding, int]] = {}
         self._symptom_streak: dict[str, int] = {}
@@ -177,7 +179,8 @@ class DiagnosisEngine:
         explains = {h.rule.cause: causality.EXPLAINS.get(h.rule.cause, frozenset()) & frozenset(observed) for h in holding}
         # what each cause explains with its own evidence, and its confidence (exporter/diagnosis/ranking.py)
         scored = score(holding, observed, t)
-        primary = pick_primary(scored, t) if state == "degraded" else None
+        primary = pick_primary(scored, t, incumbent=self._primary) if state == "degraded" else None
+        self._primary = primary.rule.cause if primary is not None else None
 
         causes = [
             c for item in scored if (c := self._report(item, explains[item[0].rule.cause], state, primary, symptoms)) is not None

@@ -140,8 +140,16 @@ def amount(h: Holding, explained: frozenset[str], t: Thresholds) -> float:
     return sum(shares(h, explained, t).values())
 
 
-def pick_primary(candidates: Sequence[tuple[Holding, frozenset[str], float]], t: Thresholds) -> Holding | None:
+def pick_primary(
+    candidates: Sequence[tuple[Holding, frozenset[str], float]], t: Thresholds, incumbent: str | None = None
+) -> Holding | None:
     """The primary among (holding, explained symptoms, confidence); None when nothing explains anything.
+
+    ``incumbent``, last cycle's primary, stays among the most severe while it explains as much as the
+    best and its severity is within twice ``primary_tie_margin`` of the worst (a hysteresis band):
+    two causes whose severities trade places in the noise of a full cache or a link's traffic do not
+    flip the verdict every few cycles; the usual tie-breaks (held longer, causal order) still decide
+    between them, and a challenger clearly deeper, or explaining more, takes over.
 
     The symptom-causes (queue_backlog, slo_breach) come with only the symptoms no
     real cause explains (``score`` subtracts those), so they win only where the
@@ -161,7 +169,11 @@ def pick_primary(candidates: Sequence[tuple[Holding, frozenset[str], float]], t:
     most = max(amounts)
     widest = [c for c, a in zip(pool, amounts, strict=True) if a >= most - _AMOUNT_EPS]
     worst = max(c[0].severity for c in widest)
-    severe = [c for c in widest if c[0].severity >= min(worst - t.primary_tie_margin, t.primary_confident)]
+    severe = [
+        c
+        for c in widest
+        if c[0].severity >= min(worst - t.primary_tie_margin * (2 if c[0].rule.cause == incumbent else 1), t.primary_confident)
+    ]
     settle = max(1, t.confidence_settled_cycles)
     longest = max(min(c[0].cycles, settle) for c in severe)
     held = [c for c in severe if min(c[0].cycles, settle) >= longest]

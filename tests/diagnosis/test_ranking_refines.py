@@ -47,3 +47,21 @@ def test_every_refinement_explains_what_its_generic_cause_does() -> None:
     generic cause can, or removing those symptoms from the generic one would leave some unexplained."""
     for specific, generic in causality.REFINES.items():
         assert causality.EXPLAINS[generic] <= causality.EXPLAINS[specific], (specific, generic)
+
+
+def test_last_cycles_primary_keeps_it_through_a_severity_swing_within_the_band() -> None:
+    """The hysteresis band (``pick_primary``'s ``incumbent``): a full cache 0.2 deeper than the PCIe
+    copies that fill it takes the primary from scratch, but not from the copies that held it last
+    cycle; 0.4 deeper, it takes over even then."""
+    t = Thresholds()
+    observed = ["queueing", "throughput_saturated"]
+
+    def pick(kv_severity: float, incumbent: str | None) -> str:
+        holding = [_holding("pcie_transfer_bound", 0.6, 12), _holding("kv_cache_pressure", kv_severity, 12)]
+        chosen = pick_primary(score(holding, observed, t), t, incumbent=incumbent)
+        assert chosen is not None
+        return chosen.rule.cause
+
+    assert pick(0.8, None) == "kv_cache_pressure"
+    assert pick(0.8, "pcie_transfer_bound") == "pcie_transfer_bound"
+    assert pick(1.0, "pcie_transfer_bound") == "kv_cache_pressure"
