@@ -246,14 +246,15 @@ class DiagnosisEngine:
                 del self._held[cause]
                 return None
             self._held[cause] = (last, misses)
-            return Holding(last.rule, last.severity, last.view, last.cycles + 1, last.key)
+            return Holding(last.rule, last.severity, last.view, last.cycles + 1, last.key, last.recent)
         self._streak[cause] += 1
         if self._streak[cause] < t.persistence_cycles:
             return None
         severity, key, view = o.worst
         previous = self._held.get(cause)
         cycles = previous[0].cycles + 1 if previous else 1
-        h = Holding(o.rule, severity, view, cycles, key)
+        recent = ((*previous[0].recent, severity) if previous else (severity,))[-max(1, t.confidence_settled_cycles) :]
+        h = Holding(o.rule, severity, view, cycles, key, recent)
         self._held[cause] = (h, 0)
         return h
 

@@ -18,13 +18,16 @@ slow decode only with preemptions; a throttled clock only the share of the
 slowdown its clock loss accounts for; a preallocated framebuffer nothing while
 the KV cache has room) wins; among those explaining about as much, the most
 severe (within ``primary_tie_margin`` of the best, or all at least
-``primary_confident``: far past their lines both); then the one that has held
+``primary_confident``: far past their lines both), severity read as the
+median of the cycles each has held lately (``Holding.depth``), so one noisy
+sample does not hand the verdict to another cause; then the one that has held
 longer (cycles, up to ``confidence_settled_cycles``: settled causes tie); and
 only then the causal order of ``causality.py`` (upstream first).
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -65,6 +68,15 @@ class Holding:
     #: consecutive cycles it has held, this one included
     cycles: int
     key: str = ""
+    #: its severity in the last cycles it held (at most ``confidence_settled_cycles``, newest last)
+    recent: tuple[float, ...] = ()
+
+    @property
+    def depth(self) -> float:
+        """How far past its line it has been lately: the median of ``recent`` (this cycle's severity
+        while it has none). The primary is chosen on this, not on one cycle's sample: one low NVML
+        utilisation reading or one spike of a full cache is noise, not a change of bottleneck."""
+        return statistics.median(self.recent) if self.recent else self.severity
 
 
 def confidence(h: Holding, explained: Iterable[str], observed: Sequence[str], t: Thresholds) -> float:
@@ -168,11 +180,11 @@ def pick_primary(
     amounts = [amount(c[0], c[1], t) for c in pool]
     most = max(amounts)
     widest = [c for c, a in zip(pool, amounts, strict=True) if a >= most - _AMOUNT_EPS]
-    worst = max(c[0].severity for c in widest)
+    worst = max(c[0].depth for c in widest)
     severe = [
         c
         for c in widest
-        if c[0].severity >= min(worst - t.primary_tie_margin * (2 if c[0].rule.cause == incumbent else 1), t.primary_confident)
+        if c[0].depth >= min(worst - t.primary_tie_margin * (2 if c[0].rule.cause == incumbent else 1), t.primary_confident)
     ]
     settle = max(1, t.confidence_settled_cycles)
     longest = max(min(c[0].cycles, settle) for c in severe)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from exporter.diagnosis import causality
+from exporter.diagnosis.engine import DiagnosisEngine, _Judged
 from exporter.diagnosis.ranking import Holding, pick_primary, score
 from exporter.diagnosis.rules import RULES
 from exporter.diagnosis.thresholds import Thresholds
@@ -65,3 +66,38 @@ def test_last_cycles_primary_keeps_it_through_a_severity_swing_within_the_band()
     assert pick(0.8, None) == "kv_cache_pressure"
     assert pick(0.8, "pcie_transfer_bound") == "pcie_transfer_bound"
     assert pick(1.0, "pcie_transfer_bound") == "kv_cache_pressure"
+
+
+def test_the_primary_follows_lasting_depth_not_one_cycles_sample() -> None:
+    """``Holding.depth``: the PCIe copies held at 0.72 for five cycles and read 0.30 once (one low
+    utilisation sample); the full cache behind them reads 0.80 throughout. The copies stay the
+    primary, with or without the hysteresis band; when they read low for three of five cycles, the
+    lasting picture has changed and the cache takes over."""
+    t = Thresholds()
+    observed = ["queueing", "throughput_saturated"]
+
+    def pick(pcie_recent: tuple[float, ...], incumbent: str | None) -> str:
+        pcie = Holding(BY_CAUSE["pcie_transfer_bound"], pcie_recent[-1], {}, 12, "", pcie_recent)
+        kv = Holding(BY_CAUSE["kv_cache_pressure"], 0.8, {}, 12, "", (0.8,) * 5)
+        chosen = pick_primary(score([pcie, kv], observed, t), t, incumbent=incumbent)
+        assert chosen is not None
+        return chosen.rule.cause
+
+    for incumbent in (None, "pcie_transfer_bound"):
+        assert pick((0.72, 0.72, 0.72, 0.72, 0.30), incumbent) == "pcie_transfer_bound"
+    assert pick((0.72, 0.72, 0.30, 0.30, 0.30), None) == "kv_cache_pressure"
+
+
+def test_the_engine_keeps_the_recent_severities_of_a_held_cause() -> None:
+    """What ``depth`` reads: the engine's held cause carries its last ``confidence_settled_cycles``
+    severities, newest last; a held-over cycle (its condition failed once) adds none."""
+    engine = DiagnosisEngine()
+    rule = BY_CAUSE["kv_cache_pressure"]
+    settled = engine.thresholds.confidence_settled_cycles
+    severities = [0.1 * (i + 1) for i in range(settled + 2)]
+    for sev in severities:
+        held = engine._persist(_Judged(rule, True, (sev, "", {}), None))
+    assert held is not None and held.recent == tuple(severities[-settled:])
+    over = engine._persist(_Judged(rule, True, None, None))
+    assert over is not None and over.recent == held.recent and over.cycles == held.cycles + 1
+    assert Holding(rule, 0.4, {}, 1).depth == 0.4
