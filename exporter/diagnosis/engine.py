@@ -212,6 +212,8 @@ class DiagnosisEngine:
         worst: tuple[float, str, Mapping[str, float]] | None = None
         judged = False
         near: float | None = None
+        # a held cause with a release line stays until the signal falls below that line (Rule.sustain)
+        holds = rule.sustain if rule.sustain is not None and rule.cause in self._held else rule.condition
         for key in signals.scopes[rule.scope] if rule.scope != "service" else [""]:
             view = signals.view(rule.scope, key)
             if not rule.judgeable(view):
@@ -220,7 +222,7 @@ class DiagnosisEngine:
             if rule.proximity is not None:
                 p = min(1.0, max(0.0, float(rule.proximity(view, t))))
                 near = p if near is None else max(near, p)
-            if not rule.condition(view, t):
+            if not holds(view, t):
                 continue
             severity = min(1.0, max(0.0, float(rule.severity(view, t))))
             if worst is None or severity > worst[0]:

@@ -74,6 +74,9 @@ class Rule:
     warns_alone: Predicate | None = None
     #: how much of each symptom it explains with its own evidence (None: all of each it can explain)
     share: Share | None = None
+    #: while the cause holds, this looser condition keeps it holding (None: ``condition`` itself): a
+    #: release line below the entry line, for a signal that hovers at its line once the cause is real
+    sustain: Predicate | None = None
 
     def judgeable(self, view: View) -> bool:
         if any(name not in view for name in self.requires):
@@ -383,6 +386,16 @@ def _serial_host(v: View, t: Thresholds) -> bool:
     proves them idle) and work is queued; False where SM activity is unknown."""
     sm = sm_bound(v, t)
     return sm is not None and host_saturated(v, t) and sm < t.sm_idle and work_queued(v)
+
+
+def _serial_host_sustained(v: View, t: Thresholds) -> bool:
+    """The release line of a held serial host ceiling: the SMs still idle, work still queued, and the
+    busiest thread still within ``host_release_margin`` of a saturated core (by CPU or demand)."""
+    sm = sm_bound(v, t)
+    near = v.get(s.BUSIEST_THREAD, 0.0) >= t.host_saturated_cpu - t.host_release_margin or (
+        v.get(s.BUSIEST_DEMAND, 0.0) >= t.host_saturated_demand - t.host_release_margin
+    )
+    return sm is not None and near and sm < t.sm_idle and work_queued(v)
 
 
 def _serial_host_severity(v: View, t: Thresholds) -> float:
@@ -939,6 +952,7 @@ RULES: tuple[Rule, ...] = (
         requires=(s.BUSIEST_THREAD,),
         requires_any=(s.SM_MAX, s.UTIL_MAX),
         condition=_serial_host,
+        sustain=_serial_host_sustained,
         severity=_serial_host_severity,
         evidence=(
             s.BUSIEST_THREAD,

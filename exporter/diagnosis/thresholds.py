@@ -117,6 +117,11 @@ class Thresholds:
     #: ... or wanting this much (on-CPU + run-queue wait): stricter, because on a contended
     #: node every wake-up waits, so even a half-idle thread can read 0.8-0.9
     host_saturated_demand: float = 0.95
+    #: once a serial host ceiling holds, it is released only when the busiest thread falls this far
+    #: below both lines (CPU under 0.85, demand under 0.9 by default): a starved thread's one-second
+    #: samples scatter +-5 % around its line, and a ceiling that flickers off for three of them would
+    #: hand the verdict to the queue it causes
+    host_release_margin: float = 0.05
     #: max SM active below this means the SMs are mostly idle
     sm_idle: float = 0.3
     #: requests waiting at or above this is a backlog
@@ -220,6 +225,7 @@ class Thresholds:
             "front_end_overhead_share",
             "capacity_nearly_used_ratio",
             "graphs_sm_active_max",
+            "host_release_margin",
         )
         for name in ratios:
             v = getattr(self, name)
