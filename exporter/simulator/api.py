@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from exporter.simulator import dialects, scenarios, tokenizer
+from exporter.simulator.delivery import LoopSink
 from exporter.simulator.engine import EngineStopped, QueueFull
 from exporter.simulator.instance import Simulator
 from exporter.simulator.requests import TokenEvent
@@ -299,12 +300,8 @@ def create_app(sim: Simulator) -> FastAPI:
     ) -> Response:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
-
-        def sink(event: TokenEvent) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, event)
-
         try:
-            req = engine.submit(ids, max_tokens, stream, sink)
+            req = engine.submit(ids, max_tokens, stream, LoopSink(loop, queue))
         except QueueFull as err:
             return error_response(429, f"The server is overloaded: {err}. Retry later.", "rate_limit_exceeded", code="queue_full")
         except EngineStopped as err:

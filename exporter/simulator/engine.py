@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.simulator.clock import SimClock
+from exporter.simulator.delivery import deliver
 from exporter.simulator.gpu import GpuTelemetry
 from exporter.simulator.hostwork import burn_cpu
 from exporter.simulator.requests import SimRequest, TokenEvent
@@ -392,8 +393,7 @@ class Engine:
                     events = self.scheduler.apply(plan, t1)
                     self._account(plan, work.prefill_tokens, work.decode_tokens, duration, host_s, gpu_s, t1)
                     self._cpu = time.thread_time() - cpu0
-                for req, event in events:
-                    _deliver(req, event, self)
+                deliver(events, self.abort)
         except BaseException as err:  # pragma: no cover - surfaced through /health (503)
             self.fatal = err
             log.exception("simulated engine stopped")
@@ -446,15 +446,6 @@ class Engine:
             "spec_accept_length": 1.0 + d["spec_accepted_tokens"] / d["spec_drafts"] if d["spec_drafts"] else 0.0,
             "busy_slots_per_decode": d["decode_batch"] / d["decode_steps"] if d["decode_steps"] else 0.0,
         }
-
-
-def _deliver(req: SimRequest, event: TokenEvent, engine: Engine) -> None:
-    if event.finish_reason:
-        event = TokenEvent(event.text, event.tokens, event.finish_reason, req.prompt_len, len(req.output_ids))
-    try:
-        req.sink(event)
-    except Exception:
-        engine.abort(req)
 
 
 def _replace(config: SimConfig, **changes: Any) -> SimConfig:
