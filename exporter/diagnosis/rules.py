@@ -100,9 +100,13 @@ def host_load(v: View) -> float:
     return max(v.get(s.BUSIEST_THREAD, 0.0), v.get(s.BUSIEST_DEMAND, 0.0))
 
 
-def host_saturated(v: View, t: Thresholds) -> bool:
-    """A serving thread at (or wanting) a full core; False when no process sampler runs."""
-    return v.get(s.BUSIEST_THREAD, 0.0) >= t.host_saturated_cpu or v.get(s.BUSIEST_DEMAND, 0.0) >= t.host_saturated_demand
+def host_saturated(v: View, t: Thresholds, margin: float = 0.0) -> bool:
+    """A serving thread at (or wanting) a full core, within ``margin`` below both lines; False when no
+    process sampler runs."""
+    return (
+        v.get(s.BUSIEST_THREAD, 0.0) >= t.host_saturated_cpu - margin
+        or v.get(s.BUSIEST_DEMAND, 0.0) >= t.host_saturated_demand - margin
+    )
 
 
 def sm_bound(v: View, t: Thresholds) -> float | None:
@@ -381,21 +385,16 @@ def _gpu_compute_saturated(v: View, t: Thresholds) -> bool:
     return v.get(s.TENSOR_MAX, 0.0) >= t.compute_tensor_active
 
 
-def _serial_host(v: View, t: Thresholds) -> bool:
-    """A serving thread at a full core while the SMs are idle (``sm_bound``: NVML's util where it
-    proves them idle) and work is queued; False where SM activity is unknown."""
+def _serial_host(v: View, t: Thresholds, margin: float = 0.0) -> bool:
+    """A serving thread at a full core (within ``margin``) while the SMs are idle (``sm_bound``: NVML's
+    util where it proves them idle) and work is queued; False where SM activity is unknown."""
     sm = sm_bound(v, t)
-    return sm is not None and host_saturated(v, t) and sm < t.sm_idle and work_queued(v)
+    return sm is not None and host_saturated(v, t, margin) and sm < t.sm_idle and work_queued(v)
 
 
 def _serial_host_sustained(v: View, t: Thresholds) -> bool:
-    """The release line of a held serial host ceiling: the SMs still idle, work still queued, and the
-    busiest thread still within ``host_release_margin`` of a saturated core (by CPU or demand)."""
-    sm = sm_bound(v, t)
-    near = v.get(s.BUSIEST_THREAD, 0.0) >= t.host_saturated_cpu - t.host_release_margin or (
-        v.get(s.BUSIEST_DEMAND, 0.0) >= t.host_saturated_demand - t.host_release_margin
-    )
-    return sm is not None and near and sm < t.sm_idle and work_queued(v)
+    """The release line of a held serial host ceiling: the same, within ``host_release_margin``."""
+    return _serial_host(v, t, t.host_release_margin)
 
 
 def _serial_host_severity(v: View, t: Thresholds) -> float:
