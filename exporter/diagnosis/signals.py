@@ -58,6 +58,7 @@ TENSOR_MAX = "max(llm_gpu_tensor_active_ratio)"
 # each named after how the schema reduces the metric across its series, e.g. "sum(llm_scheduler_requests_waiting)"
 SM_MAX = reduced_name(SM)
 TENSOR_MAX = reduced_name(TENSOR)
+DRAM_MAX = reduced_name(DRAM)
 UTIL_MAX = reduced_name(UTIL)
 UTIL_MAX_WINDOW = f"max_over_window({UTIL_MAX})"
 UTIL_MAX_RECENT = f"max_over_recent({UTIL_MAX})"
@@ -344,7 +345,7 @@ def service_signals(window: Window, gpus: Mapping[str, Mapping[str, float]], rec
     snap = window.latest
     assert snap is not None
     v: dict[str, float] = {}
-    for metric, key in ((SM, SM_MAX), (TENSOR, TENSOR_MAX), (UTIL, UTIL_MAX)):
+    for metric, key in ((SM, SM_MAX), (TENSOR, TENSOR_MAX), (DRAM, DRAM_MAX), (UTIL, UTIL_MAX)):
         _put(v, key, reduce_series(metric, [g[metric] for g in gpus.values() if metric in g]))
     util_hist = window.gauge_history(lambda s: figure(s, UTIL))
     if util_hist:

@@ -188,6 +188,28 @@ def test_kv_fragmentation_when_requests_wait_with_most_of_the_cache_free() -> No
     assert "kv_fragmentation_or_capacity_misjudged" not in causes(last(steady(idle + engine(waiting=6, running=2, kv=0.2))))
 
 
+def test_kv_fragmentation_not_claimed_while_a_gpu_is_compute_bound_either_way() -> None:
+    """Slots full with the cache free is an admission limit only while a larger batch could run faster:
+    not with the tensor pipes at their line, nor with the SMs busy while HBM is not (the other half of
+    ``compute_bound``: a power-capped clock makes the same batch keep its SMs busier)."""
+    queued = engine(waiting=6, running=2, kv=0.2)
+    sm_busy = gpu(util=0.97, sm=0.9, tensor=0.4, dram=0.3, clock=1200e6, power=400, power_limit=400)
+    v = last(steady(sm_busy + queued))
+    assert "compute_bound" in causes(v) and "kv_fragmentation_or_capacity_misjudged" not in causes(v)
+    tensor_busy = gpu(util=0.97, sm=0.9, tensor=0.7, dram=0.8)
+    assert "kv_fragmentation_or_capacity_misjudged" not in causes(last(steady(tensor_busy + queued)))
+    # SMs as busy but HBM at its line: a bandwidth-bound decode, where more sequences per weight read help
+    hbm_bound = gpu(util=0.97, sm=0.9, tensor=0.4, dram=0.8)
+    named = last(steady(hbm_bound + queued))
+    misjudged = next(c for c in named.bottlenecks if c.cause == "kv_fragmentation_or_capacity_misjudged")
+    # the figures the exclusion read are its evidence
+    assert misjudged.evidence[s.SM_MAX] == 0.9 and misjudged.evidence[s.DRAM_MAX] == 0.8
+    # DRAM activity unknown: the SM way is not claimed (as compute_bound needs it too)
+    no_dram = gpu(util=0.97, sm=0.9, tensor=0.4)
+    got = last(steady(no_dram + queued))
+    assert "kv_fragmentation_or_capacity_misjudged" in causes(got), got.bottlenecks
+
+
 def test_kv_fragmentation_needs_sustained_queueing_where_queue_time_is_known() -> None:
     """With a queue-time histogram, one waiting request on a healthy server is not enough."""
     busy = gpu(util=0.85, sm=0.68, tensor=0.3, dram=0.55)
