@@ -380,17 +380,15 @@ def _kv_fragmentation_severity(v: View, t: Thresholds) -> float:
 
 
 def _gpu_compute_saturated(v: View, t: Thresholds) -> bool:
-    """Some GPU at the compute-bound line, either way ``_compute_bound`` reads it: a larger batch would
-    not run faster. The tensor pipes, or the SMs busy while HBM is not (a GPU whose clock is throttled
-    does the same work with its SMs busier: that batch is no more admission-limited than at the full
+    """Some GPU at the compute-bound line, read by ``_compute_bound`` itself: a larger batch would not
+    run faster. The tensor pipes, or the SMs busy while HBM is not (a GPU whose clock is throttled does
+    the same work with its SMs busier: that batch is no more admission-limited than at the full
     clock). A bandwidth-bound decode is different: more sequences per weight read is what helps it.
     The service view holds each figure's max over its GPUs, not the pairs, so the SM way counts only
-    while every GPU's DRAM is under the bandwidth line (one HBM-bound GPU beside a busy one: not
-    claimed), and not at all while DRAM activity is unknown, as ``_compute_bound`` needs it too."""
-    if v.get(s.TENSOR_MAX, 0.0) >= t.compute_tensor_active:
-        return True
-    dram = v.get(s.DRAM_MAX)
-    return dram is not None and dram < t.memory_bandwidth_dram_active and v.get(s.SM_MAX, 0.0) >= t.compute_sm_active
+    while every GPU's DRAM is under the bandwidth line, and not at all while DRAM activity is unknown
+    (read as at its limit)."""
+    busiest = {s.TENSOR: v.get(s.TENSOR_MAX, 0.0), s.SM: v.get(s.SM_MAX, 0.0), s.DRAM: v.get(s.DRAM_MAX, 1.0)}
+    return _compute_bound(busiest, t)
 
 
 def _serial_host(v: View, t: Thresholds, margin: float = 0.0) -> bool:
