@@ -12,6 +12,7 @@ identify), 130 interrupted. A tool command: exporter/tune/ is imported in ``run`
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
 import sys
 from pathlib import Path
@@ -24,17 +25,32 @@ EXIT_INTERRUPTED = 130
 ENGINE_TYPES = ("vllm", "sglang", "tgi", "trtllm", "llamacpp", "simulator")
 
 
+def _number(kind: type, text: str) -> Any:
+    """``text`` as a finite ``kind`` (nan and inf are no length, count or duration)."""
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
 def _positive(kind: type) -> Any:
     def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        value = _number(kind, text)
         if value <= 0:
             raise argparse.ArgumentTypeError("expected a positive number")
         return value
 
     return parse
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(_number(float, text))
+    if value < 0:
+        raise argparse.ArgumentTypeError("expected 0 or a positive number")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,6 +70,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--demo", action="store_true", help="a whole tuning run on the simulator (kv_pressure) in a few minutes")
     add("--concurrency", type=_concurrency_list, default=[1, 2, 4, 8, 16], help="ramp steps (default 1,2,4,8,16)")
     add("--step-seconds", type=_positive(float), default=20.0, help="length of each ramp step (default 20)")
+    add(
+        "--warmup-seconds",
+        type=_non_negative_float,
+        default=None,
+        help="unmeasured load at the highest concurrency before each configuration's first repeat (default: one step; 0: none)",
+    )
     add("--prompt-tokens", type=_positive(int), default=512, help="prompt length in tokens (default 512)")
     add("--output-tokens", type=_positive(int), default=128, help="max_tokens of each request (default 128)")
     add("--shared-prefix-ratio", type=float, default=0.0, help="share of requests with a shared prefix (default 0)")
@@ -142,6 +164,7 @@ def settings_from(args: argparse.Namespace) -> tuple[Any, Any]:
         start_timeout_s=args.start_timeout,
         request_timeout_s=args.request_timeout,
         sample_interval_s=args.sample_interval,
+        warmup_s=args.warmup_seconds,
     )
     return settings, cmd
 

@@ -63,6 +63,7 @@ def _config(m: Measurement, slo: SLO) -> dict[str, Any]:
         "workload": _workload(m),
         "knee": _knee(m),
         "primary": _primary(m, slo),
+        "warmup": m.warmup,
         "runs": m.runs,
         "failure": m.failure,
         "seconds": round(m.seconds, 1),

@@ -28,6 +28,15 @@ def _primary(p: dict[str, Any] | None) -> str:
     return "none" if not p else f"{p['layer']}/{p['cause']}"
 
 
+def _warmup_line(warm: dict[str, Any] | None) -> str:
+    if not warm:
+        return "Warm-up: none; each configuration's first repeat ran on a freshly started engine."
+    return (
+        f"Warm-up: each configuration was loaded at concurrency {warm['concurrency']}, unmeasured, before its first "
+        f"repeat (the baseline: {warm['requests']} requests, {warm['errors']} failed, {warm['seconds']:g} s with the quiet gap after it)."
+    )
+
+
 def markdown(doc: dict[str, Any]) -> str:
     slo = SLO(doc["slo"]["ttft_s"], doc["slo"]["itl_s"])
     base = doc["baseline"]
@@ -37,6 +46,8 @@ def markdown(doc: dict[str, Any]) -> str:
         f"Engine: {doc['engine']} ({doc['mode']} mode); SLO: {slo.describe()}; {len(doc['trials'])} trials in {doc['seconds']:g} s.",
         "",
         f"Accept rule: {doc['rule']}.",
+        "",
+        _warmup_line(base.get("warmup")),
         "",
         "## Baseline",
         "",

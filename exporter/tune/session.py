@@ -29,6 +29,7 @@ from exporter.tune.argv import EngineCommand, changes_between
 from exporter.tune.capacity import SLO, Capacity, capacity_at_slo
 from exporter.tune.decide import SLO_HOLDS, Decision, common_primary, decide
 from exporter.tune.launch import EngineProcess, Watcher
+from exporter.tune.warmup import WARMUP_SEED, warm_up
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,8 @@ class TuneSettings:
     request_timeout_s: float = 60.0
     sample_interval_s: float = 1.0
     warmup_fraction: float = 0.25
+    #: the unmeasured load before a configuration's first repeat (exporter/tune/warmup.py): None = one step, 0 = none
+    warmup_s: float | None = None
     criteria: KneeCriteria = field(default_factory=KneeCriteria)
     seed: int = 0
 
@@ -64,6 +67,8 @@ class Measurement:
     runs: list[dict[str, Any]] = field(default_factory=list)
     failure: str | None = None
     seconds: float = 0.0
+    #: what the warm-up sent before the first repeat (WarmUp.as_dict), None when there was none
+    warmup: dict[str, Any] | None = None
 
     def capacity(self, slo: SLO) -> Capacity:
         caps = [capacity_at_slo(r, slo) for r in self.runs]
@@ -143,6 +148,19 @@ class Tuner:
 
     # ------------------------------------------------------------------ one ramp
 
+    def _load(self, model: str, seed: int, seconds: float) -> LoadSettings:
+        return LoadSettings(
+            base_url=self.url,
+            model=model,
+            step_seconds=seconds,
+            prompt_tokens=self.s.prompt_tokens,
+            output_tokens=self.s.output_tokens,
+            shared_prefix_ratio=self.s.shared_prefix_ratio,
+            shared_prefix_tokens=self.s.shared_prefix_tokens,
+            request_timeout_s=self.s.request_timeout_s,
+            seed=seed,
+        )
+
     def _ramp(self, exporter_url: str, label: str, repeat: int) -> dict[str, Any]:
         model = check_target(self.url, None, timeout=self.s.request_timeout_s)
         probe = ExporterProbe(exporter_url)
@@ -150,19 +168,7 @@ class Tuner:
         try:
             probe.check()
             fingerprint = probe.fingerprint
-            loader = make_step_loader(
-                LoadSettings(
-                    base_url=self.url,
-                    model=model,
-                    step_seconds=self.s.step_seconds,
-                    prompt_tokens=self.s.prompt_tokens,
-                    output_tokens=self.s.output_tokens,
-                    shared_prefix_ratio=self.s.shared_prefix_ratio,
-                    shared_prefix_tokens=self.s.shared_prefix_tokens,
-                    request_timeout_s=self.s.request_timeout_s,
-                    seed=self.s.seed + 1000 * repeat,
-                )
-            )
+            loader = make_step_loader(self._load(model, self.s.seed + 1000 * repeat, self.s.step_seconds))
             settings = RampSettings(
                 self.s.concurrency, self.s.step_seconds, self.s.sample_interval_s, self.s.warmup_fraction, self.s.criteria
             )
@@ -226,6 +232,10 @@ class Tuner:
             if why is not None:
                 m.failure = why
                 return m
+            why = self._warm_up(m)
+            if why is not None:
+                m.failure = why
+                return m
             for repeat in range(self.s.repeats):
                 try:
                     report = self._ramp(watcher.url, label, repeat)
@@ -245,6 +255,29 @@ class Tuner:
             self._take_down()
             m.seconds = time.monotonic() - t0
         return m
+
+    def _warmup_seconds(self) -> float:
+        return self.s.step_seconds if self.s.warmup_s is None else self.s.warmup_s
+
+    def _warm_up(self, m: Measurement) -> str | None:
+        """The unmeasured load before the first repeat (exporter/tune/warmup.py); why the configuration fails, or None."""
+        seconds = self._warmup_seconds()
+        if seconds <= 0:
+            return None
+        try:
+            model = check_target(self.url, None, timeout=self.s.request_timeout_s)
+        except RampError as err:
+            return self._gone() or f"before the warm-up: {err}"
+        top = max(self.s.concurrency)
+        self.hooks.line(
+            f"  {m.label}: warm-up at concurrency {top} for {seconds:g} s, then {self._window():g} s quiet (not measured)"
+        )
+        done = warm_up(self._load(model, self.s.seed + WARMUP_SEED, seconds), top, self._window())
+        m.warmup = done.as_dict()
+        gone = self._gone()
+        if gone is not None:
+            return f"{gone} during the warm-up"
+        return done.failure()
 
     def _gone(self) -> str | None:
         return None if self.engine is None else self.engine.exit_reason()

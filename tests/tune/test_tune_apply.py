@@ -34,6 +34,8 @@ def test_apply_mode_applies_the_candidate_and_reapplies_the_baseline(tmp_path: P
                 "--trials",
                 "1",
                 *workload("1,2,4", 64, 32),
+                "--warmup-seconds",
+                "0",  # switched off: no warm-up load, none recorded
                 "--engine-url",
                 f"http://127.0.0.1:{port}",
                 "--apply",
@@ -43,6 +45,7 @@ def test_apply_mode_applies_the_candidate_and_reapplies_the_baseline(tmp_path: P
         )
         assert rc == 0, err[-3000:]
         assert doc["mode"] == "apply"
+        assert doc["baseline"]["warmup"] is None and doc["trials"][0]["warmup"] is None
         first = doc["trials"][0]
         assert first["changes"][0]["flag"] == "--batch-wait-s" and first["accepted"], first["why"]
         applied = state.with_suffix(".applied").read_text().splitlines()

@@ -29,6 +29,25 @@ def test_tune_usage_errors_are_one_line_and_exit_2(argv: list[str], message: str
     assert message in err and len(err.splitlines()) == 1, err
 
 
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--warmup-seconds", "-1", "expected 0 or a positive number"),
+        ("--warmup-seconds", "nan", "expected a finite number"),
+        ("--step-seconds", "inf", "expected a finite number"),
+        ("--step-seconds", "0", "expected a positive number"),
+        ("--repeats", "two", "expected a number"),
+    ],
+)
+def test_tune_number_flags_refuse_what_is_no_length_or_count(
+    flag: str, value: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["tune", "--slo-ttft", "1s", flag, value, "--", "llama-server"])
+    assert exit_.value.code == 2
+    assert f"argument {flag}: {message}" in capsys.readouterr().err.strip().splitlines()[-1]
+
+
 def _write(path: Path, doc: dict[str, Any]) -> str:
     path.write_text(json.dumps(doc))
     return str(path)

@@ -68,6 +68,10 @@ def test_healthy_recommends_no_change(tmp_path: Path) -> None:
     assert rc == 0, err[-3000:]
     assert doc["recommendation"] is None and doc["trials"] == []
     assert "SLO holds" in doc["stop"] and "No change recommended" in err
+    # the engine was warmed up at the highest concurrency, one step long, before it was measured
+    warm = doc["baseline"]["warmup"]
+    assert warm["concurrency"] == 4 and warm["requests"] > 0 and warm["errors"] == 0, warm
+    assert "warm-up at concurrency 4 for 4 s" in err
 
 
 @pytest.mark.parametrize(
