@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.integration_helpers import VLLM_SETUP_TIMEOUT_S, run_setup, skip_if_off, vllm_proc
-from tests.tune.tune_cli import check_outputs, run_tune
+from tests.tune.tune_cli import check_outputs, measured, run_tune
 from tests.tune.workload import workload
 
 pytestmark = [pytest.mark.slow, pytest.mark.external, pytest.mark.integration, pytest.mark.timeout(900)]
@@ -90,8 +90,8 @@ def test_one_sequence_slot_gets_more_sequences_measured_against_the_baseline(tmp
     assert first["changes"] == [{"flag": "--max-num-seqs", "from": "1", "to": "2"}]
     assert "--max-num-seqs 2" in " ".join(first["argv"]) and (tmp_path / "out" / "engine-trial-1.log").stat().st_size > 0
     # the measurement: two repeats each, the candidate's worse repeat above the baseline's better one
-    assert len(doc["baseline"]["runs"]) == 2 and len(first["runs"]) == 2, first["why"]
-    assert first["accepted"], first["why"]
+    assert len(doc["baseline"]["runs"]) == 2 and len(first["runs"]) == 2, measured(doc)
+    assert first["accepted"], measured(doc)
     rec = doc["recommendation"]
     assert rec["changes"] == first["changes"] and rec["gain"] > 1.05, rec
     # the rollback and what was left running: the baseline, its environment spelled as `env NAME=VALUE ...`

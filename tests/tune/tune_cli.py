@@ -43,6 +43,28 @@ def stop_left_running(doc: dict[str, Any]) -> None:
         pass
 
 
+def _seconds(value: Any) -> str:
+    return f"{value:.2f}" if isinstance(value, (int, float)) else "-"
+
+
+def measured(doc: dict[str, Any]) -> str:
+    """Every configuration's steps, one line per repeat: why a decision or a judgement went as it did, in a failure message."""
+    lines = []
+    configs = [("baseline", doc.get("baseline") or {})] + [(f"trial {t.get('trial')}", t) for t in doc.get("trials") or []]
+    for label, cfg in configs:
+        warm = cfg.get("warmup") or {}
+        lines.append(f"{label}: warm-up {warm.get('requests', '-')} requests; {cfg.get('why', '')}")
+        for i, run in enumerate(cfg.get("runs") or []):
+            cells = []
+            for st in run.get("steps") or []:
+                c = st.get("client") or {}
+                ttft = c.get("ttft_s") or {}
+                p95, p99 = (_seconds(ttft.get(q)) for q in ("p95", "p99"))
+                cells.append(f"c={st.get('concurrency')} {c.get('requests_per_s') or 0:.2f} req/s TTFT p95/p99 {p95}/{p99} s")
+            lines.append(f"  run {i + 1}: " + "; ".join(cells))
+    return "\n".join(lines)
+
+
 def first_cap(cfg: dict[str, Any]) -> float:
     return float(cfg["capacity"]["requests_per_second"])
 
