@@ -53,28 +53,71 @@ class Decision:
         return "" if self.cmd is None else self.cmd.shell()
 
 
-def primary_of(report: dict[str, Any], slo: SLO | None = None) -> Primary | None:
-    """The primary at the knee (report.json's saturation); without a knee, that of the first step missing the SLO."""
+def _verdict_step(report: dict[str, Any], slo: SLO | None) -> tuple[Primary | None, dict[str, Any] | None]:
+    """The primary a run names and the step it was read at: the knee's (report.json's saturation); without
+    a knee, that of the first step missing the SLO."""
     sat = report.get("saturation") or {}
     if report.get("cause") and report.get("first_saturated_layer"):
-        return Primary(str(report["first_saturated_layer"]), str(report["cause"]), str(sat.get("chain") or ""))
+        knee = report.get("knee")
+        primary = Primary(str(report["first_saturated_layer"]), str(report["cause"]), str(sat.get("chain") or ""))
+        return primary, knee if isinstance(knee, dict) else None
     for step in report.get("steps") or []:
         if slo is not None and step_meets(step, slo):
             continue
         p = (step.get("diagnosis") or {}).get("primary")
         if p:
-            return Primary(str(p["layer"]), str(p["cause"]), str(p.get("chain") or ""))
-    return None
+            return Primary(str(p["layer"]), str(p["cause"]), str(p.get("chain") or "")), step
+    return None, None
+
+
+def primary_of(report: dict[str, Any], slo: SLO | None = None) -> Primary | None:
+    """The primary at the knee (report.json's saturation); without a knee, that of the first step missing the SLO."""
+    return _verdict_step(report, slo)[0]
+
+
+def _reading_shares(primary: Primary, step: dict[str, Any] | None) -> dict[str, tuple[float, Primary]]:
+    """Each primary the step's readings named, with the share of its degraded readings that named it
+    (exporter/ramp/aggregate.py ``primaries``); a step that lists none gives the run's primary all of it."""
+    out: dict[str, tuple[float, Primary]] = {}
+    for entry in ((step or {}).get("diagnosis") or {}).get("primaries") or []:
+        if not isinstance(entry, dict) or not entry.get("cause") or not isinstance(entry.get("share"), (int, float)):
+            continue
+        cause = str(entry["cause"])
+        named = primary if cause == primary.cause else Primary(str(entry.get("layer")), cause, str(entry.get("chain") or ""))
+        out[cause] = (float(entry["share"]), named)
+    if primary.cause not in out:
+        out[primary.cause] = (1.0, primary)
+    return out
 
 
 def common_primary(runs: Sequence[dict[str, Any]], slo: SLO | None = None) -> Primary | None:
-    """The primary most repeats named (ties: the first run's)."""
-    found = [p for p in (primary_of(r, slo) for r in runs) if p is not None]
-    if not found:
+    """The primary the repeats' readings at the knee named most: each run's shares of readings, summed.
+
+    Why shares and not one vote per run: two repeats that disagree are a tie, and a tie
+    broken by run order lets a run whose readings split 5 to 4 (the symptom named alone
+    while the evidence of a cause was being gathered) outvote a run whose readings named
+    the cause 12 of 12. Summed, that is 0.56 against 1.44. Ties left: the cause more runs
+    named as their primary, then the first run's.
+    """
+    score: dict[str, float] = {}
+    votes: Counter[str] = Counter()
+    order: dict[str, int] = {}
+    named: dict[str, Primary] = {}  # as a run named it (its saturation chain), else as a step listed it
+    for report in runs:
+        primary, step = _verdict_step(report, slo)
+        if primary is None:
+            continue
+        if not votes[primary.cause]:
+            named[primary.cause] = primary
+        votes[primary.cause] += 1
+        for cause, (share, who) in _reading_shares(primary, step).items():
+            score[cause] = score.get(cause, 0.0) + share
+            order.setdefault(cause, len(order))
+            named.setdefault(cause, who)
+    if not votes:
         return None
-    counts = Counter(p.cause for p in found)
-    top = max(counts.values())
-    return next(p for p in found if counts[p.cause] == top)
+    best = max(score, key=lambda cause: (round(score[cause], 9), votes[cause], -order[cause]))
+    return named[best]
 
 
 def _knee_step(report: dict[str, Any]) -> dict[str, Any] | None:

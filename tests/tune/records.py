@@ -16,6 +16,7 @@ def step(
     primary: tuple[str, str] | None = None,
     headroom: dict[str, float] | None = None,
     causes: tuple[tuple[str, str], ...] = (),
+    primaries: tuple[tuple[str, str, float], ...] = (),
 ) -> dict[str, Any]:
     gauges = {} if running_max is None else {"requests_running": {"mean": running_max, "max": running_max}}
     return {
@@ -34,6 +35,8 @@ def step(
             "primary": None if primary is None else {"layer": primary[0], "cause": primary[1], "chain": "x <- y"},
             "layers": {k: {"headroom_mean": v} for k, v in (headroom or {}).items()},
             "causes": [{"layer": layer, "cause": cause, "role": "primary"} for layer, cause in causes],
+            # the primaries the step's readings named, with their share of the degraded readings (exporter/ramp/aggregate.py)
+            "primaries": [{"layer": layer, "cause": cause, "share": share, "chain": cause} for layer, cause, share in primaries],
         },
     }
 

@@ -10,7 +10,7 @@ from exporter.tune.accept import judge
 from exporter.tune.argv import EngineCommand
 from exporter.tune.capacity import SLO, SLOError, capacity_at_slo, parse_duration
 from exporter.tune.compare import diff, render
-from exporter.tune.decide import SLO_HOLDS, decide
+from exporter.tune.decide import SLO_HOLDS, common_primary, decide
 from exporter.tune.knobs import HARDWARE_STOP
 from tests.tune.records import report, step
 
@@ -47,6 +47,44 @@ def test_kv_pressure_at_the_knee_gives_more_kv_memory_first() -> None:
     # that one tried: the next move of the same entry
     d2 = decide("vllm", cmd, [ramp(KV)], SLO_TTFT, {d.key})
     assert d2.changes[0].flag == "--num-gpu-blocks-override" or d2.changes[0].flag == "--kv-cache-dtype"
+
+
+SLO_BREACH = ("application", "slo_breach")
+
+
+def _knee_readings(cause: tuple[str, str], *shares: tuple[tuple[str, str], float]) -> dict[str, Any]:
+    """A ramp whose knee step names ``cause`` and lists the readings' primaries with their shares."""
+    listed = tuple((layer, name, share) for (layer, name), share in shares)
+    steps = [step(1, 1.0, 0.1), step(2, 1.0, 2.0, running_max=1.0, primary=cause, primaries=listed)]
+    return report(steps, knee_index=1, cause=cause)
+
+
+def test_repeats_that_disagree_are_settled_by_their_readings_not_by_run_order() -> None:
+    # run 1's knee readings split 5 to 4 (the symptom named alone while the queue evidence built up),
+    # run 2's named the slots 12 of 12: summed 0.56 against 1.44, the slots are the primary
+    split = _knee_readings(SLO_BREACH, (SLO_BREACH, 5 / 9), (SLOTS, 4 / 9))
+    clear = _knee_readings(SLOTS, (SLOTS, 1.0))
+    for runs in ([split, clear], [clear, split]):
+        p = common_primary(runs, SLO(ttft_s=1.0))
+        assert p is not None and p.cause == SLOTS[1]
+        assert p.chain == clear["saturation"]["chain"]  # as the run that named it primary gave it, not a step's listing
+    cmd = EngineCommand.parse(["vllm", "serve", "m", "--max-num-seqs", "1"])
+    d = decide("vllm", cmd, [split, clear], SLO(ttft_s=1.0), set())
+    assert d.cause == SLOTS[1] and [(c.flag, c.new) for c in d.changes] == [("--max-num-seqs", "2")]
+
+
+def test_a_cause_named_whole_by_more_repeats_wins_and_records_without_shares_keep_the_first_runs() -> None:
+    # no shares listed (records of an earlier version): each run's primary counts whole, the first run's wins a tie
+    def cause(*runs: dict[str, Any]) -> str | None:
+        p = common_primary(runs, SLO_TTFT)
+        return None if p is None else p.cause
+
+    assert cause(ramp(KV), ramp(SLOTS)) == KV[1] and cause(ramp(SLOTS), ramp(KV)) == SLOTS[1]
+    assert cause(ramp(SLOTS), ramp(KV), ramp(KV)) == KV[1]
+    # equal shares: the cause more runs named as their primary
+    half = _knee_readings(KV, (KV, 0.5), (SLOTS, 0.5))
+    assert cause(half, _knee_readings(SLOTS, (SLOTS, 0.5), (KV, 0.5)), half) == KV[1]
+    assert cause() is None
 
 
 def test_llamacpp_slots_full_gives_more_slots_only_while_the_slots_are_full() -> None:
