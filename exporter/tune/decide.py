@@ -94,9 +94,8 @@ def common_primary(runs: Sequence[dict[str, Any]], slo: SLO | None = None) -> Pr
     """The primary the repeats' readings at the knee named most: each run's shares of readings, summed.
 
     Why shares and not one vote per run: two repeats that disagree are a tie, and a tie
-    broken by run order lets a run whose readings split 5 to 4 (the symptom named alone
-    while the evidence of a cause was being gathered) outvote a run whose readings named
-    the cause 12 of 12. Summed, that is 0.56 against 1.44. Ties left: the cause more runs
+    broken by run order lets a run whose readings split 5 to 4 (the SLO breach named alone
+    in five) outvote a run whose readings named the cause 12 of 12. Summed, that is 0.56 against 1.44. Ties left: the cause more runs
     named as their primary, then the first run's.
     """
     score: dict[str, float] = {}

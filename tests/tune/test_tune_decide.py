@@ -60,7 +60,7 @@ def _knee_readings(cause: tuple[str, str], *shares: tuple[tuple[str, str], float
 
 
 def test_repeats_that_disagree_are_settled_by_their_readings_not_by_run_order() -> None:
-    # run 1's knee readings split 5 to 4 (the symptom named alone while the queue evidence built up),
+    # run 1's knee readings split 5 to 4 (the SLO breach named alone in five, as one CPU vLLM repeat did),
     # run 2's named the slots 12 of 12: summed 0.56 against 1.44, the slots are the primary
     split = _knee_readings(SLO_BREACH, (SLO_BREACH, 5 / 9), (SLOTS, 4 / 9))
     clear = _knee_readings(SLOTS, (SLOTS, 1.0))
