@@ -10,6 +10,7 @@ KV capacity (tokens) divided by the mean tokens a finished request held
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from exporter.diagnosis.window import Window
@@ -31,7 +32,7 @@ def predicted_max_concurrency(window: Window, server: str) -> float | None:
     if snap is None:
         return None
     capacity = snap.total(CAPACITY, server=server)
-    if not capacity:
+    if capacity is None or not capacity > 0:  # NaN compares false
         return None
 
     def of_server(labels: Mapping[str, str]) -> bool:
@@ -40,9 +41,17 @@ def predicted_max_concurrency(window: Window, server: str) -> float | None:
     finished = window.counter_delta(FINISHED, of_server)
     prompt = window.counter_delta(PROMPT, of_server)
     generated = window.counter_delta(GENERATION, of_server)
-    if not finished or prompt is None or generated is None or prompt + generated <= 0:
+    if finished is None or prompt is None or generated is None:
         return None
-    return capacity / ((prompt + generated) / finished)
+    # an engine can export +Inf/NaN (tests/reliability/test_engine_nonfinite_diagnosis.py): an
+    # infinite count of finished requests made the mean request 0 tokens and the division raise
+    if not all(math.isfinite(v) for v in (capacity, finished, prompt, generated)) or finished <= 0:
+        return None
+    per_request = (prompt + generated) / finished
+    if per_request <= 0:
+        return None
+    predicted = capacity / per_request
+    return predicted if math.isfinite(predicted) else None
 
 
 class CapacityStep:

@@ -1,3 +1,7 @@
+import math
+
+import pytest
+
 from exporter.diagnosis.capacity import CapacityStep, predicted_max_concurrency
 from exporter.diagnosis.window import Window
 from exporter.samples import Point, Sample
@@ -35,6 +39,32 @@ def test_unknown_without_finished_requests_or_capacity() -> None:
     w2.add(_snap(0, 1, 1, 1, capacity=None))
     w2.add(_snap(10, 5, 100, 100, capacity=None))
     assert predicted_max_concurrency(w2, "a") is None
+
+
+@pytest.mark.parametrize(
+    ("later", "capacity"),
+    [
+        ((math.inf, 60_000, 12_000), 16384),  # infinitely many finished: a 0-token mean request
+        ((120, math.inf, 12_000), 16384),
+        ((120, 60_000, math.nan), 16384),
+        ((120, 60_000, 12_000), math.inf),
+        ((120, 60_000, 12_000), math.nan),
+        ((120, 60_000, 12_000), -16384),
+    ],
+)
+def test_non_finite_or_absurd_counts_give_no_prediction(later: tuple[float, float, float], capacity: float) -> None:
+    """An engine may export +Inf/NaN or nonsense: no prediction, never an exception or a non-finite value."""
+    w = Window(60)
+    w.add(_snap(0, 100, 50_000, 10_000, capacity=capacity))
+    w.add(_snap(10, *later, capacity=capacity))
+    assert predicted_max_concurrency(w, "a") is None
+
+
+def test_a_mean_request_of_almost_no_tokens_gives_no_infinite_prediction() -> None:
+    w = Window(60)
+    w.add(_snap(0, 100, 0, 0))
+    w.add(_snap(10, 120, 1e-320, 0))  # 20 requests of 5e-322 tokens each: 16384 / 5e-322 overflows
+    assert predicted_max_concurrency(w, "a") is None
 
 
 def test_source_publishes_the_schema_metric() -> None:
