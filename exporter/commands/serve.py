@@ -72,10 +72,16 @@ def _reason(err: OSError) -> str:
 
 
 def bind_listen_socket(host: str, port: int, listen_address: str) -> socket.socket:
-    """Bind the server's socket now (the way uvicorn would), so a bad address fails before anything starts."""
+    """Bind the server's socket now (the way uvicorn would), so a bad address fails before anything starts.
+
+    The protocol is named (IPPROTO_TCP, not 0) because asyncio switches Nagle off
+    (TCP_NODELAY) only on accepted sockets whose ``proto`` says TCP. With proto 0 every
+    response after the first on a keep-alive connection (every Prometheus scrape) waited
+    ~40 ms for the client's delayed ACK: /metrics and /healthz took 44 ms instead of 1-3 ms.
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     except OSError as err:
         raise CannotListen(f"cannot listen on {listen_address}: {_reason(err)}") from None
     try:

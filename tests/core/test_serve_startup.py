@@ -83,6 +83,34 @@ def test_bind_listen_socket_names_the_reason() -> None:
         sock.close()
 
 
+def test_accepted_connections_have_nagle_off() -> None:
+    """asyncio sets TCP_NODELAY on an accepted socket only when the listener says TCP; without it a
+    keep-alive scrape's response waited ~40 ms for the client's delayed ACK (exporter/commands/serve.py)."""
+    import asyncio
+
+    async def accept_one() -> int:
+        sock = serve.bind_listen_socket("127.0.0.1", 0, "127.0.0.1:0")
+        nodelay: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        class Probe(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                accepted = transport.get_extra_info("socket")
+                nodelay.set_result(accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+                transport.close()
+
+        server = await asyncio.get_running_loop().create_server(Probe, sock=sock)
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", sock.getsockname()[1])
+            value = await asyncio.wait_for(nodelay, 10)
+            writer.close()
+            return value
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    assert asyncio.run(accept_one()) != 0
+
+
 @pytest.mark.slow  # a serve start-up and a clean SIGTERM shutdown: 1-5 s
 def test_serve_on_a_free_port_answers_and_ends_by_sigterm() -> None:
     port = free_port()
