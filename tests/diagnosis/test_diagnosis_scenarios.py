@@ -11,16 +11,27 @@ skipped (the load of the scenario before may still drain) and the following
 (config file) so the return to healthy takes seconds, not the default 20 s.
 `healthy` and `healthy_busy` (heavy but sustainable load: HBM busy, SLOs met)
 must read `healthy` in every reading.
+
+Each scenario's readings also carry the demo's claim (exporter/demo/tour.py): the
+demo's own conclusion (exporter/demo/summary.py ``conclude``) over the verdicts of the
+first ``DEMO_DWELL_S`` after the switch (half the tour's default dwell) must name the
+scenario's primary. The stack is the tour's (exporter/demo/plan.py: 4 GPUs, time
+scale 4, a 10 s window), so this is the default tour's per-scenario proof, read from
+readings this module takes anyway; tests/simulator/test_demo_tour.py runs the tour
+itself end to end.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from exporter.demo.plan import TOUR_SECONDS
+from exporter.demo.summary import conclude
 from tests.support.stack import ScenarioStack, causes
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -43,6 +54,8 @@ SKIP_CYCLES = 2
 READ_CYCLES = 20
 MIN_PRIMARY_SHARE = 0.95
 HEALTHY_SECONDS = 25.0
+#: the dwell the demo's conclusion is checked over: half the tour's default (module docstring)
+DEMO_DWELL_S = TOUR_SECONDS / 2
 
 
 @pytest.fixture(scope="module")
@@ -105,10 +118,20 @@ def test_heavy_sustainable_load_is_healthy_with_hbm_busy(stack: ScenarioStack) -
 @pytest.mark.parametrize("scenario, layer, cause", EXPECTED, ids=[e[0] for e in EXPECTED])
 def test_scenario_is_named_as_the_primary(stack: ScenarioStack, scenario: str, layer: str, cause: str) -> None:
     assert stack.back_to_healthy(quiet_cycles=3, timeout=90), "the stack did not return to a quiet healthy state"
+    switched_at = time.time()
     cycles, seen = stack.switch_and_count(scenario, layer, cause, max_cycles=MAX_CYCLES, primary_only=True)
     assert cycles is not None, f"{scenario}: {layer}/{cause} not the primary within {MAX_CYCLES} cycles\n{_story(seen)}"
-    after = stack.next_verdicts(SKIP_CYCLES + READ_CYCLES)[SKIP_CYCLES:]
+    following = stack.next_verdicts(SKIP_CYCLES + READ_CYCLES)
+    after = following[SKIP_CYCLES:]
     assert len(after) == READ_CYCLES, f"{scenario}: only {len(after)} verdicts"
+    # the demo's tour, dwelling DEMO_DWELL_S on this scenario, would conclude its primary
+    read = seen + following
+    assert read[-1]["timestamp"] > switched_at + DEMO_DWELL_S, f"{scenario}: the readings end inside the demo's dwell"
+    dwell = [v for v in read if v["timestamp"] <= switched_at + DEMO_DWELL_S]
+    demo = conclude(scenario, dwell)
+    assert demo.matched, (
+        f"{scenario}: the demo would conclude {demo.named} ({demo.share}) after {DEMO_DWELL_S:g} s\n{_story(dwell)}"
+    )
     right = [v for v in after if primary(v) == (layer, cause)]
     share = len(right) / len(after)
     wrong = [v for v in after if primary(v) != (layer, cause)]
