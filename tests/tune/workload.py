@@ -23,9 +23,9 @@ def workload(
     simulator tests pass 0: the simulator runs in model time and its cost model has no
     one-time work (no compile, no graph capture, no lazy allocation), so a fresh simulator
     serves its first requests as it serves later ones and a warm-up would only cost CI two
-    steps per configuration. The warm-up itself is proven
-    by test_healthy_recommends_no_change and tests/tune/test_tune_warmup.py; the real
-    engines, which do have a cold start, keep the default.
+    steps per configuration. The warm-up itself is proven by
+    test_healthy_recommends_no_change and tests/tune/test_tune_warmup.py; the real engines,
+    which do have a cold start, keep the default.
     """
     warmup = [] if warmup_seconds is None else ["--warmup-seconds", f"{warmup_seconds:g}"]
     return [*warmup,
