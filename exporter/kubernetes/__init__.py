@@ -52,7 +52,7 @@ def build_kubernetes_sources(
     from exporter.kubernetes.attribution import GpuPodSource, GpuSeriesLabels, NvmlDevices
     from exporter.kubernetes.discovery import DiscoverySource
     from exporter.kubernetes.podresources import PodResourcesClient
-    from exporter.kubernetes.pods import PodDirectory, PodLister
+    from exporter.kubernetes.pods import PodDirectory, PodLister, pod_list_min_age
 
     k.apply_labels()
     directory = None
@@ -68,7 +68,7 @@ def build_kubernetes_sources(
             # only the allow-listed pod labels are read (attribution copies no other)
             label_keys=frozenset(key for key, _ in k.pod_labels),
         )
-        directory = PodDirectory(lister)
+        directory = PodDirectory(lister, min_age=pod_list_min_age(k.discovery_interval))
     # the PodResources call (2 s) plus, at worst, waiting for the pod list the other source fetches (3 s)
     timeout = min(8.0, 0.9 * k.interval)
     attribution = GpuPodSource(

@@ -507,6 +507,21 @@ class PodLister:
         return self._tls.context()
 
 
+#: the pod list is fetched at most this often at the default 30 s discovery interval
+POD_LIST_MIN_AGE_S = 5.0
+
+
+def pod_list_min_age(discovery_interval: float) -> float:
+    """How young a shared pod list is reused: half the discovery interval, at most ``POD_LIST_MIN_AGE_S``.
+
+    Why not a fixed 5 s: ``--kubernetes-discovery-interval 1`` would then refresh only every
+    5 s, not what the flag says. Why half and not the interval itself: a refresh that comes a
+    little early (timer jitter) must not find the last list still "young" and skip a cycle.
+    The cap still rate-limits attribution's extra refreshes for a pod younger than the list.
+    """
+    return min(POD_LIST_MIN_AGE_S, 0.5 * discovery_interval)
+
+
 class PodDirectory:
     """The latest pod list, shared by discovery and attribution; fetched at most once per ``min_age``.
 
@@ -514,7 +529,9 @@ class PodDirectory:
     the load on the API server for nothing.
     """
 
-    def __init__(self, lister: PodLister, clock: Callable[[], float] = time.monotonic, min_age: float = 5.0) -> None:
+    def __init__(
+        self, lister: PodLister, clock: Callable[[], float] = time.monotonic, min_age: float = POD_LIST_MIN_AGE_S
+    ) -> None:
         self.lister = lister
         self._clock = clock
         self.min_age = min_age
@@ -555,6 +572,7 @@ class PodDirectory:
 
 
 __all__ = [
+    "POD_LIST_MIN_AGE_S",
     "Container",
     "Pod",
     "PodDirectory",
@@ -563,5 +581,6 @@ __all__ = [
     "api_server_url",
     "parse_pod",
     "parse_pod_list",
+    "pod_list_min_age",
     "runtime_id",
 ]

@@ -3,6 +3,8 @@ label limit, and what `serve` builds from them."""
 
 from __future__ import annotations
 
+import itertools
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -220,3 +222,62 @@ def test_serve_builds_attribution_and_discovery(tmp_path: Path, restore_schema: 
         'llm_gpu_process_memory_used_bytes{container="embedder",gpu="3",label_team="search",namespace="team-b",pod="embed-2"}'
         in text
     )
+
+
+@pytest.mark.parametrize("interval, age", [(0.1, 0.05), (1.0, 0.5), (10.0, 5.0), (30.0, 5.0), (3600.0, 5.0)])
+def test_the_pod_list_cache_follows_a_short_discovery_interval(interval: float, age: float) -> None:
+    from exporter.kubernetes.pods import pod_list_min_age
+
+    assert pod_list_min_age(interval) == pytest.approx(age)
+
+
+def test_a_one_second_discovery_interval_reads_the_pod_list_about_every_second(tmp_path: Path) -> None:
+    """`--kubernetes-discovery-interval` is what the kubelet sees: the shared pod list is not
+    reused for a fixed 5 s (it was, so a 1 s interval read the list every 5 s).
+
+    Consecutive reads were at least 5 s apart with the fixed cache; a loaded machine only
+    stretches the gaps, so one gap under half of that can only come from the interval."""
+    from exporter.kubernetes import build_kubernetes_sources
+    from exporter.runner import RunnerGroup
+    from exporter.store import SnapshotStore
+
+    with LocalHTTP() as api:
+        api.set("/pods", local_pods())
+        cfg = _load(
+            [
+                "--kubernetes",
+                *("--kubernetes-pod-resources-socket", str(tmp_path / "none.sock")),
+                *("--kubernetes-pods-url", api.url("/pods")),
+                *("--kubernetes-discovery-interval", "1", "--kubernetes-process-sampler", "false"),
+            ],
+            {"NODE_NAME": NODE},
+        )
+        assert cfg.kubernetes is not None
+        built = build_kubernetes_sources(
+            cfg.kubernetes,
+            [],
+            engine_interval=cfg.engine_interval,
+            engine_timeout=cfg.engine_timeout,
+            engine_max_series=cfg.engine_max_series,
+            process_interval=cfg.process_interval,
+            nvml_module=fake_nvml(),
+        )
+        discovery = next(s for s in built if s.name == "kubernetes:discovery")
+        reads: list[float] = []
+        api_requests = api.requests
+        store = SnapshotStore()
+        group = RunnerGroup(store, watch_period=0.1)
+        group.add(discovery)
+        group.start()
+        try:
+
+            def four_reads() -> bool:
+                while len(reads) < len(api_requests):
+                    reads.append(time.monotonic())
+                return len(reads) >= 4
+
+            wait_until(four_reads, 30, "four pod-list reads")
+        finally:
+            group.stop()
+    gaps = [b - a for a, b in itertools.pairwise(reads)]
+    assert min(gaps) < 2.5, f"pod-list reads {gaps} s apart with a 1 s discovery interval"
