@@ -248,6 +248,12 @@ class ScenarioStack(ProcessStack):
         verdict: dict[str, Any] = r.json()
         return verdict
 
+    def sim_waiting(self) -> int:
+        """The simulated engine's own count of requests waiting (its ground truth, /sim/state)."""
+        r = requests.get(self.sim_url + "/sim/state", timeout=5)
+        r.raise_for_status()
+        return int(r.json()["waiting"])
+
     def verdicts(self, seconds: float, poll: float = 0.2) -> list[dict[str, Any]]:
         """Every distinct verdict (one per diagnosis cycle) during ``seconds``."""
         out: list[dict[str, Any]] = []
