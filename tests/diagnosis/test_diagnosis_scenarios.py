@@ -20,8 +20,10 @@ verdicts) touched 0 within the time that reading's symptoms look back over
 (the recent window plus the cycles a symptom takes to clear).
 A reading that names any other cause always counts, as does a ``healthy`` one while
 requests kept waiting; the readings go on (at most ``MAX_READ_CYCLES``) until
-``READ_CYCLES`` are judged, so a diagnosis that drops the scenario fails still. The diagnosis window is shortened to 10 s
-(config file) so the return to healthy takes seconds, not the default 20 s.
+``READ_CYCLES`` are judged, so a diagnosis that drops the scenario fails still.
+
+The diagnosis window is shortened to 10 s (config file) so the return to healthy
+takes seconds, not the default 20 s.
 `healthy` and `healthy_busy` (heavy but sustainable load: HBM busy, SLOs met)
 must read `healthy` in every reading.
 

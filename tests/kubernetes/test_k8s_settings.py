@@ -15,6 +15,7 @@ from exporter.cli import build_parser
 from exporter.collector import render_text
 from exporter.config import Config, load_config
 from exporter.errors import UsageError
+from exporter.kubernetes.pods import pod_list_min_age
 from exporter.kubernetes.settings import (
     MAX_SERIES_LABELS,
     TARGET_LABELS,
@@ -24,6 +25,7 @@ from exporter.kubernetes.settings import (
     prometheus_label,
 )
 from exporter.samples import Sample
+from exporter.sources import Source
 from tests.support.k8s import NODE, LocalHTTP, PodResourcesServer, fake_nvml, local_pods, write_gpu_proc
 from tests.support.waiting import wait_until
 
@@ -157,10 +159,25 @@ def test_extended_labels_render_sorted_and_undo(restore_schema: None) -> None:
     assert "llm_gpu_pod_info" not in gpu_series_names()
 
 
+def _kubernetes_sources(cfg: Config) -> list[Source]:
+    """What `serve` adds for ``cfg.kubernetes``, with the fake GPUs (build_sources would find no NVML here)."""
+    from exporter.kubernetes import build_kubernetes_sources
+
+    assert cfg.kubernetes is not None
+    return build_kubernetes_sources(
+        cfg.kubernetes,
+        [],
+        engine_interval=cfg.engine_interval,
+        engine_timeout=cfg.engine_timeout,
+        engine_max_series=cfg.engine_max_series,
+        process_interval=cfg.process_interval,
+        nvml_module=fake_nvml(),
+    )
+
+
 def test_serve_builds_attribution_and_discovery(tmp_path: Path, restore_schema: None) -> None:
     """What `serve --kubernetes` wires, sampled through the real runner, store and collector."""
     from exporter.commands.serve import build_sources
-    from exporter.kubernetes import build_kubernetes_sources
     from exporter.runner import RunnerGroup
     from exporter.store import SnapshotStore
 
@@ -194,15 +211,7 @@ def test_serve_builds_attribution_and_discovery(tmp_path: Path, restore_schema: 
         names = [s.name for s in sources]
         assert "kubernetes:gpu" in names and "kubernetes:discovery" in names
         # the same, with the fake GPUs (build_sources would find no NVML here)
-        attributed = build_kubernetes_sources(
-            cfg.kubernetes,
-            [],
-            engine_interval=cfg.engine_interval,
-            engine_timeout=cfg.engine_timeout,
-            engine_max_series=cfg.engine_max_series,
-            process_interval=cfg.process_interval,
-            nvml_module=fake_nvml(),
-        )
+        attributed = _kubernetes_sources(cfg)
         group = RunnerGroup(store, watch_period=0.1)
         for s in attributed:
             group.add(s)
@@ -226,8 +235,6 @@ def test_serve_builds_attribution_and_discovery(tmp_path: Path, restore_schema: 
 
 @pytest.mark.parametrize("interval, age", [(0.1, 0.05), (1.0, 0.5), (10.0, 5.0), (30.0, 5.0), (3600.0, 5.0)])
 def test_the_pod_list_cache_follows_a_short_discovery_interval(interval: float, age: float) -> None:
-    from exporter.kubernetes.pods import pod_list_min_age
-
     assert pod_list_min_age(interval) == pytest.approx(age)
 
 
@@ -237,7 +244,6 @@ def test_a_one_second_discovery_interval_reads_the_pod_list_about_every_second(t
 
     Consecutive reads were at least 5 s apart with the fixed cache; a loaded machine only
     stretches the gaps, so one gap under half of that can only come from the interval."""
-    from exporter.kubernetes import build_kubernetes_sources
     from exporter.runner import RunnerGroup
     from exporter.store import SnapshotStore
 
@@ -252,17 +258,7 @@ def test_a_one_second_discovery_interval_reads_the_pod_list_about_every_second(t
             ],
             {"NODE_NAME": NODE},
         )
-        assert cfg.kubernetes is not None
-        built = build_kubernetes_sources(
-            cfg.kubernetes,
-            [],
-            engine_interval=cfg.engine_interval,
-            engine_timeout=cfg.engine_timeout,
-            engine_max_series=cfg.engine_max_series,
-            process_interval=cfg.process_interval,
-            nvml_module=fake_nvml(),
-        )
-        discovery = next(s for s in built if s.name == "kubernetes:discovery")
+        discovery = next(s for s in _kubernetes_sources(cfg) if s.name == "kubernetes:discovery")
         reads: list[float] = []
         api_requests = api.requests
         store = SnapshotStore()
