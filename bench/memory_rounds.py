@@ -5,7 +5,7 @@
     python3 -m bench.memory_rounds --rounds 5 --phase-seconds 20
 
 Why: issue 25's memory contract is a plateau (no growth over repeated attacks)
-under a ceiling. tests/reliability/test_memory_bounded.py proves it with the
+under a ceiling. bench/memory_attacks.py proves it with the
 kubelet attacks too; this bench isolates the engine bodies and prints the figures
 (RSS of the serve process, sampled every 0.25 s): per phase its peak, per round its
 peak, so a heap that creeps is seen round by round. ``--compare`` runs the serve
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.reliability.test_memory_bounded import VLLM, many_series, over_budget_series, rotating_series
+from bench.memory_attacks import VLLM, many_series, over_budget_series, rotating_series
 
 ROOT = Path(__file__).resolve().parent.parent
 PHASES = ("200k_series", "over_budget", "rotating_19k", "normal")

@@ -18,7 +18,7 @@ start-up): glibc raises its threshold each time a large block is freed (up to
 exposition comes from the heap instead of a mapping of its own, and the heap's pages
 stay fragmented between the small objects that outlive a scrape. Measured with
 ``python3 -m bench.memory_rounds --compare`` (rounds of the hostile bodies of
-tests/reliability/test_memory_bounded.py: a 200 000-series family, 57 000 series
+bench/memory_attacks.py: a 200 000-series family, 57 000 series
 over budget, 19 000 rotating; 2026-12-02, 2 cores shared with other jobs): round peaks
 108.9, 119.6, 121.6 MiB with glibc's default, creeping; 96.9, 104.8, 97.4 MiB with the
 threshold pinned at 128 KiB (glibc's own starting value), from the same 59.5 MiB

@@ -1,4 +1,7 @@
+"""The suite's one place for tiers (tests/support/tiers.py) and the duration budget (tests/support/durations.py)."""
+
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -7,9 +10,42 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.support.markers import mark_external  # noqa: E402 - needs ROOT on sys.path
+from tests.support import tiers  # noqa: E402 - needs ROOT on sys.path
+from tests.support.durations import DurationRecorder  # noqa: E402
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("llm-layer-exporter")
+    group.addoption("--durations-file", type=Path, default=None, help="write each test's tier and seconds as JSON here")
+    group.addoption(
+        "--duration-budget",
+        action="store_true",
+        help="fail the run when a unit test takes over 2 s or a stack test over 90 s (scripts/test.sh passes it)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "stack: starts the simulator, serve, a tool or a static checker as a child process")
+    config.addinivalue_line(
+        "markers", "real: starts a real engine, Prometheus, Alertmanager or Chromium, or installs from the index"
+    )
+    recorder = DurationRecorder(config.getoption("--durations-file"), config.getoption("--duration-budget"))
+    config.pluginmanager.register(recorder, "llm-duration-recorder")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``external`` for the tests that need a real engine or a Debian tool (tests/support/markers.py says how)."""
-    mark_external(items)
+    """Every test gets its tier here (unit: no marker); see tests/support/tiers.py."""
+    tiers.assign(items)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """A unit test that starts a child process fails, naming the table that would move it.
+
+    Around setup, call and teardown alike: a module fixture that forks is caught too.
+    """
+    if tiers.tiers_of(item) != ["unit"]:
+        yield
+        return
+    with tiers.process_guard(item.nodeid):
+        yield

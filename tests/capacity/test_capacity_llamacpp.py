@@ -28,7 +28,7 @@ from tests.support.processes import exporter_argv
 from tests.support.waiting import wait_until
 from tests.tune.tune_cli import run_tune
 
-pytestmark = [pytest.mark.slow, pytest.mark.external, pytest.mark.integration, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.timeout(300)]
 
 FIRST_WORD_PIECE = 259  # the tiny model's first word piece (tests/integration/test_llamacpp.py)
 

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from exporter.exposition import read_metrics
 from exporter.ramp.probe import ExporterProbe
@@ -25,8 +24,6 @@ from tests.support.loadloop import ClosedLoop
 from tests.support.processes import ROOT, exporter_argv
 from tests.support.stack import START_TIMEOUT_S, ProcessStack
 from tests.support.waiting import wait_until
-
-pytestmark = pytest.mark.slow
 
 #: the profile: knee at 10 concurrent; its requests/s set high so the in-flight half decides the ratio
 CAP = {"concurrency": 10, "requests_per_second": 500.0, "tokens_per_second": 5000.0}

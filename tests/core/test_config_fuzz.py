@@ -329,7 +329,6 @@ def _cli() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "exporter"]
 
 
-@pytest.mark.slow
 def test_the_real_cli_prints_one_line_and_exits_2(tmp_path: Path) -> None:
     """A sample through `llm-layer-exporter serve` in a subprocess: stderr, exit status, no traceback."""
     (tmp_path / "huge.yaml").write_text(f"engine_timeout: {HUGE}\n")

@@ -178,7 +178,6 @@ def _cli_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
     ]
 
 
-@pytest.mark.slow  # a dozen CLI start-ups
 def test_cli_prints_one_line_and_exits_2(tmp_path: Path) -> None:
     port = free_port()
     failures = []

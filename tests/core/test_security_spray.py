@@ -34,8 +34,6 @@ from tests.support.ports import free_port
 from tests.support.processes import Child
 from tests.support.waiting import wait_until
 
-pytestmark = pytest.mark.slow  # a 30 s spray and a 90-guess timing comparison on a live serve
-
 USER, PASSWORD = "prometheus", "correct horse battery staple"
 SPRAY_CLIENTS, SPRAY_SECONDS = 16, 30.0
 METRICS_P99_S, HEALTHZ_P99_S = 0.050, 0.020

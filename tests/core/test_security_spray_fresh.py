@@ -24,8 +24,6 @@ from tests.core.test_security_spray import SPRAYER, _auth, _cli, _get
 from tests.support.ports import free_port
 from tests.support.processes import Child
 
-pytestmark = pytest.mark.slow  # a 20 s spray of 100 clients on a live serve
-
 SPRAY_CLIENTS, SPRAY_SECONDS = 100, 20.0
 FRESH_USERS = 6
 PASSWORD = "the replica's own password"

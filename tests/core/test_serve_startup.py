@@ -9,8 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from exporter.commands import serve
 from tests.support.ports import free_port
 from tests.support.processes import Child, exporter_argv
@@ -111,7 +109,6 @@ def test_accepted_connections_have_nagle_off() -> None:
     assert asyncio.run(accept_one()) != 0
 
 
-@pytest.mark.slow  # a serve start-up and a clean SIGTERM shutdown: 1-5 s
 def test_serve_on_a_free_port_answers_and_ends_by_sigterm() -> None:
     port = free_port()
     argv = exporter_argv("serve", "--gpu-source", "none", "--log-level", "info", "--listen-address", f"127.0.0.1:{port}")

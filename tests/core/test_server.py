@@ -86,7 +86,6 @@ def test_health_and_readiness() -> None:
         assert requests.get(base + "/readyz", timeout=5).status_code == 200
 
 
-@pytest.mark.slow  # bcrypt checks over real TLS: ~10 s
 def test_tls_and_basic_auth_from_web_config(tmp_path: Path) -> None:
     cert, key = self_signed_cert(tmp_path)
     hashed = bcrypt.hashpw(b"hunter2", bcrypt.gensalt(rounds=4)).decode().replace("$2b$", "$2y$", 1)

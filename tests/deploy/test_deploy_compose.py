@@ -13,20 +13,17 @@ import pytest
 import yaml
 
 from tests.deploy.deploy_helpers import COMPOSE_FILE, DASHBOARDS_JSON, ROOT, binds, compose_config, dashboard_sources, run, tool
-from tests.support.markers import external_fixture
 
 DEMO = {"simulator", "load", "exporter", "prometheus", "alertmanager", "webhook", "grafana"}
 GPU = {"vllm", "exporter-gpu", "load-gpu"}
 
 
 @pytest.fixture(scope="module")
-@external_fixture  # docker-compose resolves the file
 def config() -> dict[str, Any]:
     return compose_config()
 
 
 @pytest.fixture(scope="module")
-@external_fixture
 def gpu_config() -> dict[str, Any]:
     return compose_config("gpu")
 

@@ -95,7 +95,6 @@ def _load(url: str, *extra: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.slow  # runs the load script for seconds
 def test_load_keeps_the_asked_concurrency_with_shared_prefixes(fake: FakeOpenAI) -> None:
     result = _load(fake.url, "--concurrency", "4", "--max-tokens", "16")
     assert result.returncode == 0, result.stderr
@@ -110,7 +109,6 @@ def test_load_keeps_the_asked_concurrency_with_shared_prefixes(fake: FakeOpenAI)
     assert int(last.split()[1]) == len(fake.bodies) and last.endswith(" 0 errors")
 
 
-@pytest.mark.slow  # runs the load script for seconds
 def test_load_counts_errors_and_keeps_going() -> None:
     server = FakeOpenAI(completions_status=429)
     try:

@@ -12,8 +12,6 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.deploy.deploy_helpers import binds, compose_config
 from tests.support.ports import free_port
 from tests.support.processes import Child
@@ -33,7 +31,6 @@ def _value(text: str, pattern: str) -> float:
     return total
 
 
-@pytest.mark.external  # docker-compose resolves the file
 def test_demo_services_work_together(tmp_path: Path) -> None:
     services: dict[str, Any] = compose_config()["services"]
     sim_port, exp_port = free_port(), free_port()

@@ -155,7 +155,6 @@ def _dockerignore_allows(rel: str) -> bool:
     return allowed
 
 
-@pytest.mark.slow  # builds and installs a wheel
 def test_builder_stage_builds_an_installable_wheel_from_the_ignored_context(tmp_path: Path) -> None:
     """Lay out the build context .dockerignore lets through, then run the builder stage's
     wheel build on it: the wheel must carry the package, its data and the entry point."""

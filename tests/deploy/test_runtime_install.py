@@ -25,7 +25,7 @@ import requests
 from tests.support.ports import free_port
 from tests.support.processes import Child
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ("rich", "httpx", "matplotlib")

@@ -18,8 +18,6 @@ from tests.support.browser import run_chromium
 from tests.support.ports import free_port
 from tests.support.processes import Child, exporter_argv
 
-pytestmark = [pytest.mark.integration, pytest.mark.external]
-
 #: let the page's JavaScript fetch /diagnosis and render before the DOM is read
 RENDER = "--virtual-time-budget=5000"
 

@@ -32,7 +32,7 @@ from tests.support.fake_engine import FakeEngine
 from tests.support.ports import free_port
 from tests.support.processes import Child, exporter_argv
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.timeout(300)]
 
 UUID_B = "GPU-00000000-0000-0000-0000-00000000000b"
 BOUNDS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -209,8 +209,6 @@ def test_diagnose_names_every_engine_and_shows_one_on_request(
     assert err == "llm-layer-exporter diagnose: the exporter judges no engine named 'C', it judges: A, B"
 
 
-@pytest.mark.integration
-@pytest.mark.external
 def test_the_page_shows_every_engine_and_opens_one(two_engine_serve: tuple[str, Child], tmp_path: Path) -> None:
     """Headless Chromium on / and /?engine=B: the engine bar names both engines with their state;
     the node page shows A's verdict, B's page shows B's, marked as the one shown."""

@@ -51,7 +51,7 @@ from exporter.demo.summary import conclude
 from exporter.diagnosis.thresholds import Thresholds
 from tests.support.stack import ScenarioStack, causes
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.timeout(900)]
 
 #: scenario -> the (layer, cause) it must produce as the primary (a contract with exporter/simulator/scenarios.py)
 EXPECTED: list[tuple[str, str, str]] = [

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -209,7 +208,6 @@ def test_the_slim_window_judges_exactly_what_the_whole_snapshots_would() -> None
     assert sum(len(s.points) for s in slim.snapshots) < sum(len(s.points) for s in whole.snapshots) / 2
 
 
-@pytest.mark.slow  # 760 000 samples through the window
 def test_the_window_stays_bounded_whatever_an_engine_publishes() -> None:
     from exporter.diagnosis.window import Window
     from exporter.samples import Sample

@@ -105,7 +105,6 @@ def test_exposition_matches_the_golden_file(one_row: Exporter) -> None:
     assert got == GOLDEN.read_text(), "run with REGENERATE_GOLDEN=1 and review the diff if the change is intended"
 
 
-@pytest.mark.external
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian package prometheus) not installed")
 def test_exposition_passes_promtool(one_row: Exporter) -> None:
     text = one_row.get("/metrics").text

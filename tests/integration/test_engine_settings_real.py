@@ -17,7 +17,7 @@ from exporter.engines.source import EngineSource
 from exporter.samples import Sample
 from tests.integration.integration_helpers import SMALL_KV_VLLM_ARGS, llamacpp_proc, skip_if_off, vllm_proc
 
-pytestmark = [pytest.mark.integration, pytest.mark.external, pytest.mark.slow, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.timeout(1200)]
 
 START_TIMEOUT_S = 600.0
 

@@ -61,7 +61,7 @@ from tests.integration.integration_helpers import (
 )
 from tests.support.processes import tail
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(3600)]
+pytestmark = [pytest.mark.timeout(3600)]
 
 MODEL_NAME = "tiny"
 START_TIMEOUT_S = float(os.environ.get("LLM_EXPORTER_VLLM_START_TIMEOUT", "600"))

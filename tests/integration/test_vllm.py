@@ -57,7 +57,7 @@ from tests.integration.integration_helpers import (
 )
 from tests.support.loadloop import quick_value
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(3600)]
+pytestmark = [pytest.mark.timeout(3600)]
 
 MODEL_NAME = "tiny"
 START_TIMEOUT_S = float(os.environ.get("LLM_EXPORTER_VLLM_START_TIMEOUT", "600"))

@@ -58,7 +58,6 @@ def _aborted(url: str) -> int:
     return int(httpx.get(url + "/sim/state").json()["requests"]["finished"].get("abort", 0))
 
 
-@pytest.mark.slow  # waits out its load's deadline and drain: 1.5-2 s quiet, 3-13 s on a busy 2-core machine
 @pytest.mark.parametrize("rate", [None, 20.0], ids=["closed_loop", "open_loop"])
 def test_drain_lets_requests_in_flight_finish_after_the_deadline(url: str, rate: float | None) -> None:
     aborted_before = _aborted(url)
@@ -75,7 +74,6 @@ def test_drain_lets_requests_in_flight_finish_after_the_deadline(url: str, rate:
     assert _aborted(url) == aborted_before  # the server saw no request closed early
 
 
-@pytest.mark.slow  # waits out its load's deadline and drain: 1.5-2 s quiet, 3-13 s on a busy 2-core machine
 def test_drain_is_bounded_by_the_request_timeout_and_retries_nothing() -> None:
     # the batching window holds every request for 30 s: each attempt can only time out
     with sim_server("healthy", "vllm", time_scale=1.0, batch_wait_s=30.0) as srv:
@@ -122,7 +120,6 @@ def test_non_streaming_and_chat(url: str) -> None:
     assert chat.summary.ok == 4 and all(r.output_tokens == 8 for r in chat.records)
 
 
-@pytest.mark.slow  # waits out its load's deadline and drain: 1.5-2 s quiet, 3-13 s on a busy 2-core machine
 def test_open_loop_rate_and_stop_event(url: str) -> None:
     async def main() -> tuple[int, int]:
         stop = asyncio.Event()
@@ -159,7 +156,6 @@ def test_shared_prefixes_reach_the_prefix_cache(url: str) -> None:
     assert hits >= 7 * 64  # every request after the first reuses the 4 shared blocks
 
 
-@pytest.mark.slow  # waits out its load's deadline and drain: 1.5-2 s quiet, 3-13 s on a busy 2-core machine
 def test_timeouts_are_retried_and_abort_on_the_server() -> None:
     # the batching window holds every request for 30 s: each attempt times out
     with sim_server("healthy", "vllm", time_scale=1.0, batch_wait_s=30.0) as srv:
@@ -183,7 +179,6 @@ def test_timeouts_are_retried_and_abort_on_the_server() -> None:
         wait_until(lambda: _aborted(srv.base_url) == 6, 10, "6 aborts counted")
 
 
-@pytest.mark.slow  # waits out its load's deadline and drain: 1.5-2 s quiet, 3-13 s on a busy 2-core machine
 def test_429_is_recorded_as_rejected_after_retries() -> None:
     with sim_server("healthy", "vllm", time_scale=1.0, batch_wait_s=30.0, max_queue_len=1) as srv:
         result = asyncio.run(

@@ -20,7 +20,6 @@ from tests.support.waiting import wait_until
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [
-    pytest.mark.integration,
     pytest.mark.skipif(ALERTMANAGER is None, reason="Debian package prometheus-alertmanager not installed"),
 ]
 

@@ -38,9 +38,6 @@ from tests.support.processes import ROOT
 from tests.support.waiting import wait_until
 
 pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.external,
-    pytest.mark.slow,
     pytest.mark.timeout(180),
     pytest.mark.skipif(PROMETHEUS is None, reason="Debian package prometheus not installed"),
 ]

@@ -36,7 +36,6 @@ from tests.support.processes import ROOT, Child, exporter_argv
 from tests.support.waiting import wait_until
 
 pytestmark = [
-    pytest.mark.integration,
     pytest.mark.timeout(240),
     pytest.mark.skipif(PROMETHEUS is None, reason="Debian package prometheus not installed"),
 ]

@@ -53,7 +53,6 @@ from tests.support.processes import ROOT, Child, exporter_argv
 from tests.support.waiting import wait_until
 
 pytestmark = [
-    pytest.mark.integration,
     pytest.mark.timeout(300),
     pytest.mark.skipif(
         PROMETHEUS is None or ALERTMANAGER is None, reason="Debian packages prometheus / prometheus-alertmanager not installed"

@@ -30,9 +30,6 @@ PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")
 
 pytestmark = [
-    pytest.mark.external,
-    pytest.mark.integration,
-    pytest.mark.slow,
     pytest.mark.skipif(
         PROMETHEUS is None or PROMTOOL is None, reason="Debian package prometheus (prometheus, promtool) not installed"
     ),

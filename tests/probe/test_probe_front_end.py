@@ -50,7 +50,6 @@ def _outside(base: str, probe_url: str | None, n: int = 4) -> list[float]:
     return out
 
 
-@pytest.mark.slow
 def test_outside_engine_time_equals_the_delay_a_slow_front_end_adds() -> None:
     with ProbeHTTPServer(Behaviour(prompt_ms=2.0)) as server:
         direct = _outside(server.url, None)
@@ -69,7 +68,6 @@ def _metric(text: str, name: str, **labels: str) -> list[float]:
     return out
 
 
-@pytest.mark.slow
 def test_serve_through_a_slow_front_end_names_front_end_overhead(tmp_path: Path) -> None:
     port = free_port()
     with ProbeHTTPServer(Behaviour(prompt_ms=2.0)) as server, SlowProxy(int(server.url.rsplit(":", 1)[1]), DELAY_S) as proxy:

@@ -23,7 +23,6 @@ from exporter.schema import OPERATOR_KINDS
 from tests.profile.profiling_engine import KERNEL_US, ProfilingEngine
 from tests.reliability.rel_helpers import Serve
 
-pytestmark = pytest.mark.slow
 TOTAL_US = sum(KERNEL_US.values())
 
 
@@ -247,8 +246,6 @@ def test_the_settings_are_checked_at_start(tmp_path: Path) -> None:
     assert on.enabled and on.directory == str(tmp_path)
 
 
-@pytest.mark.integration
-@pytest.mark.external
 def test_the_live_page_shows_the_last_split(stack: tuple[Serve, ProfilingEngine], tmp_path: Path) -> None:
     """Headless Chromium renders / : the page's JavaScript built the shares table from GET /profile."""
     from tests.support.browser import run_chromium

@@ -25,7 +25,7 @@ from tests.support.ports import free_port
 from tests.support.processes import exporter_argv
 from tests.support.waiting import wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.external, pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.timeout(900)]
 START_TIMEOUT_S = 600.0
 
 

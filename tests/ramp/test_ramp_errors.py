@@ -21,7 +21,7 @@ from tests.ramp.ramp_stack import SimStack, run_ramp_cli
 from tests.support.asgi import UvicornThread
 from tests.support.ports import free_port
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]  # a simulator + exporter stack for the module
+pytestmark = [pytest.mark.timeout(180)]  # a simulator + exporter stack for the module
 
 
 @pytest.fixture(scope="module")

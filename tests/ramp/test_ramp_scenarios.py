@@ -37,7 +37,7 @@ from PIL import Image
 from exporter.ramp.plot import PIXELS
 from tests.ramp.ramp_stack import SimStack, run_ramp_cli
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+pytestmark = [pytest.mark.timeout(400)]
 
 ATTEMPTS = 2
 Check = Callable[[dict[str, Any]], list[str]]

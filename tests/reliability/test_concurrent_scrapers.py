@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
 import requests
 
 from bench.harness import busy_node, engine_flags, percentile
@@ -22,7 +21,6 @@ DURATION_S = 30.0
 REQUEST_TIMEOUT_S = 10.0  # an error bound, not a speed target
 
 
-@pytest.mark.slow  # 30 s of scraping
 def test_fifty_concurrent_scrapers_for_thirty_seconds() -> None:
     with busy_node(8) as (gpu_source, engines):
         args = ["--gpu-source", gpu_source, "--gpu-interval", "1", *engine_flags(engines), "--engine-interval", "5"]

@@ -88,7 +88,6 @@ def test_a_100k_series_family_is_dropped_and_the_vital_series_stay(caplog: pytes
     assert not [r for r in caplog.records if r.exc_info]
 
 
-@pytest.mark.slow
 def test_the_dropped_family_costs_no_more_memory_than_a_refused_body_of_its_size() -> None:
     # the same 100 000 lines spread over 1 000 families (each under its share) are refused as
     # too_many_series: the family drop must not need more memory than that refusal

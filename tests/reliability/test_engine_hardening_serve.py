@@ -70,7 +70,6 @@ def test_credentials_reach_only_the_authorization_header(rig: tuple[Serve, Engin
     assert all(f"Authorization: {expected}".encode() in head for head in engine.server.requests)
 
 
-@pytest.mark.slow  # a live serve marked down by a trickle, then recovered: ~2 s each quiet, 3-30 s busy
 @pytest.mark.parametrize("framing", ["content-length", "chunked", "close"])
 def test_a_trickled_body_is_marked_down_in_time_and_recovers(rig: tuple[Serve, Engine, str], framing: str) -> None:
     serve, engine, source = rig

@@ -148,7 +148,6 @@ def test_every_mapping_reads_some_gauge_or_counter_of_its_exposition() -> None:
     assert families == set(EXPOSITIONS), families  # the property below reaches every family
 
 
-@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     family=st.sampled_from(sorted(EXPOSITIONS)),

@@ -21,8 +21,6 @@ from tests.reliability.rel_helpers import TRACE, Metrics, Serve, Watchdog, repla
 from tests.support.exposition import vllm_exposition
 from tests.support.fake_engine import MAX_HANDLER_WAIT_S, FakeEngine
 
-pytestmark = pytest.mark.slow  # each fault is seen marked, cycling and recovered on a live serve: seconds each
-
 INTERVAL = 1.5  # engine and GPU interval, seconds (a timeout must be below its interval)
 FLAKY_TIMEOUT = 1.0
 FLAKY = "engine:flaky"

@@ -128,7 +128,6 @@ def _check_rendered(path: Path_) -> None:
         assert not foreign_names(text), sorted(foreign_names(text))[:5]
 
 
-@pytest.mark.slow  # hypothesis: 80 mutated bodies, each scraped over HTTP
 @settings(
     max_examples=80,
     deadline=None,

@@ -17,8 +17,6 @@ import json
 import os
 from pathlib import Path
 
-import pytest
-
 from tests.reliability.rel_helpers import ROOT, SHIM_DIR, Serve, Watchdog
 
 GPUS = 4
@@ -31,7 +29,6 @@ def _write(control: Path, **state: object) -> None:
     tmp.replace(control)  # atomic: the shim never reads half a file
 
 
-@pytest.mark.slow  # a live serve through scheduled NVML faults: ~8 s
 def test_nvml_gpu_lost_and_driver_gone_mid_run(tmp_path: Path) -> None:
     control = tmp_path / "nvml-faults.json"
     _write(control, lost=[])

@@ -307,9 +307,6 @@ READ_EVERY_S = 0.25
 UNANSWERED_S = 5.0
 
 
-@pytest.mark.slow
-@pytest.mark.external
-@pytest.mark.integration
 @pytest.mark.timeout(1800)
 def test_every_read_answers_while_a_real_cpu_vllm_saturates_the_cores() -> None:
     import psutil

@@ -22,8 +22,6 @@ from exporter.schema import LAYERS
 from tests.report.fake_exporter import rich_verdict
 from tests.support.browser import run_chromium
 
-pytestmark = [pytest.mark.integration, pytest.mark.external]
-
 
 @pytest.fixture
 def report(tmp_path: Path) -> tuple[Path, dict[str, Any]]:

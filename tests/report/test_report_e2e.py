@@ -55,7 +55,6 @@ def _check_outputs(out: Path) -> tuple[str, str, dict[str, Any]]:
     return md, page, verdict
 
 
-@pytest.mark.slow  # samples a live exporter for seconds
 def test_report_samples_the_exporter(
     exporter: tuple[str, FakeExporter], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -105,7 +104,6 @@ class FakePrometheus:
         return app
 
 
-@pytest.mark.slow  # samples for seconds
 def test_report_queries_prometheus(
     exporter: tuple[str, FakeExporter], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -146,7 +146,6 @@ def _head_trickle(gap: float) -> Any:
     return handle
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("where", ["body", "head"])
 def test_a_trickling_answer_ends_at_the_timeout(where: str, capsys: pytest.CaptureFixture[str]) -> None:
     body = json.dumps(recorded_verdict()).encode()
@@ -248,7 +247,6 @@ def test_an_unreachable_exporter_or_prometheus_prints_no_password(tmp_path: Path
     assert SECRET not in captured.err + captured.out and "prom:" not in captured.err
 
 
-@pytest.mark.slow  # draws the charts
 def test_report_files_never_hold_the_url_password(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     fake = FakeExporter(recorded_verdict())
     out = tmp_path / "snap"

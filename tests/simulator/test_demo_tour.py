@@ -23,7 +23,6 @@ import sys
 import threading
 
 import psutil
-import pytest
 
 from exporter.demo.plan import EXPECTED_PRIMARY
 from tests.simulator.sim_helpers import ROOT
@@ -35,7 +34,6 @@ VISITED = ["healthy", "kv_pressure", "tp_imbalance"]
 LIMIT_S = 240
 
 
-@pytest.mark.slow  # a 15 s tour of two scenarios: ~70 s
 def test_the_tour_visits_each_scenario_and_names_its_primary() -> None:
     _tour(VISITED, ["--tour", ",".join(VISITED[1:]), "--tour-seconds", "15"], LIMIT_S)
 

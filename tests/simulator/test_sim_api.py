@@ -164,7 +164,6 @@ def _post_quietly(base_url: str, body: dict[str, Any]) -> None:
         pass  # the server shuts down under it at the end of the test
 
 
-@pytest.mark.slow  # fills the simulator's queue and waits it out: ~2.3 s quiet
 def test_queue_limit_answers_429_and_the_queue_stays_bounded() -> None:
     # a long batching window keeps everything queued, so the queue fills deterministically
     with sim_server("healthy", "vllm", time_scale=1.0, batch_wait_s=60.0, max_queue_len=3) as srv:

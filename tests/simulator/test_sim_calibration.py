@@ -90,7 +90,6 @@ def _live_phase(spec_changes: dict[str, Any], settings: dict[str, Any]) -> dict[
     return {k: sum(r[k] for r in readings) / len(readings) for k in ("nvml_gpu_util",) + RATIOS + ("sm_clock_mhz",)}
 
 
-@pytest.mark.slow  # the simulator under load for seconds
 def test_live_prefill_phase_within_20_percent_of_the_trace() -> None:
     got = _live_phase(
         {"concurrency": 12, "prompt_tokens": ((2048, 1.0),), "max_tokens": ((1, 1.0),)},
@@ -101,7 +100,6 @@ def test_live_prefill_phase_within_20_percent_of_the_trace() -> None:
     assert got["sm_clock_mhz"] < 1700
 
 
-@pytest.mark.slow  # the simulator under load for seconds
 def test_live_decode_phase_within_20_percent_of_the_trace() -> None:
     got = _live_phase({"concurrency": 8, "prompt_tokens": ((32, 1.0),), "max_tokens": ((4000, 1.0),)}, {"time_scale": 2.0})
     for key in RATIOS:

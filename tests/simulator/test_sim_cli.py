@@ -12,7 +12,6 @@ from pathlib import Path
 
 import httpx
 import psutil
-import pytest
 
 from exporter.commands import simulate as sim_cli
 from exporter.simulator.process import SimulatorProcess
@@ -73,7 +72,6 @@ def test_simulate_serves_and_stops_on_sigterm() -> None:
     assert code == 0
 
 
-@pytest.mark.slow  # a 6 s demo run: ~13 s
 def test_demo_runs_bounded_without_a_gpu_and_leaves_no_children() -> None:
     port = free_port()
     proc = subprocess.Popen(
@@ -188,7 +186,6 @@ def test_demo_view_groups_exporter_metrics_by_layer() -> None:
     assert "…" not in out and out.count("Lower max_num_seqs") == 6
 
 
-@pytest.mark.slow  # a demo until two ticks: ~7 s
 def test_demo_sigterm_stops_every_child() -> None:
     import signal
 
@@ -264,7 +261,6 @@ def test_demo_stops_with_one_line_when_its_port_is_taken() -> None:
     ], out.stderr
 
 
-@pytest.mark.slow  # a demo start-up that fails: ~4 s
 def test_demo_stops_with_one_line_when_its_exporter_cannot_start(tmp_path: Path) -> None:
     """The exporter exits at start-up (here: a config file it cannot read): one line, exit 1, no '-' view."""
     port = free_port()

@@ -74,7 +74,6 @@ def test_other_dialects_do_not_serve_props() -> None:
             assert resp.status_code == 404 and "vllm" in resp.json()["error"]["message"], route
 
 
-@pytest.mark.slow
 def test_busy_slots_under_load_reach_the_exporter_as_slot_evidence() -> None:
     """16 clients on 4 slots: /slots lists 4 busy slots each holding its request's prompt and decoded
     tokens, and the exporter's EngineSource scraping the simulator publishes the slots, the busy slots

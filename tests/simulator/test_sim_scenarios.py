@@ -29,8 +29,6 @@ from tests.simulator.sim_helpers import (
 )
 from tests.support.waiting import wait_until
 
-pytestmark = pytest.mark.slow  # each scenario runs the simulator under its own load for seconds
-
 
 @dataclass
 class Run:

@@ -27,7 +27,7 @@ from exporter.diagnosis import signals as s
 from exporter.simulator.scenarios import SCENARIOS
 from tests.support.stack import LoadThread, ProcessStack
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.timeout(600)]
 
 TIME_SCALE = 4.0
 SETTING_CAUSES = ("cuda_graphs_not_covering_batches", "prefill_chunk_too_small", "context_reserved_not_used")

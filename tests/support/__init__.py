@@ -9,7 +9,7 @@
 * loadloop.py: the closed-loop load, the /metrics poller, the verdict reader (real engines)
 * asgi.py, browser.py: an ASGI app on a thread; headless Chromium
 * k8s.py: the Kubernetes fakes (PodResources gRPC server, kubelet /pods, cgroup proc root) and hostile pod lists
-* markers.py: how ``external`` is found for tests whose files do not say it
+* tiers.py: the unit, stack and real tiers, assigned in one table; durations.py: the duration budget
 * imports.py: the package's import graph from its source (function-level imports too), and its circles
 
 Why one kit: each of these had grown two to six copies with different contracts

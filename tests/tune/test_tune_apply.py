@@ -14,7 +14,7 @@ from tests.support.ports import free_port
 from tests.tune.tune_cli import run_tune, sim_command
 from tests.tune.workload import workload
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.timeout(600)]
 
 HERE = Path(__file__).resolve().parent
 

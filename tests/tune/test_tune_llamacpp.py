@@ -33,7 +33,7 @@ from tests.support.ports import free_port
 from tests.tune.tune_cli import check_outputs, measured, run_tune
 from tests.tune.workload import workload
 
-pytestmark = [pytest.mark.slow, pytest.mark.external, pytest.mark.integration, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.timeout(900)]
 
 HERE = Path(__file__).resolve().parent
 #: three levels, 16 s steps: a step's requests/s is completed requests over its span, and at ~1.2 req/s

@@ -26,7 +26,7 @@ from tests.tune.records import report, step
 from tests.tune.tune_cli import check_outputs, first_cap, run_tune, sim_command
 from tests.tune.workload import workload
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.timeout(900)]
 
 
 def test_batching_window_first_trial_is_strategy_and_the_shorter_window_wins(tmp_path: Path) -> None:

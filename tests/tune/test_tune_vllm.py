@@ -39,7 +39,7 @@ from tests.integration.integration_helpers import VLLM_SETUP_TIMEOUT_S, run_setu
 from tests.tune.tune_cli import check_outputs, measured, run_tune
 from tests.tune.workload import workload
 
-pytestmark = [pytest.mark.slow, pytest.mark.external, pytest.mark.integration, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.timeout(900)]
 
 #: the tiny model's shape widened: an engine step that one or two sequences share (see above)
 SHAPE: dict[str, int | str] = {"hidden_size": 512, "intermediate_size": 2048, "num_hidden_layers": 8, "num_attention_heads": 8}

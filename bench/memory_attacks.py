@@ -1,4 +1,10 @@
-"""Bounded memory on a live `serve` under hostile engines and a hostile kubelet (issues 13 and 25).
+"""Bounded memory on a live `serve` under hostile engines and a hostile kubelet (issues 13 and 25): a benchmark.
+
+    python3 -m bench.memory_attacks            # about 6.5 minutes; exit 1 if the contract does not hold
+
+Why a benchmark and not a gate test (issue 31): the figures are RSS ceilings a few MiB
+above what this host reads (peaks 111-115 MiB against the 150 MB bound), so the
+answer depends on the host's allocator, load and timing, and the run takes minutes.
 
 One `python -m exporter serve --kubernetes` subprocess (engine interval 1 s,
 GPU source none, pod discovery every 1 s from a kubelet ``/pods`` URL, every
@@ -94,7 +100,6 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import pytest
 import requests
 
 from exporter.engines.config import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_SERIES
@@ -115,8 +120,6 @@ from tests.support.k8s import (
     tenant_pod,
     with_pods,
 )
-
-pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(900)]
 
 MIB = 1024 * 1024
 #: the RSS ceiling over the hostile phases: issue 25's bound
@@ -454,7 +457,8 @@ def counters(serve: Serve, source: str, known: dict[str, float]) -> dict[str, fl
     raise AssertionError(f"/metrics did not answer 5 times in a row: {last!r}")
 
 
-def test_rss_stays_bounded_under_hostile_engines_and_kubelet_over_rounds_and_plateaus(tmp_path: Path) -> None:
+def run(tmp_path: Path) -> None:
+    """Every phase, every round, then the recovery; prints the figures, raises if the contract does not hold."""
     bodies = {
         "200k_series": many_series(SERIES_200K, "q"),
         "over_budget": over_budget_series(SERIES_OVER),
@@ -693,3 +697,19 @@ def test_rss_stays_bounded_under_hostile_engines_and_kubelet_over_rounds_and_pla
                 summary = {k: v for k, v in figures.items() if k not in ("rss_timeline", "exporter_log_tail")}
                 print("\nmemory figures (" + str(out) + "):\n" + json.dumps(summary, indent=1))
     assert not problems, "the memory contract does not hold:\n- " + "\n- ".join(problems)
+
+
+def main() -> int:
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="memory-attacks-") as tmp:
+        try:
+            run(Path(tmp))
+        except AssertionError as err:
+            print(err)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
