@@ -6,14 +6,16 @@ time, chosen by the primary cause at the knee; apply mode (``--apply 'CMD'``)
 runs a template instead, for engines the tuner cannot start. Exit status: 0 the
 search ran (a recommendation or none), 1 the baseline could not be measured, 2
 bad flags (a missing ``--``, an SLO that cannot be parsed, an engine it cannot
-identify), 130 interrupted. A tool command: exporter/tune/ is imported in ``run``.
+identify, an ``--apply`` template exporter/tune/template.py refuses), 130
+interrupted. Credentials in the engine command are redacted in everything
+printed and written (exporter/tune/redact.py). A tool command: exporter/tune/
+is imported in ``run``.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -65,7 +67,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--budget", metavar="DURATION", help="wall-clock budget, e.g. 30m, 1h, 900s")
     add("--engine-url", help="the engine's root URL when the command's own --host/--port do not say it")
     add("--engine-type", choices=ENGINE_TYPES, help="the engine, when the command does not say it")
-    add("--apply", metavar="CMD", help="apply mode: a command template applying a candidate ({args}, {changes})")
+    add(
+        "--apply",
+        metavar="CMD",
+        help="apply mode: a command template applying a candidate ({args}, {changes}, {env}; docs/tune.md)",
+    )
     add("--keep-best", action="store_true", help="leave the recommended configuration running (default: the baseline)")
     add("--demo", action="store_true", help="a whole tuning run on the simulator (kv_pressure) in a few minutes")
     add("--concurrency", type=_concurrency_list, default=[1, 2, 4, 8, 16], help="ramp steps (default 1,2,4,8,16)")
@@ -143,6 +149,13 @@ def settings_from(args: argparse.Namespace) -> tuple[Any, Any]:
         raise UsageError(str(err)) from None
     if args.apply is not None and not args.engine_url:
         raise UsageError("--apply needs --engine-url: where the applied engine answers")
+    if args.apply is not None:
+        from exporter.tune.template import TemplateError, check
+
+        try:
+            check(args.apply)
+        except TemplateError as err:
+            raise UsageError(str(err)) from None
     if not 0.0 <= args.shared_prefix_ratio <= 1.0:
         raise UsageError("--shared-prefix-ratio: expected a value from 0 to 1")
     prefix = args.prompt_tokens // 2 if args.shared_prefix_tokens is None else args.shared_prefix_tokens
@@ -215,7 +228,9 @@ def run(args: argparse.Namespace) -> int:
 def _summary(console: Any, doc: dict[str, Any], out: Path) -> None:
     """The closing paragraph: what to deploy, what to roll back to, what is running now."""
     rec, base = doc["recommendation"], doc["baseline"]
-    rollback = shlex.join(doc["rollback"]["argv"])
+    from exporter.tune.redact import command_line
+
+    rollback = command_line(doc["rollback"]["argv"])
     if rec is None:
         text = f"No change recommended: {doc['stop']}. Keep the baseline: {rollback}"
     else:
@@ -225,10 +240,10 @@ def _summary(console: Any, doc: dict[str, Any], out: Path) -> None:
         text = (
             f"Recommended: {changes} (capacity at SLO {before['requests_per_second']:.2f} req/s at concurrency "
             f"{before['concurrency']} -> {after['requests_per_second']:.2f} req/s at concurrency {after['concurrency']}"
-            f"{gain}). Deploy: {shlex.join(rec['argv'])}  Roll back to: {rollback}  (stopped: {doc['stop']})"
+            f"{gain}). Deploy: {command_line(rec['argv'])}  Roll back to: {rollback}  (stopped: {doc['stop']})"
         )
     left = doc.get("left_running")
     if left and left.get("pid"):
-        text += f"  Left running (pid {left['pid']}): {shlex.join(left['argv'])}"
+        text += f"  Left running (pid {left['pid']}): {command_line(left['argv'])}"
     console.print(text, highlight=False, markup=False)
     console.print(f"tune record and report in {out}/ (tune.json, report.md, report.html, capacity.png)", highlight=False)

@@ -145,7 +145,7 @@ class EngineCommand:
         return shlex.join(self.full())
 
     def args_text(self) -> str:
-        """The engine's arguments (without the program), shell-quoted: apply mode's ``{args}``."""
+        """The engine's arguments (without the program), shell-quoted: what apply mode's ``$LLM_TUNE_ARGS`` holds."""
         return shlex.join(self.argv[1:])
 
     def url(self) -> str:

@@ -3,6 +3,14 @@
 Why every ramp record is kept (``runs``): ``compare tune.json#baseline
 tune.json#trial-2`` re-reads them, so the verdict diff of any two stages can be
 redone later without re-measuring. Non-finite numbers become null (exporter/jsonsafe.py).
+
+Why every command line is redacted here (exporter/tune/redact.py): tune.json is
+made to be shared, and ``build`` is the one place every record, the report and
+the closing terminal paragraph are made from. Credentials show as ``<redacted>``
+(``argv`` of the baseline, trials, recommendation, rollback, left_running and
+each fingerprint, and the changes); a last pass takes their values out of every
+other text. So two commands that differ only in a credential record the same
+fingerprint.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from exporter import jsonsafe
+from exporter.tune import redact
 from exporter.tune.accept import RULE
 from exporter.tune.argv import changes_between
 from exporter.tune.capacity import SLO
@@ -37,7 +46,7 @@ def _fingerprint(m: Measurement) -> dict[str, Any] | None:
     during the last run that saw any, with the command line the tuner started it with."""
     found = next((r["fingerprint"] for r in reversed(m.runs) if isinstance(r.get("fingerprint"), dict)), None)
     out = dict(found) if found is not None else {"engine": None, "model": None, "settings": {}}
-    out["argv"] = m.cmd.full()
+    out["argv"] = redact.argv(m.cmd.full())
     return out
 
 
@@ -57,7 +66,7 @@ def _workload(m: Measurement) -> dict[str, Any] | None:
 
 def _config(m: Measurement, slo: SLO) -> dict[str, Any]:
     return {
-        "argv": m.cmd.full(),
+        "argv": redact.argv(m.cmd.full()),
         "capacity": m.capacity(slo).as_dict(),
         "fingerprint": _fingerprint(m),
         "workload": _workload(m),
@@ -77,8 +86,8 @@ def build(result: TuneResult, slo: SLO, engine: str, mode: str) -> dict[str, Any
     if best is not None and best is not base:
         b_rps = base.capacity(slo).requests_per_second
         recommendation = {
-            "argv": best.cmd.full(),
-            "changes": [c.as_dict() for c in changes_between(base.cmd, best.cmd)],
+            "argv": redact.argv(best.cmd.full()),
+            "changes": [redact.change(c.as_dict()) for c in changes_between(base.cmd, best.cmd)],
             "gain": best.capacity(slo).requests_per_second / b_rps if b_rps > 0 else None,
             "primary_after": _primary(best, slo),
             "capacity": best.capacity(slo).as_dict(),
@@ -95,14 +104,18 @@ def build(result: TuneResult, slo: SLO, engine: str, mode: str) -> dict[str, Any
                 "group": d.group,
                 "cause": d.cause,
                 "reason": d.reason,
-                "changes": [c.as_dict() for c in d.changes],
+                "changes": [redact.change(c.as_dict()) for c in d.changes],
                 **{k: v for k, v in _config(t.measurement, slo).items()},
                 "accepted": t.accepted,
                 "why": t.why,
                 "gain": t.gain,
             }
         )
-    return {
+    left = result.left_running
+    if left is not None and isinstance(left.get("argv"), list):
+        left = {**left, "argv": redact.argv(left["argv"])}
+    secrets = redact.values(base.cmd.full(), *(t.measurement.cmd.full() for t in result.trials))
+    doc = {
         "version": VERSION,
         "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "engine": engine,
@@ -112,12 +125,14 @@ def build(result: TuneResult, slo: SLO, engine: str, mode: str) -> dict[str, Any
         "baseline": _config(base, slo),
         "trials": trials,
         "recommendation": recommendation,
-        "rollback": {"argv": base.cmd.full()},
+        "rollback": {"argv": redact.argv(base.cmd.full())},
         "stop": result.stop,
         "interrupted": result.interrupted,
-        "left_running": result.left_running,
+        "left_running": left,
         "seconds": round(result.seconds, 1),
     }
+    scrubbed: dict[str, Any] = redact.scrub(doc, secrets)
+    return scrubbed
 
 
 def write(directory: Path, doc: dict[str, Any]) -> Path:

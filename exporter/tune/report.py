@@ -3,17 +3,19 @@
 Why from the record: the report is a view of tune.json (one source of figures);
 each trial reads cause -> change -> measured effect, followed by the verdict diff
 against the configuration it was measured against (exporter/tune/compare.py).
+Command lines are shown through exporter/tune/redact.py even though tune.json
+holds them redacted already: a record written before redaction renders safe too.
 """
 
 from __future__ import annotations
 
 import html
-import shlex
 from pathlib import Path
 from typing import Any
 
 from exporter.tune.capacity import SLO
 from exporter.tune.compare import diff, render
+from exporter.tune.redact import change, command_line
 
 
 def _cap(c: dict[str, Any]) -> str:
@@ -51,7 +53,7 @@ def markdown(doc: dict[str, Any]) -> str:
         "",
         "## Baseline",
         "",
-        f"`{shlex.join(base['argv'])}`",
+        f"`{command_line(base['argv'])}`",
         "",
         f"Capacity at SLO: {_cap(base['capacity'])}; knee: {_knee(base['knee'])}; primary at the knee: {_primary(base['primary'])}.",
     ]
@@ -59,7 +61,9 @@ def markdown(doc: dict[str, Any]) -> str:
         lines += ["", f"Chain: {base['primary']['chain']}"]
     best_runs = base["runs"]
     for t in doc["trials"]:
-        changes = ", ".join(f"`{c['flag']}` {c['from'] or '(unset)'} → {c['to'] or '(removed)'}" for c in t["changes"])
+        changes = ", ".join(
+            f"`{c['flag']}` {c['from'] or '(unset)'} → {c['to'] or '(removed)'}" for c in map(change, t["changes"])
+        )
         lines += [
             "",
             f"## Trial {t['trial']}: stage {t['stage']} ({t['group']})",
@@ -79,8 +83,8 @@ def markdown(doc: dict[str, Any]) -> str:
         lines.append(f"No change recommended ({doc['stop']}).")
     else:
         gain = "" if rec["gain"] is None else f" (x{rec['gain']:.2f} capacity at SLO)"
-        lines += [f"Deploy{gain}: `{shlex.join(rec['argv'])}`", "", f"Stopped: {doc['stop']}."]
-    lines += ["", f"Roll back to: `{shlex.join(doc['rollback']['argv'])}`", ""]
+        lines += [f"Deploy{gain}: `{command_line(rec['argv'])}`", "", f"Stopped: {doc['stop']}."]
+    lines += ["", f"Roll back to: `{command_line(doc['rollback']['argv'])}`", ""]
     return "\n".join(lines)
 
 

@@ -5,7 +5,8 @@ give the spread the accept rule needs (accept.py), and the ramp machinery
 (exporter/ramp/) with the tuner's own exporter (launch.py's Watcher) names the
 primary at the knee exactly as ``ramp`` does. Whatever happens (the end, a
 failure, Ctrl-C) the baseline is left running in launch mode (the best with
-``--keep-best``), or re-applied in apply mode.
+``--keep-best``), or re-applied in apply mode. Every terminal line passes
+through RedactingHooks: the engine command's credentials never reach it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from exporter.ramp.preflight import check_target
 from exporter.ramp.probe import ExporterProbe
 from exporter.ramp.report import build_report
 from exporter.tune import apply as apply_mode
+from exporter.tune import redact
 from exporter.tune.accept import judge
 from exporter.tune.argv import EngineCommand, changes_between
 from exporter.tune.capacity import SLO, Capacity, capacity_at_slo
@@ -90,6 +92,19 @@ class Hooks(Protocol):
     def line(self, text: str) -> None: ...
 
 
+class RedactingHooks:
+    """Every line to the terminal with the engine command's credentials taken out (exporter/tune/redact.py)."""
+
+    def __init__(self, inner: Hooks, secrets: list[str]) -> None:
+        self.inner, self.secrets = inner, secrets
+
+    def ramp_observer(self, label: str, repeat: int, steps: int) -> Any:
+        return self.inner.ramp_observer(label, repeat, steps)
+
+    def line(self, text: str) -> None:
+        self.inner.line(redact.text(text, self.secrets))
+
+
 class QuietHooks:
     """No terminal: the tests and library callers."""
 
@@ -139,7 +154,7 @@ class Tuner:
     def __init__(self, settings: TuneSettings, base: EngineCommand, hooks: Hooks | None = None) -> None:
         self.s = settings
         self.base = base
-        self.hooks: Hooks = hooks or QuietHooks()
+        self.hooks: Hooks = RedactingHooks(hooks or QuietHooks(), redact.values(base.full()))
         self.url = (settings.engine_url or base.url()).rstrip("/")
         self.gpu_source = f"sim:{self.url}" if base.engine == "simulator" else "auto"
         self.engine: EngineProcess | None = None
@@ -294,7 +309,7 @@ class Tuner:
     def run(self, on_trial: Callable[[TuneResult], None] | None = None) -> TuneResult:
         t0 = time.monotonic()
         self.s.out.mkdir(parents=True, exist_ok=True)
-        self.hooks.line(f"tune: baseline {self.base.shell()}")
+        self.hooks.line(f"tune: baseline {redact.command_line(self.base.full())}")
         result = TuneResult(baseline=Measurement("baseline", self.base))
         try:
             result.baseline = self.measure(self.base, "baseline")
@@ -319,7 +334,8 @@ class Tuner:
                 assert d.cmd is not None
                 tried.add(d.key)
                 n = len(result.trials) + 1
-                changes = ", ".join(f"{c.flag} {c.old or '(unset)'} -> {c.new or '(removed)'}" for c in d.changes)
+                shown = [redact.change(c.as_dict()) for c in d.changes]
+                changes = ", ".join(f"{c['flag']} {c['from'] or '(unset)'} -> {c['to'] or '(removed)'}" for c in shown)
                 self.hooks.line(f"trial {n} [{d.group}] {d.cause}: {changes}")
                 m = self.measure(d.cmd, f"trial-{n}")
                 j = judge(m.runs, best.runs, self.s.slo, m.failure)
@@ -374,4 +390,4 @@ class Tuner:
             return None
 
 
-__all__ = ["Hooks", "Measurement", "Trial", "TuneResult", "TuneSettings", "Tuner", "SLO_HOLDS"]
+__all__ = ["Hooks", "Measurement", "RedactingHooks", "Trial", "TuneResult", "TuneSettings", "Tuner", "SLO_HOLDS"]
