@@ -1,19 +1,32 @@
 #!/usr/bin/env bash
-# The README's second command: install everything the tests need, then run them.
-# Runs as root on a fresh Debian 12 machine (CI does exactly this via .ci/run):
-#   - Debian: prometheus (promtool 2.42), prometheus-alertmanager (amtool 0.25),
-#     chromium (page test), docker-compose 1.29 (compose file check)
-#   - .venv with the exporter and its test extras
-#   - ruff (lint, format) and mypy over every Python folder: a style failure stops before the
-#     engines and pytest
-#   - the CPU build of vLLM, a llama.cpp server build and tiny local models, cached under
-#     ${LLM_EXPORTER_CACHE:-/var/cache/llm-layer-exporter} (created when missing)
-# Extra arguments go to pytest, e.g. `bash scripts/test.sh -m "not integration"`.
+# The README's second command: install everything the tests need, then run them, tier by tier.
+#
+#   bash scripts/test.sh           what CI runs (.ci/run): Debian tools, the test venv, the cached
+#                                  real engines, ruff/mypy, then the unit, stack and real tiers
+#   bash scripts/test.sh --quick   the venv only (no Debian packages, no engines), ruff/mypy, then
+#                                  the unit tier on every core: minutes, for every edit
+#
+# The tiers (tests/support/tiers.py says which test is where and why):
+#   unit   in-process only, run on every core (pytest-xdist)
+#   stack  the simulator, serve and the tools as child processes; promtool/amtool/helm/compose
+#   real   the CPU vLLM, llama.cpp, Prometheus and Alertmanager servers, Chromium, pip installs
+# Each tier prints its time; the run ends with each tier's total and the 30 slowest tests, and
+# fails when a unit test took over 2 s or a stack test over 90 s (tests/support/durations.py).
+# Runs as root on a fresh Debian 12 machine: Debian prometheus (promtool), prometheus-alertmanager
+# (amtool), chromium, docker-compose; the CPU build of vLLM, a llama.cpp server and tiny models are
+# cached under ${LLM_EXPORTER_CACHE:-/var/cache/llm-layer-exporter}.
+# Extra arguments go to every tier's pytest, e.g. `bash scripts/test.sh -k kv_cache`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+quick=0
+if [ "${1:-}" = "--quick" ]; then
+  quick=1
+  shift
+fi
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
 missing=()
+[ "$quick" = 1 ] || {
 command -v promtool >/dev/null || missing+=(prometheus)
 command -v amtool >/dev/null || missing+=(prometheus-alertmanager)
 command -v chromium >/dev/null || missing+=(chromium)
@@ -23,6 +36,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
   as_root apt-get update -qq
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+}
 
 bash scripts/bootstrap.sh --test
 
@@ -42,12 +56,12 @@ check_style "lint" .venv/bin/ruff check .
 check_style "format check" .venv/bin/ruff format --check .
 check_style "type check" .venv/bin/mypy
 
-# Real engines for the integration tests, cached between runs (created when missing:
+# Real engines for the real tier, cached between runs (created when missing:
 # about 2-4 min for vLLM, 8-28 min for the llama.cpp server build on 2 cores).
-if [ "${LLM_EXPORTER_SKIP_VLLM:-0}" != "1" ]; then
+if [ "$quick" = 0 ] && [ "${LLM_EXPORTER_SKIP_VLLM:-0}" != "1" ]; then
   bash scripts/integration/setup_vllm.sh
 fi
-if [ "${LLM_EXPORTER_SKIP_LLAMACPP:-0}" != "1" ]; then
+if [ "$quick" = 0 ] && [ "${LLM_EXPORTER_SKIP_LLAMACPP:-0}" != "1" ]; then
   bash scripts/integration/setup_llamacpp.sh
 fi
 
@@ -55,12 +69,38 @@ fi
 # .venv/bin: put it first on PATH so a bare environment finds them as the tests do.
 export PATH="$PWD/.venv/bin:$PATH"
 
-set +e
-.venv/bin/python -m pytest -q -p no:cacheprovider --durations=30 "$@"
-rc=$?
-set -e
-if [ "$rc" -eq 5 ]; then
-  echo "pytest collected no tests" >&2
+RESULTS="${LLM_EXPORTER_TEST_RESULTS:-$(mktemp -d)}"
+mkdir -p "$RESULTS"
+failed=()
+extra=$#
+# run_tier NAME MARK-EXPRESSION PYTEST-ARGS...: one tier, timed; its durations to $RESULTS/NAME.json
+run_tier() {
+  local name="$1" expr="$2" t0=$SECONDS rc
+  shift 2
+  echo "=== tier $name ===" >&2
+  set +e
+  .venv/bin/python -m pytest -q -p no:cacheprovider -m "$expr" --duration-budget \
+    "--durations-file=$RESULTS/$name.json" "$@"
+  rc=$?
+  set -e
+  echo "=== tier $name: exit $rc in $((SECONDS - t0)) s ===" >&2
+  if [ "$rc" -eq 5 ] && [ "$extra" -gt 0 ]; then
+    rc=0 # extra arguments (-k, a path) may select nothing in a tier
+  elif [ "$rc" -eq 5 ]; then
+    echo "scripts/test.sh: tier $name collected no tests" >&2
+    rc=1
+  fi
+  [ "$rc" -eq 0 ] || failed+=("$name")
+}
+
+# -n: pytest-xdist, one worker per core; the unit tier is in-process, so its tests share nothing
+run_tier unit "not stack and not real" -n "$(nproc)" "$@"
+if [ "$quick" = 0 ]; then
+  run_tier stack "stack" "$@"
+  run_tier real "real" "$@"
+fi
+.venv/bin/python -m tests.support.durations "$RESULTS"/*.json
+if [ "${#failed[@]}" -gt 0 ]; then
+  echo "scripts/test.sh: failed tier(s): ${failed[*]}" >&2
   exit 1
 fi
-exit "$rc"
