@@ -457,7 +457,7 @@ def counters(serve: Serve, source: str, known: dict[str, float]) -> dict[str, fl
     raise AssertionError(f"/metrics did not answer 5 times in a row: {last!r}")
 
 
-def run(tmp_path: Path) -> None:
+def run(tmp_path: Path) -> dict[str, Any]:
     """Every phase, every round, then the recovery; prints the figures, raises if the contract does not hold."""
     bodies = {
         "200k_series": many_series(SERIES_200K, "q"),
@@ -697,6 +697,7 @@ def run(tmp_path: Path) -> None:
                 summary = {k: v for k, v in figures.items() if k not in ("rss_timeline", "exporter_log_tail")}
                 print("\nmemory figures (" + str(out) + "):\n" + json.dumps(summary, indent=1))
     assert not problems, "the memory contract does not hold:\n- " + "\n- ".join(problems)
+    return figures
 
 
 def main() -> int:

@@ -197,24 +197,25 @@ def test_the_catalogue_covers_every_kind_of_setting() -> None:
     assert len(flags) >= 30 and len(keys) >= 100
 
 
-def test_every_flag_and_variable_with_every_hostile_string(tmp_path: Path) -> None:
+@pytest.mark.parametrize("flag", serve_flags(), ids=lambda f: f.flag)
+def test_every_flag_and_variable_with_every_hostile_string(flag: Flag) -> None:
     """Each flag, and its environment variable, given each hostile string (flags in-process)."""
-    for f, value in _flag_cases():
-        base = [] if f.flag == "--engine" else ["--engine", ENGINE]
-        names = (f.flag, f.env, f.dest)
-        if f.takes_value:
-            assert_one_line([*base, f"{f.flag}={value}"], {}, names)
-        assert_one_line(base, {f.env: value}, names)
+    base = [] if flag.flag == "--engine" else ["--engine", ENGINE]
+    names = (flag.flag, flag.env, flag.dest)
+    for value in TEXT_VALUES:
+        if flag.takes_value:
+            assert_one_line([*base, f"{flag.flag}={value}"], {}, names)
+        assert_one_line(base, {flag.env: value}, names)
 
 
-def test_every_yaml_key_with_every_hostile_value(tmp_path: Path) -> None:
+@pytest.mark.parametrize("path", yaml_keys(), ids=".".join)
+def test_every_yaml_key_with_every_hostile_value(tmp_path: Path, path: tuple[str, ...]) -> None:
     secret = tmp_path / "secret"
     secret.write_text("pw")
     conf = tmp_path / "c.yaml"
-    for path in yaml_keys():
-        for value in YAML_VALUES:
-            conf.write_text(_dump(_document(path, value, secret)))
-            assert_one_line(["--config", str(conf)], {"NODE_NAME": "node-1"}, _yaml_names(path, conf))
+    for value in YAML_VALUES:
+        conf.write_text(_dump(_document(path, value, secret)))
+        assert_one_line(["--config", str(conf)], {"NODE_NAME": "node-1"}, _yaml_names(path, conf))
 
 
 def _yaml_names(path: tuple[str, ...], conf: Path) -> tuple[str, ...]:
@@ -243,23 +244,33 @@ def test_a_bad_file_or_environment_value_is_refused_even_when_a_flag_overrides_i
     assert checked >= 5
 
 
-def test_a_file_that_is_not_utf8_or_not_sane_yaml_is_one_line(tmp_path: Path) -> None:
-    cases = {
-        "latin1.yaml": b"gpu_interval: 1\nlog_level: \xe9\xff\n",
-        "digits.yaml": b"gpu_interval: " + b"1" * 5000 + b"\n",
-        "deep.yaml": b"diagnosis: " + b"[" * 20000 + b"]" * 20000 + b"\n",
-        "key.yaml": b"? " + b"1" * 100 + b"\n: 1\n",
-        "control.yaml": b"log_level: \x07\n",
-    }
-    for name, body in cases.items():
-        f = tmp_path / name
-        f.write_bytes(body)
-        assert_one_line(["--config", str(f)], {}, (name,))
-        with pytest.raises(UsageError):
-            start_up(["--config", str(f)], {})
-    for path in (LONG_PATH, str(tmp_path), "/nonexistent\x00", "/tmp/" + NON_UTF8, "/dev/zero"):
-        assert_one_line(["--config", path], {}, ("--config",))
-        assert_one_line([], {ENV_PREFIX + "CONFIG": path}, ("--config",))
+#: files that are not UTF-8 or not sane YAML: each must end start-up in one line naming the file
+BAD_FILES = {
+    "latin1.yaml": b"gpu_interval: 1\nlog_level: \xe9\xff\n",
+    "digits.yaml": b"gpu_interval: " + b"1" * 5000 + b"\n",
+    "deep.yaml": b"diagnosis: " + b"[" * 20000 + b"]" * 20000 + b"\n",
+    "key.yaml": b"? " + b"1" * 100 + b"\n: 1\n",
+    "control.yaml": b"log_level: \x07\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_FILES))
+def test_a_file_that_is_not_utf8_or_not_sane_yaml_is_one_line(tmp_path: Path, name: str) -> None:
+    f = tmp_path / name
+    f.write_bytes(BAD_FILES[name])
+    with pytest.raises(UsageError) as err:  # refused, not accepted: then the line itself, as assert_one_line checks it
+        start_up(["--config", str(f)], {})
+    text = str(err.value)
+    assert "\n" not in text and "\r" not in text and len(text) <= 500 and name in text, repr(text[:600])
+
+
+@pytest.mark.parametrize("kind", ["long", "directory", "nul", "non-utf8", "device"])
+def test_a_config_path_that_cannot_be_a_config_file_is_one_line(tmp_path: Path, kind: str) -> None:
+    path = {"long": LONG_PATH, "directory": str(tmp_path), "nul": "/nonexistent\x00", "non-utf8": "/tmp/" + NON_UTF8}.get(
+        kind, "/dev/zero"
+    )
+    assert_one_line(["--config", path], {}, ("--config",))
+    assert_one_line([], {ENV_PREFIX + "CONFIG": path}, ("--config",))
 
 
 def web_config_keys() -> list[tuple[str, ...]]:
@@ -269,19 +280,25 @@ def web_config_keys() -> list[tuple[str, ...]]:
     return [*keys, ("basic_auth_users", "prometheus"), ("basic_auth_users",), ("tls_server_config",)]
 
 
-def test_every_web_config_key_with_every_hostile_value(tmp_path: Path) -> None:
+@pytest.mark.parametrize("path", web_config_keys(), ids=".".join)
+def test_every_web_config_key_with_every_hostile_value(tmp_path: Path, path: tuple[str, ...]) -> None:
     web = tmp_path / "web.yaml"
     cert, key = self_signed_cert(tmp_path)
-    for path in web_config_keys():
-        for value in [*YAML_VALUES, "$2y$31$" + "a" * 53, "$2b$15$" + "a" * 53]:
-            doc: dict[str, Any] = {path[0]: {path[1]: value} if len(path) == 2 else value}
-            if path[0] == "tls_server_config" and len(path) == 2:
-                doc[path[0]] = {"cert_file": str(cert), "key_file": str(key), path[1]: value}
-            web.write_text(_dump(doc))
-            assert_one_line(["--web-config-file", str(web)], {}, (path[-1],))
-    for body in (b"basic_auth_users: {u: \xff}\n", b"basic_auth_users: {" + b"[" * 20000 + b"\n"):
-        web.write_bytes(body)
-        assert_one_line(["--web-config-file", str(web)], {}, (str(web),))
+    for value in [*YAML_VALUES, "$2y$31$" + "a" * 53, "$2b$15$" + "a" * 53]:
+        doc: dict[str, Any] = {path[0]: {path[1]: value} if len(path) == 2 else value}
+        if path[0] == "tls_server_config" and len(path) == 2:
+            doc[path[0]] = {"cert_file": str(cert), "key_file": str(key), path[1]: value}
+        web.write_text(_dump(doc))
+        assert_one_line(["--web-config-file", str(web)], {}, (path[-1],))
+
+
+@pytest.mark.parametrize(
+    "body", [b"basic_auth_users: {u: \xff}\n", b"basic_auth_users: {" + b"[" * 20000 + b"\n"], ids=["non-utf8", "deep"]
+)
+def test_a_web_config_file_that_is_not_utf8_or_not_sane_yaml_is_one_line(tmp_path: Path, body: bytes) -> None:
+    web = tmp_path / "web.yaml"
+    web.write_bytes(body)
+    assert_one_line(["--web-config-file", str(web)], {}, (str(web),))
 
 
 _ALL_FLAGS = serve_flags()

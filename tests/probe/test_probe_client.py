@@ -40,8 +40,10 @@ def test_ok_measures_ttft_gaps_and_tokens_and_marks_the_request() -> None:
         req = server.completions()[-1]
     assert o.result == "ok", o.detail
     assert o.ttft is not None
-    assert 0.2 <= o.ttft < 0.2 + SLACK
-    assert len(o.gaps) == 4 and all(0.02 <= g < 0.03 + SLACK for g in o.gaps)
+    # causal bounds only (the server cannot send before its own waits are over), none on this host's speed
+    assert o.ttft >= 0.2
+    assert len(o.gaps) == 4 and all(g >= 0 for g in o.gaps)
+    assert o.ttft + sum(o.gaps) >= 0.2 + 4 * 0.03 - 1e-3  # the last chunk left the server after every gap
     assert (o.chunks, o.completion_tokens, o.prompt_tokens) == (5, 5, 5)
     assert o.duration >= o.ttft + sum(o.gaps) - 1e-6
     body, headers = req["body"], {k.lower(): v for k, v in req["headers"].items()}
