@@ -108,6 +108,9 @@ SMALL_KV_VLLM_ARGS = (
     "--num-gpu-blocks-override", "10", "--max-num-seqs", "8", "--enforce-eager",
 )  # fmt: skip
 VLLM_SETUP_TIMEOUT_S = 3000.0
+#: seconds a real engine has to answer its health route once started: one that does not fails
+#: its tests in 5 minutes, not in the hour a module timeout allowed (a cold CPU vLLM takes 30-90 s)
+ENGINE_READY_S = float(os.environ.get("LLM_EXPORTER_ENGINE_READY_S", "300"))
 LLAMACPP_SETUP_TIMEOUT_S = float(os.environ.get("LLM_EXPORTER_LLAMACPP_SETUP_TIMEOUT", "4800"))
 
 

@@ -15,11 +15,11 @@ import pytest
 from exporter.engines.config import EngineConfig
 from exporter.engines.source import EngineSource
 from exporter.samples import Sample
-from tests.integration.integration_helpers import SMALL_KV_VLLM_ARGS, llamacpp_proc, skip_if_off, vllm_proc
+from tests.integration.integration_helpers import ENGINE_READY_S, SMALL_KV_VLLM_ARGS, llamacpp_proc, skip_if_off, vllm_proc
 
-pytestmark = [pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.timeout(900)]
 
-START_TIMEOUT_S = 600.0
+START_TIMEOUT_S = ENGINE_READY_S
 
 
 def _settings(source: EngineSource) -> tuple[dict[str, float], list[dict[str, str]]]:

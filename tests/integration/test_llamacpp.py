@@ -54,7 +54,7 @@ from tests.integration.integration_helpers import (
 )
 from tests.support.loadloop import PolledLoad, polled_load, quick_value
 
-pytestmark = [pytest.mark.timeout(5400)]
+pytestmark = [pytest.mark.timeout(900)]
 
 START_TIMEOUT_S = 120.0
 SLOTS = 4

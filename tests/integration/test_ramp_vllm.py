@@ -39,7 +39,6 @@ Set ``LLM_EXPORTER_SKIP_VLLM=1`` to skip.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -49,6 +48,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.integration_helpers import (
+    ENGINE_READY_S,
     LOG_DIR,
     ROOT,
     SMALL_KV_VLLM_ARGS,
@@ -61,10 +61,10 @@ from tests.integration.integration_helpers import (
 )
 from tests.support.processes import tail
 
-pytestmark = [pytest.mark.timeout(3600)]
+pytestmark = [pytest.mark.timeout(900)]
 
 MODEL_NAME = "tiny"
-START_TIMEOUT_S = float(os.environ.get("LLM_EXPORTER_VLLM_START_TIMEOUT", "600"))
+START_TIMEOUT_S = ENGINE_READY_S
 SERVE_ARGS = [
     "--served-model-name",
     MODEL_NAME,

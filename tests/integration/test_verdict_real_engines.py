@@ -48,7 +48,7 @@ from tests.integration.integration_helpers import (
 )
 from tests.support.loadloop import ClosedLoop, primary_of, read_verdicts, story
 
-pytestmark = [pytest.mark.timeout(3600)]
+pytestmark = [pytest.mark.timeout(900)]
 
 READINGS = 10
 SPACING_S = 2.0

@@ -24,7 +24,6 @@ Set ``LLM_EXPORTER_SKIP_VLLM=1`` to skip (nothing else skips these tests).
 from __future__ import annotations
 
 import json
-import os
 import random
 import threading
 import time
@@ -36,6 +35,7 @@ import httpx
 import pytest
 
 from tests.integration.integration_helpers import (
+    ENGINE_READY_S,
     LOG_DIR,
     SMALL_KV_VLLM_ARGS,
     Expected,
@@ -57,10 +57,10 @@ from tests.integration.integration_helpers import (
 )
 from tests.support.loadloop import quick_value
 
-pytestmark = [pytest.mark.timeout(3600)]
+pytestmark = [pytest.mark.timeout(900)]
 
 MODEL_NAME = "tiny"
-START_TIMEOUT_S = float(os.environ.get("LLM_EXPORTER_VLLM_START_TIMEOUT", "600"))
+START_TIMEOUT_S = ENGINE_READY_S
 SETUP_TIMEOUT_S = 3000.0
 N_REQUESTS = 48  # enough that requests queue for several seconds even on a quiet machine
 CONCURRENCY = 32  # above --max-num-seqs 8 and far above what 10 blocks hold

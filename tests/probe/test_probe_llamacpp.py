@@ -42,7 +42,7 @@ from tests.probe.proxies import FrozenMetricsProxy, SlowProxy
 from tests.support.ports import free_port
 from tests.support.processes import tail
 
-pytestmark = [pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[2]
 SETUP_TIMEOUT_S = float(os.environ.get("LLM_EXPORTER_LLAMACPP_SETUP_TIMEOUT", "4800"))

@@ -20,13 +20,13 @@ import httpx
 import pytest
 
 from exporter.engines.textparse import parse
-from tests.integration.integration_helpers import SMALL_KV_VLLM_ARGS, Proc, skip_if_off, vllm_proc
+from tests.integration.integration_helpers import ENGINE_READY_S, SMALL_KV_VLLM_ARGS, Proc, skip_if_off, vllm_proc
 from tests.support.ports import free_port
 from tests.support.processes import exporter_argv
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.timeout(900)]
-START_TIMEOUT_S = 600.0
+START_TIMEOUT_S = ENGINE_READY_S
 
 
 def _load(base: str, model: str, stop: threading.Event) -> None:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.integration_helpers import VLLM_SETUP_TIMEOUT_S, run_setup, skip_if_off, vllm_proc
+from tests.integration.integration_helpers import ENGINE_READY_S, VLLM_SETUP_TIMEOUT_S, run_setup, skip_if_off, vllm_proc
 from tests.tune.tune_cli import check_outputs, measured, run_tune
 from tests.tune.workload import workload
 
@@ -51,7 +51,7 @@ ARGS = [
 ]  # fmt: skip
 #: with one slot a second client waits this many decode steps for its first token
 OUTPUT_TOKENS = 96
-START_TIMEOUT_S = float(os.environ.get("LLM_EXPORTER_VLLM_START_TIMEOUT", "600"))
+START_TIMEOUT_S = ENGINE_READY_S
 
 
 def _slow_model(where: Path) -> Path:
