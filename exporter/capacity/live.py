@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from exporter.diagnosis.finite import finite_or_none, ratio, total
 from exporter.diagnosis.window import Window
 from exporter.schema import reduce_series
 from exporter.store import Snapshot
@@ -68,23 +69,24 @@ class LiveWindow:
         if snap is None:
             return LiveLoad(None, None, None, None)
         parts = [reduce_series(name, snap.values(name)) for name in (RUNNING, WAITING)]
-        known = [p for p in parts if p is not None]
-        in_flight = sum(known) if known else None
-        finished = w.counter_delta(FINISHED)
-        rate = w.rate(FINISHED) if finished is not None else None
+        # None where a figure is not a finite number (an engine's 1.7e308 running plus as many
+        # waiting overflows): the used ratio is then unknown, never +Inf (issue 37)
+        in_flight = total([p for p in parts if p is not None])
+        finished = finite_or_none(w.counter_delta(FINISHED))
+        rate = finite_or_none(w.rate(FINISHED)) if finished is not None else None
         return LiveLoad(
             in_flight, rate, self._mean(PROMPT_HIST, PROMPT_TOTAL, finished), self._mean(OUTPUT_HIST, OUTPUT_TOTAL, finished)
         )
 
-    def _mean(self, hist: str, total: str, finished: float | None) -> float | None:
+    def _mean(self, hist: str, counter: str, finished: float | None) -> float | None:
         """Tokens per request over the window: the histogram's sum over its count, else the counter over finished."""
         count = self.window.histogram_delta_count(hist)
         if count:
             tokens = self.window.histogram_delta_sum(hist)
-            return tokens / count if tokens is not None and tokens >= 0 else None
-        tokens = self.window.counter_delta(total)
+            return ratio(tokens, count) if tokens is not None and tokens >= 0 else None
+        tokens = self.window.counter_delta(counter)
         if finished and tokens is not None and tokens >= 0:
-            return tokens / finished
+            return ratio(tokens, finished)
         return None
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from exporter.diagnosis.finite import ratio
 from exporter.diagnosis.window import Window
 from exporter.samples import Point, Sample, SampleResult
 from exporter.store import Snapshot
@@ -47,11 +48,11 @@ def predicted_max_concurrency(window: Window, server: str) -> float | None:
     # infinite count of finished requests made the mean request 0 tokens and the division raise
     if not all(math.isfinite(v) for v in (capacity, finished, prompt, generated)) or finished <= 0:
         return None
-    per_request = (prompt + generated) / finished
-    if per_request <= 0:
+    # finite counts can still overflow (1.7e308 prompt plus as many generated tokens): no mean, not a 0 one
+    per_request = ratio(prompt + generated, finished)
+    if per_request is None or per_request <= 0:
         return None
-    predicted = capacity / per_request
-    return predicted if math.isfinite(predicted) else None
+    return ratio(capacity, per_request)
 
 
 class CapacityStep:

@@ -46,6 +46,7 @@ from dataclasses import dataclass, replace
 from exporter.diagnosis import causality
 from exporter.diagnosis import signals as sig
 from exporter.diagnosis.capacity_profile import capacity_body
+from exporter.diagnosis.finite import clamp01
 from exporter.diagnosis.notices import notices_for
 from exporter.diagnosis.ranking import Holding, pick_primary, score
 from exporter.diagnosis.rules import RULES, Rule
@@ -192,7 +193,9 @@ class DiagnosisEngine:
             shown = ", ".join(signals.non_finite[:5]) + (
                 f" (+{len(signals.non_finite) - 5} more)" if len(signals.non_finite) > 5 else ""
             )
-            notices.append(f"the engine reported a non-finite value (NaN or ±Inf) for {shown}: not judged on it")
+            notices.append(
+                f"the engine reported a non-finite value (NaN or ±Inf) or one whose arithmetic overflows for {shown}: not judged on it"
+            )
         main = next((c for c in causes if c.role == "primary"), None)
         return Verdict(
             timestamp,
@@ -220,11 +223,11 @@ class DiagnosisEngine:
                 continue
             judged = True
             if rule.proximity is not None:
-                p = min(1.0, max(0.0, float(rule.proximity(view, t))))
+                p = clamp01(float(rule.proximity(view, t)))
                 near = p if near is None else max(near, p)
             if not holds(view, t):
                 continue
-            severity = min(1.0, max(0.0, float(rule.severity(view, t))))
+            severity = clamp01(float(rule.severity(view, t)))
             if worst is None or severity > worst[0]:
                 worst = (severity, key, view)
         return _Judged(rule, judged, worst, near)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from exporter.diagnosis.signals import resolve_groups
+from exporter.diagnosis.finite import mean, total
+from exporter.diagnosis.signals import resolve_groups, skew
 from exporter.samples import Point, Sample, SampleResult
 from exporter.store import Snapshot
 
@@ -29,14 +30,15 @@ def group_points(snap: Snapshot, configured: Mapping[str, list[int]] | None) -> 
         labels = {"group": name}
         points.append(Sample("llm_parallel_group_gpus", labels, float(len(members))))
         sm = [v for g in members if (v := snap.maximum("llm_gpu_sm_active_ratio", gpu=g)) is not None]
-        if sm:
-            mean = sum(sm) / len(sm)
-            # all idle is balanced, not infinitely skewed
-            points.append(Sample("llm_parallel_sm_active_skew_ratio", labels, max(sm) / mean if mean > 0 else 1.0))
+        average = mean(sm)  # None: no member reports, or one is not finite
+        skew_ratio = skew(sm, average) if average is not None else None
+        if skew_ratio is not None:  # the diagnosis's own figure (signals.skew), never published as NaN or +Inf
+            points.append(Sample("llm_parallel_sm_active_skew_ratio", labels, skew_ratio))
         for link, names in _LINKS.items():
             values = [v for g in members for n in names if (v := snap.total(n, gpu=g)) is not None]
-            if values:
-                points.append(Sample("llm_parallel_interconnect_bytes_per_second", {**labels, "link": link}, sum(values)))
+            traffic = total(values)  # None: none reported, or the sum overflowed (never published as +Inf)
+            if traffic is not None:
+                points.append(Sample("llm_parallel_interconnect_bytes_per_second", {**labels, "link": link}, traffic))
     return points
 
 

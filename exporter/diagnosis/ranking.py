@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from exporter.diagnosis import causality
+from exporter.diagnosis.finite import clamp01
 from exporter.diagnosis.notices import missing_inputs
 from exporter.diagnosis.rules import Rule
 from exporter.diagnosis.thresholds import Thresholds
@@ -120,7 +121,7 @@ def shares(h: Holding, symptoms: frozenset[str], t: Thresholds) -> dict[str, flo
     if h.rule.share is None:
         return {sym: 1.0 for sym in can}
     got = h.rule.share(h.view, t, frozenset(can))
-    return {sym: min(1.0, max(0.0, float(got.get(sym, 0.0)))) for sym in can}
+    return {sym: clamp01(float(got.get(sym, 0.0))) for sym in can}
 
 
 def score(holding: Sequence[Holding], observed: Sequence[str], t: Thresholds) -> list[tuple[Holding, frozenset[str], float]]:

@@ -27,6 +27,7 @@ from exporter.diagnosis import capacity_profile as cp
 from exporter.diagnosis import causality
 from exporter.diagnosis import probe as pr
 from exporter.diagnosis import signals as s
+from exporter.diagnosis.finite import ceil_or_none, finite_or_none, ratio
 from exporter.diagnosis.notices import missing_inputs
 from exporter.diagnosis.symptoms import (
     excess,
@@ -85,7 +86,10 @@ class Rule:
 
 
 def ramp(x: float, lo: float, hi: float) -> float:
-    """0 at ``lo``, 1 at ``hi``, linear and clamped in between."""
+    """0 at ``lo``, 1 at ``hi``, linear and clamped in between. Past either end by more than a double
+    holds (``x - lo`` overflows to ±Inf) is still past it; NaN (no figure) reads 0, never "deep"."""
+    if math.isnan(x):
+        return 0.0
     if hi <= lo:
         return 1.0 if x >= hi else 0.0
     return min(1.0, max(0.0, (x - lo) / (hi - lo)))
@@ -273,25 +277,37 @@ def kv_room(v: View, t: Thresholds) -> tuple[float, float, float, float] | None:
     queue is as many of the waiting requests as run now (all of them when fewer wait): room for
     them means the batch could at least double on the memory it has, so slots or the admission
     budget, not memory, hold the queue. A cache with room for a request or two more is well used.
+
+    Also None where a figure of that model is not a representable number (an engine's 1.7e308 KV
+    capacity times its usage overflows; ``math.ceil`` of the infinity raised OverflowError and took
+    the diagnosis down, issue 37): the callers then judge the usage alone, as without a KV model.
     """
-    usage = kv_usage(v)
-    if usage is None:
+    usage, model = kv_usage(v), _kv_blocks(v)
+    if usage is None or model is None:
         return None
-    if v.get(s.KV_CAPACITY, 0.0) > 0 and v.get(s.KV_BLOCK, 0.0) > 0 and s.KV_USAGE_MAX in v:
-        block, capacity = v[s.KV_BLOCK], v[s.KV_CAPACITY]
-    elif s.SLOT_CONTEXT_USAGE in v and v.get(s.SLOT_CONTEXT, 0.0) > 0 and v.get(s.SLOTS, 0.0) > 0:
-        block, capacity = 1.0, v[s.SLOTS] * v[s.SLOT_CONTEXT]
-    else:
-        return None
+    block, capacity = model
     running = running_seen(v, t)
     tokens = v.get(s.TOKENS_PER_REQUEST)
     if tokens is None and running >= 1:
-        tokens = usage * capacity / running
-    if not tokens:
+        tokens = ratio(usage * capacity, running)
+    blocks = ratio(tokens, block) if tokens else None
+    per_request = ceil_or_none(blocks) if blocks is not None else None
+    if per_request is None:
         return None
-    per_request = float(math.ceil(tokens / block))
     head = max(1.0, min(max(waited_while_queued(v, t), 1.0), max(running, 1.0)))
-    return (1.0 - usage) * capacity / block, head * per_request, per_request, head
+    free, need = ratio((1.0 - usage) * capacity, block), finite_or_none(head * per_request)
+    return None if free is None or need is None else (free, need, per_request, head)
+
+
+def _kv_blocks(v: View) -> tuple[float, float] | None:
+    """(block size, capacity) in tokens: the engine's KV model, else llama.cpp's slots (block = 1
+    token); None without one, or where slots x context per slot overflows."""
+    if v.get(s.KV_CAPACITY, 0.0) > 0 and v.get(s.KV_BLOCK, 0.0) > 0 and s.KV_USAGE_MAX in v:
+        return v[s.KV_BLOCK], v[s.KV_CAPACITY]
+    if s.SLOT_CONTEXT_USAGE in v and v.get(s.SLOT_CONTEXT, 0.0) > 0 and v.get(s.SLOTS, 0.0) > 0:
+        capacity = finite_or_none(v[s.SLOTS] * v[s.SLOT_CONTEXT])
+        return None if capacity is None else (1.0, capacity)
+    return None
 
 
 def _kv_full(v: View, t: Thresholds) -> bool:

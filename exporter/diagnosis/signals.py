@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from exporter.diagnosis.capacity_profile import capacity_signals
+from exporter.diagnosis.finite import mean, ratio
 from exporter.diagnosis.probe import probe_signals
 from exporter.diagnosis.window import Window
 from exporter.schema import FAILED_FINISH_REASONS, HARMFUL_THROTTLE_REASONS, reduce_series, reduced_name
@@ -288,14 +289,14 @@ def gpu_signals(snap: Snapshot) -> dict[str, dict[str, float]]:
             if (val := snap.maximum(name, gpu=gpu)) is not None
         }
         total = snap.maximum(MEM_TOTAL, gpu=gpu)
-        if MEM_USED in v and total:
-            v[MEM_RATIO] = v[MEM_USED] / total
+        if MEM_USED in v and total is not None:
+            _put(v, MEM_RATIO, _divide(v[MEM_USED], total))
         limit = snap.maximum("llm_gpu_power_limit_watts", gpu=gpu)
-        if POWER in v and limit:
-            v[POWER_RATIO] = v[POWER] / limit
+        if POWER in v and limit is not None:
+            _put(v, POWER_RATIO, _divide(v[POWER], limit))
         clock_max = snap.maximum("llm_gpu_sm_clock_max_hertz", gpu=gpu)
-        if CLOCK in v and clock_max:
-            v[CLOCK_RATIO] = v[CLOCK] / clock_max
+        if CLOCK in v and clock_max is not None:
+            _put(v, CLOCK_RATIO, _divide(v[CLOCK], clock_max))
         tx = snap.total("llm_gpu_pcie_transmit_bytes_per_second", gpu=gpu)
         rx = snap.total("llm_gpu_pcie_receive_bytes_per_second", gpu=gpu)
         if tx is not None or rx is not None:
@@ -330,15 +331,21 @@ def group_signals(
     for name, members in groups.items():
         v: dict[str, float] = {}
         sm = [gpus[g][SM] for g in members if g in gpus and SM in gpus[g]]
-        if sm:
-            mean = sum(sm) / len(sm)
-            v[GROUP_SM_MEAN] = mean
+        average = mean(sm)
+        if average is not None:
+            v[GROUP_SM_MEAN] = average
             v[GROUP_SM_MAX] = max(sm)
             # the figure the parallel step publishes (exporter/diagnosis/parallel.py), from the same GPU points
-            v[GROUP_SKEW] = max(sm) / mean if mean > 0 else 1.0
+            _put(v, GROUP_SKEW, skew(sm, average))
         v[GROUP_GPUS] = float(len(members))
         out[name] = v
     return out
+
+
+def skew(values: list[float], average: float) -> float | None:
+    """Max over mean of a group's SM activity; all idle is balanced (1), not infinitely skewed;
+    None where the quotient overflows (a huge member over a tiny mean)."""
+    return ratio(max(values), average) if average > 0 else 1.0
 
 
 def service_signals(window: Window, gpus: Mapping[str, Mapping[str, float]], recent_seconds: float = 5.0) -> dict[str, float]:
@@ -363,7 +370,7 @@ def service_signals(window: Window, gpus: Mapping[str, Mapping[str, float]], rec
     _put(v, SLOT_CONTEXT, slot_ctx)
     used = figure(snap, KV_USED_METRIC)
     if slot_ctx and used is not None and v.get(SLOTS):
-        v[SLOT_CONTEXT_USAGE] = used / (v[SLOTS] * slot_ctx)
+        _put(v, SLOT_CONTEXT_USAGE, _divide(used, v[SLOTS] * slot_ctx))
     _put(
         v,
         SLEEPING,
@@ -392,7 +399,7 @@ def service_signals(window: Window, gpus: Mapping[str, Mapping[str, float]], rec
         if len(recent) >= 2:  # "never drained" needs more than one look
             v[WAITING_MIN] = min(recent)
     if len(waiting_hist) >= 2 and window.span > 0:
-        v[WAITING_GROWTH] = (waiting_hist[-1] - waiting_hist[0]) / window.span
+        _put(v, WAITING_GROWTH, _divide(waiting_hist[-1] - waiting_hist[0], window.span))
     _put(v, KV_USAGE, figure(snap, KV_METRIC))
     kv_hist = window.gauge_history(lambda s: figure(s, KV_METRIC))
     if kv_hist:
@@ -433,7 +440,7 @@ def service_signals(window: Window, gpus: Mapping[str, Mapping[str, float]], rec
     if drafted is not None:
         v[SPEC_DRAFT] = drafted
         if accepted is not None and drafted > 0:
-            v[SPEC_ACCEPTANCE] = accepted / drafted
+            _put(v, SPEC_ACCEPTANCE, _divide(accepted, drafted))
     _failures(window, v)
     _settings(window, v)
     probe_signals(window, v)  # the canary probe's figures (exporter/diagnosis/probe.py)
@@ -462,7 +469,7 @@ def _pace(window: Window, v: dict[str, float]) -> None:
     steps = window.histogram_delta_count("llm_scheduler_iteration_tokens")
     span = window.span
     if steps is not None and span > 0:
-        v[ENGINE_STEPS_RATE] = steps / span
+        _put(v, ENGINE_STEPS_RATE, _divide(steps, span))
     _put(v, GENERATION_RATE, window.rate("llm_generation_tokens_total"))
 
 
@@ -476,7 +483,7 @@ def _kv_model(window: Window, v: dict[str, float]) -> None:
     prompt = window.counter_delta("llm_prompt_tokens_total")
     generated = window.counter_delta("llm_generation_tokens_total")
     if finished and prompt is not None and generated is not None and prompt + generated > 0:
-        v[TOKENS_PER_REQUEST] = (prompt + generated) / finished
+        _put(v, TOKENS_PER_REQUEST, _divide(prompt + generated, finished))
 
 
 def _settings(window: Window, v: dict[str, float]) -> None:
@@ -506,8 +513,10 @@ def _settings(window: Window, v: dict[str, float]) -> None:
         v[LENGTH_P99] = prompt99 + output99
 
     def held(snap: Snapshot) -> float | None:
+        """Tokens per busy slot at one scrape; None where it cannot be told (a quotient that overflows
+        is skipped like an absent scrape, so one huge pair never hides the others)."""
         used, busy = figure(snap, KV_USED_METRIC), figure(snap, SLOTS_BUSY_METRIC)
-        return used / busy if used is not None and busy else None
+        return ratio(used, busy) if used is not None and busy else None
 
     _put(v, SLOT_HELD_MAX, max(window.gauge_history(held), default=None))
 
@@ -542,12 +551,22 @@ def _failures(window: Window, v: dict[str, float]) -> None:
     errored = window.counter_delta("llm_requests_finished_total", lambda lb: lb.get("reason", "") == "error")
     _put(v, ERRORED, errored)
     if span > 0:
-        v[FINISHED_RATE] = (finished or 0.0) / span
-        v[FAILED_RATE] = (failed or 0.0) / span
+        _put(v, FINISHED_RATE, _divide(finished or 0.0, span))
+        _put(v, FAILED_RATE, _divide(failed or 0.0, span))
         if rejected is not None:
-            v[REJECTED_RATE] = rejected / span
+            _put(v, REJECTED_RATE, _divide(rejected, span))
     if base > 0:
-        v[FAILED_SHARE] = bad / base
+        _put(v, FAILED_SHARE, _divide(bad, base))
+
+
+def _divide(numerator: float, denominator: float) -> float | None:
+    """A signal's quotient: None where the denominator is 0 (a product of two tiny figures underflows to
+    0 and ``/`` would raise ZeroDivisionError); NaN where the denominator itself overflowed and ±Inf
+    where the quotient does, so ``_drop_non_finite`` leaves the signal out and names it, never a wrong
+    finite figure (x / Inf would read 0)."""
+    if denominator == 0:
+        return None
+    return numerator / denominator if math.isfinite(denominator) else math.nan
 
 
 def _put(d: dict[str, float], key: str, value: float | None) -> None:
