@@ -21,7 +21,7 @@ import math
 import re
 from typing import Any
 
-__all__ = ["JSONLimitError", "dumps", "finite", "has_non_finite", "loads_bounded"]
+__all__ = ["JSONLimitError", "check_depth", "dumps", "finite", "has_non_finite", "loads_bounded"]
 
 #: the deepest nesting :func:`loads_bounded` accepts unless told otherwise
 MAX_DEPTH = 64
@@ -82,6 +82,16 @@ def loads_bounded(data: str | bytes | bytearray, *, max_bytes: int, max_depth: i
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
     if len(raw) > max_bytes:
         raise JSONLimitError(f"over {max_bytes} bytes")
+    check_depth(raw, max_depth)
+    return json.loads(raw, parse_constant=_refuse_constant)
+
+
+def check_depth(data: str | bytes | bytearray, max_depth: int = MAX_DEPTH) -> None:
+    """Raise :class:`JSONLimitError` when ``data`` nests deeper than ``max_depth`` (brackets inside strings
+    do not count). For a decoder that must bound depth on its own terms (a streaming one, trace.py)."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    if raw.count(b"[") + raw.count(b"{") <= max_depth:
+        return  # too few brackets to nest that deep: no scan (the common case, at C speed)
     depth = 0
     for m in _TOKENS.finditer(raw):
         c = m.group()
@@ -91,7 +101,6 @@ def loads_bounded(data: str | bytes | bytearray, *, max_bytes: int, max_depth: i
                 raise JSONLimitError(f"nested deeper than {max_depth} levels")
         elif c in (b"]", b"}"):
             depth -= 1
-    return json.loads(raw, parse_constant=_refuse_constant)
 
 
 def _refuse_constant(name: str) -> Any:

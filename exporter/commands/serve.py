@@ -27,6 +27,10 @@ from exporter.config import Config, add_serve_arguments, load_config
 from exporter.errors import UsageError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import FrameType
+
+    import uvicorn
     from fastapi import APIRouter
 
     from exporter.runner import BringsItsLoop
@@ -116,6 +120,22 @@ def build_sources(config: Config, store: SnapshotStore) -> tuple[list[Source | B
     return [*built.sources, *built.derived], built.routers
 
 
+def _on_exit_signal(server: uvicorn.Server, action: Callable[[], None]) -> None:
+    """Run ``action`` when SIGTERM/SIGINT reaches ``server``, before its graceful shutdown.
+
+    Why: uvicorn waits for every request in flight before ``run`` returns, and a
+    ``POST /profile`` is one (exporter/profile/run.py): told at the signal, it ends
+    within its grace instead of holding the exit for its seconds and a 120 s stop.
+    """
+    handle_exit = server.handle_exit
+
+    def handle(sig: int, frame: FrameType | None) -> None:
+        action()
+        handle_exit(sig, frame)
+
+    server.handle_exit = handle  # type: ignore[method-assign]  # uvicorn installs self.handle_exit per run
+
+
 def run(args: argparse.Namespace) -> int:
     config = load_config(args)
     setup_logging(config.log_level)
@@ -169,6 +189,8 @@ def run(args: argparse.Namespace) -> int:
             **uv_kwargs,
         )
     )
+    if profile.profiler is not None:
+        _on_exit_signal(server, profile.profiler.begin_shutdown)
     bound = sock.getsockname()
     log.info(
         "serving on %s (gpu source %s, %d engine(s), %d source(s))",

@@ -68,6 +68,17 @@ class Deadline:
             raise ProbeFailure("timeout", f"no complete answer within the {self.seconds:g} s timeout")
         return left
 
+    def when_passed(self, action: Callable[[], None]) -> Callable[[], None]:
+        """Run ``action`` on a timer thread once the deadline passes; returns what cancels it.
+
+        A method, so a deadline that can be brought forward (the on-demand profile's
+        calls at shutdown, exporter/profile/calls.py) fires ``action`` at its new time.
+        """
+        timer = threading.Timer(self.remaining(), action)
+        timer.daemon = True
+        timer.start()
+        return timer.cancel
+
 
 @dataclass
 class Response:
@@ -196,9 +207,7 @@ def exchange(
             except OSError:
                 pass
 
-    timer = threading.Timer(deadline.remaining(), shut)
-    timer.daemon = True
-    timer.start()
+    cancel = deadline.when_passed(shut)
     try:
         try:
             conn.connect()
@@ -233,7 +242,7 @@ def exchange(
         finally:
             resp.close()
     finally:
-        timer.cancel()
+        cancel()
         conn.close()
         for s in held:
             try:

@@ -1,7 +1,8 @@
 """The on-demand operator profile (issue 23 item 4, docs/profile.md).
 
 ``POST /profile?engine=NAME&seconds=N`` drives the engine's own profiler
-(driver.py), reads the Chrome traces it wrote under caps (trace.py), splits the
+(driver.py, each call under one deadline that shutdown brings forward: calls.py),
+reads the Chrome traces it wrote under caps (trace.py), splits the
 GPU kernel time into operator kinds by name (classify.py) and publishes
 ``llm_operator_time_share`` through the store (state.py); run.py is the one
 procedure, api.py the routes, config.py the flags.

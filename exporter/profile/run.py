@@ -12,19 +12,27 @@ CPU operators' self time is where the time went (``"basis": "cpu_ops"``), so tha
 split is the one answered and published. A trace with neither publishes nothing
 (a split of nothing would be a made-up number): its answer says so and the last
 shares stay.
+
+Why a shutdown: ``serve`` waits for this request before it exits, so at SIGTERM
+(``begin_shutdown``) the wait for ``seconds`` ends, the stop is still sent, every
+profiler call ends within calls.SHUTDOWN_GRACE_S, and no trace is read.
+
+Why ``seconds`` in ASCII digits only: ``float()`` also takes ``0_1``, ``1e1``,
+``inf`` and every script's digits (``١``); a number an operator did not type in
+the form the docs show is refused (400), not guessed.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-import threading
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from exporter.profile.calls import SHUTDOWN_GRACE_S, Shutdown
 from exporter.profile.classify import CpuOpSplit, Split
 from exporter.profile.driver import NO_PROFILER, PROFILER_ROUTES, EngineProfiler, ProfilerError, hint_for
 from exporter.profile.state import ProfileState, Published
@@ -47,6 +55,9 @@ SETTLE_TIMEOUT_S = 15.0
 SETTLE_POLL_S = 0.25
 #: engine names listed in a 404 body at most
 MAX_NAMES_LISTED = 20
+#: ``seconds`` as the docs write it: ASCII digits, an optional fraction ("5", "0.5", ".5")
+_SECONDS = re.compile(r"[0-9]{1,6}(?:\.[0-9]{0,9})?|\.[0-9]{1,9}")
+SHUTTING_DOWN = "the exporter is shutting down"
 
 
 @dataclass(frozen=True)
@@ -65,11 +76,10 @@ def parse_seconds(raw: str | None) -> float:
     """``seconds`` from the query: a number in [MIN_SECONDS, MAX_SECONDS], DEFAULT_SECONDS when absent."""
     if raw is None or raw == "":
         return DEFAULT_SECONDS
-    try:
-        value = float(raw[:32])
-    except ValueError:
-        raise ValueError(f"seconds: expected a number of seconds, got {raw[:40]!r}") from None
-    if not math.isfinite(value) or not MIN_SECONDS <= value <= MAX_SECONDS:
+    if _SECONDS.fullmatch(raw) is None:  # re's [0-9] is ASCII only, whatever str.isdigit() would say
+        raise ValueError(f"seconds: expected a number of seconds in ASCII digits such as 5 or 0.5, got {raw[:40]!r}")
+    value = float(raw)
+    if not MIN_SECONDS <= value <= MAX_SECONDS:
         raise ValueError(f"seconds: expected {MIN_SECONDS:g}-{MAX_SECONDS:g}, got {raw[:40]!r}")
     return value
 
@@ -84,14 +94,21 @@ class Profiler:
         store: SnapshotStore,
         state: ProfileState,
         clock: Callable[[], float] = time.time,
+        shutdown_grace: float = SHUTDOWN_GRACE_S,
     ) -> None:
         self.settings = settings
         self.engines = {e.name: e for e in engines}
         self.store = store
         self.state = state
         self._clock = clock
+        #: begun at SIGTERM (begin_shutdown): profiler calls end within ``shutdown_grace``
+        self.shutdown = Shutdown(shutdown_grace)
         #: set on shutdown: a profile waiting out its seconds stops early (and still sends the stop)
-        self.stopping = threading.Event()
+        self.stopping = self.shutdown.event
+
+    def begin_shutdown(self) -> None:
+        """``serve`` is stopping: end the profile in flight within the grace, refuse new ones (idempotent)."""
+        self.shutdown.begin()
 
     def family(self, cfg: EngineConfig) -> str | None:
         """The engine's family: as configured, else as its scrape detected it (None before one)."""
@@ -121,6 +138,8 @@ class Profiler:
             )
         if family not in PROFILER_ROUTES:
             return error(422, f"engine {engine!r} is {family}: {NO_PROFILER.get(family, 'it has no profiler route')}")
+        if self.shutdown.begun:
+            return error(503, f"{SHUTTING_DOWN}: no new profile")
         busy = self.state.begin(engine)
         if busy is not None:
             return error(409, f"a profile of engine {busy!r} is running; one profile at a time, retry when it ends")
@@ -137,7 +156,7 @@ class Profiler:
         except TraceError as err:
             return error(503, str(err))
         try:
-            driver = EngineProfiler(cfg, family)
+            driver = EngineProfiler(cfg, family, self.shutdown)
             driver.start(str(directory))
         except ProfilerError as err:
             return error(err.status, err.message)
@@ -147,6 +166,8 @@ class Profiler:
             driver.stop(STOP_TIMEOUT_S)
         except ProfilerError as err:
             return error(err.status, f"stopping the profiler: {err.message}")
+        if self.shutdown.begun:
+            return error(503, f"{SHUTTING_DOWN}: the profiler was stopped, its traces not read")
         ended = self._clock()
         try:
             paths = self._settled_traces(directory, before)
@@ -161,12 +182,16 @@ class Profiler:
         split, cpu = Split(), CpuOpSplit()
 
         def add(event: dict[str, Any]) -> None:
+            if self.stopping.is_set():  # a large trace is not read while serve waits to exit
+                raise TraceError(SHUTTING_DOWN)
             split.add(event)
             cpu.add(event)
 
         try:
             read = read_split(paths, add, self.settings.max_trace_bytes)
         except TraceError as err:
+            if self.shutdown.begun:
+                return error(503, f"{SHUTTING_DOWN}: the profiler was stopped, its traces not read")
             log.warning("profile of %s: %s", cfg.name, err)
             return error(422, f"trace refused: {err}", trace_files=[p.name for p in paths])
         body = self._body(cfg.name, family, seconds, ended, split, cpu, paths, read)

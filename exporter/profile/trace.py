@@ -9,9 +9,11 @@ decoded on its own with ``json.JSONDecoder.raw_decode`` and handed to the
 caller, so memory holds one chunk and one event at a time.
 
 Why caps: the directory is written by another process. The bytes read per
-profile (decompressed, all files together), the size of one event and the number
-of files are bounded; past a cap the read stops with ``TraceError`` naming the
-cap, and nothing of the partial split is published.
+profile (decompressed, all files together), the size and nesting depth of one
+event (exporter/jsonsafe.py's bound: a deeper one would make the C decoder
+recurse past Python's limit) and the number of files are bounded; past a cap the
+read stops with ``TraceError`` naming the cap, and nothing of the partial split
+is published.
 """
 
 from __future__ import annotations
@@ -26,10 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from exporter.jsonsafe import MAX_DEPTH, JSONLimitError, check_depth
+
 #: the decompressed bytes read per profile, all trace files together
 DEFAULT_MAX_TRACE_BYTES = 512 * 1024 * 1024
 #: the largest single event object (a kernel event with its args is well under 4 KiB)
 MAX_EVENT_BYTES = 1024 * 1024
+#: the deepest nesting of one event (a kernel event with its args nests 3 levels)
+MAX_EVENT_DEPTH = MAX_DEPTH
 #: trace files read per profile (one per worker rank, plus the front end's CPU trace)
 MAX_FILES = 64
 #: file names an engine's torch profiler writes
@@ -172,6 +178,7 @@ def _drain(decoder: json.JSONDecoder, buf: str, path: Path, final: bool) -> Gene
     """Yield the whole events at the head of ``buf``; returns (array closed, the unread rest)."""
     pos = 0
     n = len(buf)
+    count = buf.count
     while True:
         skip = _SEPARATORS.match(buf, pos)
         pos = skip.end() if skip else pos
@@ -181,6 +188,8 @@ def _drain(decoder: json.JSONDecoder, buf: str, path: Path, final: bool) -> Gene
             return True, ""
         try:
             value, end = decoder.raw_decode(buf, pos)
+        except RecursionError:  # the C decoder recursed past Python's limit: far past MAX_EVENT_DEPTH
+            raise _too_deep(path) from None
         except json.JSONDecodeError as err:
             if n - pos > MAX_EVENT_BYTES:
                 raise TraceError(
@@ -191,13 +200,25 @@ def _drain(decoder: json.JSONDecoder, buf: str, path: Path, final: bool) -> Gene
             if err.pos >= len(buf.rstrip()) or err.msg.startswith("Unterminated"):
                 raise TraceError(f"{path.name}: the trace ends inside an event (cut short or still being written)") from None
             raise TraceError(f"{path.name}: malformed trace event near character {err.pos}: {err.msg}") from None
+        except ValueError as err:  # not JSON's own: an integer of more digits than int() converts
+            raise TraceError(f"{path.name}: malformed trace event ({str(err)[:80]})") from None
         if end - pos > MAX_EVENT_BYTES:
             raise TraceError(f"{path.name}: an event over the size cap of {MAX_EVENT_BYTES} bytes (not a profiler trace?)")
+        # an event needs MAX_EVENT_DEPTH brackets to nest that deep: only then is it scanned
+        if count("{", pos, end) + count("[", pos, end) > MAX_EVENT_DEPTH:
+            try:
+                check_depth(buf[pos:end], MAX_EVENT_DEPTH)
+            except JSONLimitError:
+                raise _too_deep(path) from None
         if end >= n and not final:
             return False, buf[pos:]  # a number cut at the chunk's end decodes short: wait for the rest
         if isinstance(value, dict):
             yield value
         pos = end
+
+
+def _too_deep(path: Path) -> TraceError:
+    return TraceError(f"{path.name}: an event nested deeper than {MAX_EVENT_DEPTH} levels (not a profiler trace?)")
 
 
 def read_split(paths: list[Path], add: Callable[[dict[str, Any]], None], max_bytes: int) -> int:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.jsonsafe import JSONLimitError, dumps, finite, has_non_finite, loads_bounded
+from exporter.jsonsafe import JSONLimitError, check_depth, dumps, finite, has_non_finite, loads_bounded
 
 NUMBERS = st.floats(allow_nan=True, allow_infinity=True) | st.integers() | st.none() | st.booleans() | st.text(max_size=5)
 DOCS = st.recursive(
@@ -55,3 +55,12 @@ def test_loads_bounded_refuses_depth_and_size_and_non_json_constants() -> None:
         with pytest.raises(ValueError):
             loads_bounded(constant, max_bytes=100)
     assert loads_bounded('"\\\\"', max_bytes=10) == "\\"  # an escaped backslash closes its string
+
+
+def test_check_depth_bounds_text_or_bytes_without_decoding() -> None:
+    check_depth('{"a": [1, {"b": "[[[[[[[["}]}', max_depth=3)  # brackets in strings do not nest
+    check_depth(b"[[[]]]", max_depth=3)
+    for data in ("[[[[]]]]", b"[[[[]]]]", bytearray(b'{"a": {"b": {"c": {}}}}')):
+        with pytest.raises(JSONLimitError, match="nested deeper than 3 levels"):
+            check_depth(data, max_depth=3)
+    check_depth("[1]" * 10_000, max_depth=3)  # many brackets, none deep: scanned and accepted

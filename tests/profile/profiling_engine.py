@@ -2,9 +2,10 @@
 
 Why a fake here: no GPU profiler runs on a CPU runner, so the trace a stop writes
 is one of tests/profile/traces.py's (``mode``: ``gpu``, ``cpu``, ``empty``: annotations
-only, ``garbled``, ``huge``, ``none``); the HTTP exchange and the files are real. ``routes=False``
-answers 404 on the profiler routes, as vLLM does when started without a profiler;
-``release`` cleared holds /stop_profile (bounded), keeping a profile running.
+only, ``garbled``, ``deep``: one event nested 100,000 levels, ``huge``, ``none``); the
+HTTP exchange and the files are real. ``routes=False`` answers 404 on the profiler
+routes, as vLLM does when started without a profiler; ``release`` cleared holds
+/stop_profile (bounded), keeping a profile running.
 """
 
 from __future__ import annotations
@@ -97,6 +98,9 @@ class ProfilingEngine:
             return
         if self.mode == "garbled":
             path.write_bytes(b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": oops}]}')
+            return
+        if self.mode == "deep":  # one event nested far past what the C decoder recurses through
+            path.write_bytes(b'{"traceEvents": [{"ph": "X", "args": ' + b"[" * 100_000 + b"]" * 100_000 + b"}]}")
             return
         if self.mode == "cpu":
             trace = cpu_trace()
