@@ -31,6 +31,8 @@ ENGINE_INFO = "llm_engine_info"
 CONFIG_LABELS: tuple[str, ...] = tuple(lbl for lbl in spec(CONFIG_INFO).labels if lbl not in ENGINE_LABELS)
 #: the most settings one fingerprint keeps (the vocabulary is closed; this bounds a garbled file)
 MAX_SETTINGS = 64
+#: the largest setting a profile may store (token budgets and sizes are far below; a 400-digit one is no setting)
+MAX_SETTING = 1e15
 #: numbers closer than this (relative) are the same setting
 _REL_EPS = 1e-9
 
@@ -121,6 +123,8 @@ def parse(raw: Any, where: str) -> Fingerprint | None:
     for name, value in settings_raw.items():
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
             raise ValueError(f"fingerprint.settings.{str(name)[:40]}: expected a number or a text")
+        if isinstance(value, (int, float)) and not -MAX_SETTING <= value <= MAX_SETTING:  # exact: 10**400 never reaches float()
+            raise ValueError(f"fingerprint.settings.{str(name)[:40]}: expected a number within ±{MAX_SETTING:g}")
         found[str(name)] = float(value) if isinstance(value, (int, float)) else value[: es.MAX_VALUE]
     argv_raw = raw.get("argv") or []
     if not isinstance(argv_raw, list) or not all(isinstance(a, str) for a in argv_raw):

@@ -35,6 +35,7 @@ from exporter.capacity import fingerprint as fpr
 from exporter.capacity.live import WINDOW_SECONDS, LiveLoad, LiveWindow
 from exporter.capacity.profile import Profile
 from exporter.capacity.watch import ProfileWatcher
+from exporter.diagnosis.finite import ratio
 from exporter.samples import Point, Sample, SampleResult, SourceError
 from exporter.store import Snapshot
 
@@ -62,10 +63,11 @@ def used_ratio(profile: Profile, live: LiveLoad) -> float | None:
     """The larger of in flight over the concurrency and the finished rate over the requests/s (None: neither known)."""
     parts = []
     if live.in_flight is not None and profile.concurrency > 0:
-        parts.append(live.in_flight / profile.concurrency)
+        parts.append(ratio(live.in_flight, profile.concurrency))
     if live.finished_per_second is not None and profile.requests_per_second > 0:
-        parts.append(live.finished_per_second / profile.requests_per_second)
-    return max(parts) if parts else None
+        parts.append(ratio(live.finished_per_second, profile.requests_per_second))
+    known = [p for p in parts if p is not None]  # an overflowed quotient is no reading, not +Inf
+    return max(known) if known else None
 
 
 def drift(profile: Profile, live: LiveLoad) -> dict[str, float]:
@@ -75,8 +77,8 @@ def drift(profile: Profile, live: LiveLoad) -> dict[str, float]:
         ("prompt_tokens", profile.prompt_tokens_mean, live.prompt_tokens_mean),
         ("output_tokens", profile.output_tokens_mean, live.output_tokens_mean),
     ):
-        if measured and now is not None:
-            out[dim] = now / measured
+        if measured and now is not None and (value := ratio(now, measured)) is not None:
+            out[dim] = value
     return out
 
 

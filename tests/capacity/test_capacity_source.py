@@ -180,3 +180,16 @@ def test_a_symptom_past_the_measured_knee_is_explained_as_capacity() -> None:
 def test_the_rule_is_declared_once() -> None:
     (rule,) = [r for r in RULES if r.cause == "capacity_nearly_used"]
     assert rule.layer == "application" and rule.warns_alone is not None
+
+
+def test_a_live_figure_that_overflows_against_the_profile_is_no_reading_not_infinity() -> None:
+    """1e308 finished a second over a profile of 0.5 req/s overflows: that part is no reading."""
+    from exporter.capacity.live import LiveLoad
+    from exporter.capacity.profile import Profile
+    from exporter.capacity.source import drift, used_ratio
+
+    profile = Profile("p.json", "tune.json baseline", 10, 0.5, 100.0, 0.0, None, 1e-300, 0.5)
+    huge = LiveLoad(in_flight=5.0, finished_per_second=1e308, prompt_tokens_mean=1e308, output_tokens_mean=2.0)
+    assert used_ratio(profile, huge) == 0.5  # the in-flight half still reads
+    assert drift(profile, huge) == {"output_tokens": 4.0}  # 1e308 / 1e-300 is not a ratio
+    assert used_ratio(profile, LiveLoad(None, 1e308, None, None)) is None
