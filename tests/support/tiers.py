@@ -95,6 +95,7 @@ STACK_PATHS: tuple[str, ...] = (
     "tests/tune/test_tune_simulator.py",
     "tests/tune/test_tune_apply_shell.py",  # every template shape through the real /bin/sh
     "tests/process/test_sampler_cost.py",  # a module fixture starts a process of many threads
+    "tests/profile/test_profile_bounds_serve.py",
 )
 #: single tests that start a child process in files whose other tests do not
 STACK_NODES: tuple[str, ...] = (
