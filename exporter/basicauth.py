@@ -12,9 +12,10 @@ exporter-toolkit:
   exporter's CPU quota (a cgroup limit would throttle /healthz with it);
 - admission is bounded: at most `max_pending` checks queued or running, each waits at
   most `max_wait` seconds; past either bound the request is refused (BUSY, HTTP 503),
-  never queued without limit. A full queue refuses at once. The queue is deeper than
-  a spray's usual concurrency so that sprayers wait (costing nothing) instead of
-  spinning on instant refusals, which would keep the event loop busy;
+  never queued without limit. A full queue refuses at once (an address that has failed:
+  after the tarpit below). The queue is deeper than a spray's usual concurrency so that
+  sprayers wait (costing nothing) instead of spinning on instant refusals, which would
+  keep the event loop busy;
 - successful verifications are cached under the user and a keyed hash of the password
   (per-process random key), bounded in size and forgotten after `cache_ttl` seconds
   unused, so an authorised scraper never waits behind the pool. A check that ends
@@ -31,10 +32,35 @@ exporter-toolkit:
   budget; at most `clean_per_source` checks of one address), and an address that has
   failed is confined to the shared lane, where one address holds at most
   `per_source_pending` places and is refused after `refusal_delay` seconds beyond
-  that (a tarpit, so refused sprayers cannot spin on the event loop). The lane
-  depends on the address only, never on the user name, so it tells nothing about
-  which users exist. IPv6 addresses count per /64 (one host can hold a whole /64);
-  behind a proxy every client shares the proxy's address.
+  that (a tarpit, so refused sprayers cannot spin on the event loop; a failed address
+  is tarpitted even when the whole lane is full). The clean or shared lane depends on
+  the address only, never on the user name. IPv6 addresses count per /64 (one host
+  can hold a whole /64); behind a proxy every client shares the proxy's address;
+- a known-good credential never waits behind failing ones. Once verified, a
+  credential is answered from the success cache above, before any lane: no queue, no
+  worker, whatever its address has done. What is left is its *first* check (after a
+  restart, a new replica, a cache entry forgotten) from an address a spray shares (a
+  proxy, a NAT, the same host): that address is over its share of the shared lane, so
+  the check was tarpitted with the sprayers' (once 4 of 20 tries refused, 10.9 s to
+  the first success). So, where a refusal would be tarpitted, a check for a user name
+  *in the web config* first tries that user's reservation: a third lane with one place
+  per configured name (`named_pending` places in all) and a worker per place, so no
+  name's check queues behind another's. Random and unknown names never enter it, and
+  wrong passwords for another configured name take that name's place, not this one's.
+  Limits: a spray of the same name can hold its place (only the bcrypt check tells
+  that user from the sprayer), and past `named_pending` configured names sprayed at
+  once the rest find no place. Why the configured names, not the names that succeeded
+  before: after a restart none has, and that is the case to cover.
+  Why it does not tell which users exist: a check in a reservation can only turn into
+  OK. Any other outcome (a wrong password, a check not done within `refusal_delay`)
+  is answered exactly as the tarpitted refusal an unknown name gets: 503 once
+  `refusal_delay` has passed since the request came. The check goes on, and a late
+  success is still cached. Its CPU: it waits only for its own budget (the same burst,
+  refilled at a quarter of `cpu_share`), so nothing the shared lane's spray spent
+  delays it, and what it spends is charged to the shared lane's budget as well, so the
+  shared lane and the reservations together stay within one `cpu_share` in the long
+  run (plus a burst): naming a configured user gains a spray no CPU, and a spray that
+  keeps reservations busy takes at most a quarter of the shared lane's CPU from it.
 """
 
 from __future__ import annotations
@@ -64,6 +90,10 @@ WORKER_NICENESS = 10
 #: the checks may use, longer than a request waits (3 s): no uncached scrape would pass on a
 #: busy node. Cost 31 would hash for about 36 h at start-up before anything is logged.
 MAX_BCRYPT_COST = 14
+#: the users' reservations refill their CPU budget at this fraction of `cpu_share` (the same burst): a
+#: first check after a restart runs on the burst at once, and a spray of a configured name that keeps
+#: its reservation busy takes at most this much of the shared lane's budget (it is charged there too)
+RESERVATION_SHARE = 0.25
 
 
 class Verdict(enum.Enum):
@@ -93,12 +123,23 @@ def parse_basic(header: str | None) -> tuple[str, bytes] | None:
 
 
 class _Lane:
-    """A worker pool with its own bounded queue and CPU budget; at most `per_source` places per address."""
+    """A worker pool with its own bounded queue and CPU budget; at most `per_source` places per address
+    (per user name in the reservations' lane). A check waits for `budget` and is charged to it and to
+    `also_charged` (the reservations' CPU counts against the shared lane's budget too)."""
 
-    def __init__(self, name: str, workers: int, max_pending: int, per_source: int, budget: CpuBudget) -> None:
+    def __init__(
+        self,
+        name: str,
+        workers: int,
+        max_pending: int,
+        per_source: int,
+        budget: CpuBudget,
+        also_charged: tuple[CpuBudget, ...] = (),
+    ) -> None:
         self.max_pending = max_pending
         self.per_source = per_source
         self.budget = budget
+        self.charged = (budget, *also_charged)
         self.pending = 0
         self.by_source: Counter[str] = Counter()
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name, initializer=_lower_priority)
@@ -121,6 +162,7 @@ class BasicAuthVerifier:
         per_source_pending: int | None = None,
         clean_pending: int = 8,
         clean_per_source: int = 2,
+        named_pending: int = 8,
         suspect_ttl: float = 600.0,
         max_sources: int = 4096,
         refusal_delay: float = 1.0,
@@ -144,10 +186,18 @@ class BasicAuthVerifier:
         self._shared = _Lane("basic-auth", workers, max_pending, per_source, CpuBudget(cpu_share, cpu_burst))
         #: its own CPU budget: a spray that spent the shared one cannot delay a clean address
         self._clean = _Lane("basic-auth-clean", 1, clean_pending, clean_per_source, CpuBudget(cpu_share, cpu_burst))
+        #: the configured users' reservations: one place per user name and a worker per place (no name's
+        #: check queues behind another's); waits for its own budget only, charged to the shared lane's as
+        #: well (a spray gains no CPU by naming a configured user)
+        named_budget = CpuBudget(cpu_share * RESERVATION_SHARE, cpu_burst)
+        self._named = _Lane(
+            "basic-auth-named", max(1, named_pending), named_pending, 1, named_budget, also_charged=(self._shared.budget,)
+        )
+        self._lanes = (self._shared, self._clean, self._named)
 
     @property
     def pending(self) -> int:
-        return self._shared.pending + self._clean.pending
+        return sum(lane.pending for lane in self._lanes)
 
     async def verify(self, header: str | None, source: str | None = None) -> Verdict:
         """OK, DENIED or BUSY for an Authorization header from `source` (the client's address; None: unknown)."""
@@ -162,49 +212,76 @@ class BasicAuthVerifier:
             return Verdict.OK
         hashed = self._users.get(user)
         # an unknown user: the same work as a wrong password, and nothing to remember
-        future, tarpit = self._submit(password, self._dummy if hashed is None else hashed, key if hashed else None, source)
+        future, tarpit, reserved = self._submit(
+            password, self._dummy if hashed is None else hashed, key if hashed else None, source, user if hashed else None
+        )
         if future is None:
             if tarpit:
                 await asyncio.sleep(self._refusal_delay)
             return Verdict.BUSY
+        if reserved:
+            return await self._reserved_verdict(future)
         try:
             ok = await asyncio.wait_for(asyncio.wrap_future(future), self._max_wait)
         except asyncio.TimeoutError:
             return Verdict.BUSY
         return Verdict.OK if ok and hashed is not None else Verdict.DENIED
 
+    async def _reserved_verdict(self, future: Future[bool]) -> Verdict:
+        """OK as soon as a reservation's check succeeds; anything else is the tarpitted refusal an
+        unknown name gets at the same moment (503 `refusal_delay` after the request came)."""
+        loop = asyncio.get_running_loop()
+        refuse_at = loop.time() + self._refusal_delay
+        try:
+            ok = await asyncio.wait_for(asyncio.wrap_future(future), self._refusal_delay)
+        except asyncio.TimeoutError:  # not done yet: refused now; the check goes on, a success is cached
+            return Verdict.BUSY
+        if ok:
+            return Verdict.OK
+        await asyncio.sleep(max(0.0, refuse_at - loop.time()))
+        return Verdict.BUSY
+
     def close(self) -> None:
-        for lane in (self._shared, self._clean):
+        for lane in self._lanes:
             lane.pool.shutdown(wait=False, cancel_futures=True)
 
     def _submit(
-        self, password: bytes, hashed: bytes, key: tuple[str, bytes] | None, source: str | None
-    ) -> tuple[Future[bool] | None, bool]:
-        """Queue one check in the clean lane when the address may use it, else in the shared lane.
+        self, password: bytes, hashed: bytes, key: tuple[str, bytes] | None, source: str | None, user: str | None = None
+    ) -> tuple[Future[bool] | None, bool, bool]:
+        """Queue one check in the clean lane when the address may use it, else in the shared lane,
+        else (where the refusal would be tarpitted) in the reservation of `user` (a configured name).
 
-        (None, tarpit) when there is no room: tarpit is True when this address alone is
-        over its share (its refusal waits), False when the lane is full (refused at once).
+        (None, tarpit, False) when there is no room: tarpit is True when this address alone
+        is over its share or has failed (its refusal waits), False when the lane is full
+        for an address that has not failed or is unknown (refused at once). The last item
+        is True when the check runs in a reservation.
         """
         who = _source_key(source)
         with self._lock:
+            suspect = who is not None and self._suspect(who)
             lanes = [self._shared]
-            if who is not None and not self._suspect(who):
+            if who is not None and not suspect:
                 lanes.insert(0, self._clean)
             lane = next((ln for ln in lanes if ln.pending < ln.max_pending and self._room(ln, who)), None)
+            place = who
             if lane is None:
                 full = self._shared.pending >= self._shared.max_pending
-                return None, not full
+                tarpit = who is not None and (suspect or not full)
+                named = self._named
+                if not (tarpit and user is not None and named.pending < named.max_pending and self._room(named, user)):
+                    return None, tarpit, False
+                lane, place = named, user
             lane.pending += 1
-            if who is not None:
-                lane.by_source[who] += 1
+            if place is not None:
+                lane.by_source[place] += 1
         try:
-            future = lane.pool.submit(self._check, lane.budget, password, hashed)
+            future = lane.pool.submit(self._check, lane, password, hashed)
         except RuntimeError:  # the pool is shut down: the server is stopping
-            self._release(lane, who)
-            return None, False
+            self._release(lane, place)
+            return None, False, False
 
         def done(f: Future[bool]) -> None:  # also runs when a queued check is cancelled
-            self._release(lane, who)
+            self._release(lane, place)
             if f.cancelled() or f.exception() is not None:
                 return
             if f.result() and key is not None:
@@ -213,10 +290,11 @@ class BasicAuthVerifier:
                 self._mark_failed(who)
 
         future.add_done_callback(done)
-        return future, False
+        return future, False, lane is self._named
 
     @staticmethod
     def _room(lane: _Lane, who: str | None) -> bool:
+        """Whether `who` (an address; a user name in the reservations' lane) may take another place."""
         return who is None or lane.by_source[who] < lane.per_source
 
     def _suspect(self, who: str) -> bool:
@@ -265,14 +343,17 @@ class BasicAuthVerifier:
                 self._cache.popitem(last=False)
 
     @staticmethod
-    def _check(budget: CpuBudget, password: bytes, hashed: bytes) -> bool:
-        """On a worker: wait for the lane's CPU budget, check, pay for the CPU the check used."""
-        budget.wait()
+    def _check(lane: _Lane, password: bytes, hashed: bytes) -> bool:
+        """On a worker: wait for the lane's CPU budget, check, pay for the CPU the check used
+        (to every budget the lane is charged to)."""
+        lane.budget.wait()
         started = time.thread_time()
         try:
             return _checkpw(password, hashed)
         finally:
-            budget.spend(time.thread_time() - started)
+            used = time.thread_time() - started
+            for budget in lane.charged:
+                budget.spend(used)
 
 
 def _source_key(source: str | None) -> str | None:

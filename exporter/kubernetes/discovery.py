@@ -34,22 +34,44 @@ warning line per pod and problem, logged again only after it changed; the pod
 is skipped, counted in ``llm_exporter_kubernetes_pods_skipped_total{reason}``
 once per pod list read, and every other pod is still added and removed. At most
 ``MAX_TARGETS`` pods are scraped.
+
+Log lines are bounded by time, never by pods x refreshes (``LogDigest``): pods
+flapping in and out of the list once wrote 96 lines a second (a pod started, a
+pod stopped, its bad annotation again, its new engine source down: each per pod
+per refresh). Each kind of event (pods added, pods removed, pods skipped for a
+bad annotation, the list's left-out items changing, a discovered source going
+down or recovering) writes its first ``LOG_DETAIL_LINES`` lines of a window as
+they happen (a new pod is in the log at once, as before); the rest of the window
+is counted and written as one line when the window ends, with the count and a few
+examples ("scraping 37 more pod(s) in the last 10s, not logged one by one; e.g.
+..."). While a kind keeps overflowing, each further window is that one line only;
+after a quiet window the first lines are written as they happen again. A window
+is the discovery interval, at least ``LOG_WINDOW_S``. The discovered sources'
+up/down lines take this path because a pod that comes back gets a new runner,
+whose first failure the runner would log afresh (``exporter/runner.py`` keeps
+one line per ``LOG_EVERY_S`` per runner, which still holds). A failing pod list
+is this source's own state and is logged by its runner, once per ``LOG_EVERY_S``
+at most. The counters are unchanged: the log is for people, the metrics count
+everything.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import logging
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from exporter.engines.config import ENGINE_TYPES, EngineConfig
 from exporter.kubernetes.cgroup import container_root_pid
 from exporter.kubernetes.pods import ANNOTATION_PREFIX, MAX_ANNOTATION_BYTES, Pod, PodDirectory
+from exporter.runner import LOG_EVERY_S, SourceRunner, TransitionLog
 from exporter.samples import HistogramSample, Point, Sample, SampleResult, SourceError
 from exporter.schema import KUBERNETES_POD_SKIP_REASONS
+from exporter.store import SnapshotStore
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +86,127 @@ FIND_EVERY_S = 10.0
 SKIPPED = "llm_exporter_kubernetes_pods_skipped_total"
 _TOO_LARGE = f"its annotations are over {MAX_ANNOTATION_BYTES // 1024} KiB and are ignored"
 _NOT_AN_IP = "is not an IP address"
+#: discovery's log lines are counted in windows of the discovery interval, this long at least
+LOG_WINDOW_S = 10.0
+#: lines of one kind written as they happen in a window; the rest are counted into one line
+LOG_DETAIL_LINES = 5
+#: examples one counted line names (each cut to ``LOG_EXAMPLE_CHARS``)
+LOG_EXAMPLES = 3
+LOG_EXAMPLE_CHARS = 160
+#: kind of event -> (level, what the counted line says; ``{n}``: how many were not logged one by one)
+LOG_KINDS: dict[str, tuple[int, str]] = {
+    "added": (logging.INFO, "scraping {n} more pod(s)"),
+    "removed": (logging.INFO, "stopped scraping {n} more pod(s)"),
+    "skipped": (logging.WARNING, "{n} more pod(s) skipped for a bad annotation"),
+    "left_out": (logging.WARNING, "the pod list's left-out items changed {n} more time(s)"),
+    "down": (logging.WARNING, "{n} more discovered source(s) went down"),
+    "recovered": (logging.INFO, "{n} more discovered source(s) recovered"),
+}
+
+
+@dataclass
+class _Window:
+    """One kind's current window: its start (None: no window open), the lines it may still write
+    as they happen, and what it counted instead."""
+
+    start: float | None = None
+    budget: int = 0
+    counted: int = 0
+    examples: list[str] = field(default_factory=list)
+
+
+class LogDigest:
+    """Discovery's log lines: at most ``detail`` of a kind per window as they happen, then one
+    counted line per window (module docstring). Thread-safe: discovered sources' runners report
+    their transitions from their own threads."""
+
+    def __init__(self, window: float, clock: Callable[[], float] = time.monotonic, detail: int = LOG_DETAIL_LINES) -> None:
+        self.window = window
+        self.clock = clock
+        self.detail = detail
+        self._lock = threading.Lock()
+        self._windows = {kind: _Window() for kind in LOG_KINDS}
+
+    def event(self, kind: str, line: str, example: str) -> None:
+        """One event of ``kind``: ``line`` is written now if its window allows, else counted
+        (``example`` may be named in the counted line)."""
+        now = self.clock()
+        out: list[tuple[int, str]] = []
+        with self._lock:
+            w = self._windows[kind]
+            self._close(kind, w, now, out, force=False)
+            if w.start is None:
+                w.start, w.budget = now, self.detail
+            if w.budget > 0:
+                w.budget -= 1
+                out.append((LOG_KINDS[kind][0], line))
+            else:
+                w.counted += 1
+                example = example[:LOG_EXAMPLE_CHARS]
+                if len(w.examples) < LOG_EXAMPLES and example not in w.examples:
+                    w.examples.append(example)
+        _write(out)
+
+    def flush(self, force: bool = False) -> None:
+        """Write the counted line of every window that is over (``force``: of every window, now)."""
+        now = self.clock()
+        out: list[tuple[int, str]] = []
+        with self._lock:
+            for kind, w in self._windows.items():
+                self._close(kind, w, now, out, force)
+        _write(out)
+
+    def _close(self, kind: str, w: _Window, now: float, out: list[tuple[int, str]], force: bool) -> None:
+        if w.start is None or (not force and now - w.start < self.window):
+            return
+        if not w.counted:
+            w.start = None  # a quiet window: the next event opens one, its lines written as they happen
+            return
+        level, what = LOG_KINDS[kind]
+        line = f"discovery: {what.format(n=w.counted)} in the last {now - w.start:.0f}s, not logged one by one"
+        out.append((level, f"{line}; e.g. {'; '.join(w.examples)}"))
+        # it overflowed: the next window only counts, so a flood is one line a window
+        w.start, w.budget, w.counted, w.examples = now, 0, 0, []
+
+
+def _write(lines: list[tuple[int, str]]) -> None:
+    for level, line in lines:
+        log.log(level, "%s", line)
+
+
+class _DigestTransitions(TransitionLog):
+    """A discovered source's up/down lines, through discovery's ``LogDigest`` (module docstring);
+    still at most one per ``LOG_EVERY_S`` for the source itself, as ``TransitionLog`` decides."""
+
+    def __init__(self, name: str, digest: LogDigest) -> None:
+        super().__init__(name, LOG_EVERY_S, clock=digest.clock)
+        self.digest = digest
+
+    def _emit(self, now: float) -> None:
+        extra = ""
+        if self.suppressed:
+            extra = f" ({self.suppressed} transition(s) not logged in the last {now - (self._logged_at or now):.0f}s)"
+        if self._up:
+            self.digest.event("recovered", f"source {self.name} recovered{extra}", self.name)
+        else:
+            self.digest.event("down", f"source {self.name} down: {self._detail}{extra}", f"{self.name}: {self._detail}")
+        self._logged_at = now
+        self.suppressed = 0
+
+
+class _Discovered:
+    """What discovery hands the runner group: a discovered source, run by a ``SourceRunner`` whose
+    up/down lines go through the digest."""
+
+    def __init__(self, source: Any, digest: LogDigest) -> None:
+        self.source = source
+        self.name: str = source.name
+        self.digest = digest
+
+    def make_runner(self, store: SnapshotStore) -> SourceRunner:
+        runner = SourceRunner(self.source, store)
+        runner.transitions = _DigestTransitions(self.source.name, self.digest)
+        return runner
 
 
 @dataclass(frozen=True)
@@ -215,6 +358,7 @@ class DiscoverySource:
         interval: float = DEFAULT_INTERVAL_S,
         timeout: float = 10.0,
         remove_wait: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.directory = directory
         self.engine_interval = engine_interval
@@ -237,6 +381,8 @@ class DiscoverySource:
         self._counted: float | None = None
         #: pods left out of the last list, by reason (logged when it changes)
         self._left_out: dict[str, int] = {}
+        #: every line discovery writes goes through it: bounded by windows, never pods x refreshes
+        self.digest = LogDigest(max(interval, LOG_WINDOW_S), clock)
 
     def bind_runner_group(self, group: Any) -> None:
         """Called by ``RunnerGroup.add``: where discovered sources are started and stopped."""
@@ -249,6 +395,7 @@ class DiscoverySource:
     def sample(self) -> SampleResult:
         if self._group is None:
             raise SourceError("internal", "discovery is not attached to a runner group")
+        self.digest.flush()  # the windows that ended, even when this refresh fails
         listed = self.directory.refresh()
         wanted: dict[str, Target] = {}
         problems: dict[str, str] = {}
@@ -265,7 +412,7 @@ class DiscoverySource:
                 problems[pod.uid] = f"pod {pod.namespace}/{pod.name}: {_TOO_LARGE}"
         for uid, problem in problems.items():
             if self._problems.get(uid) != problem:
-                log.warning("discovery: %s; pod skipped", problem)
+                self.digest.event("skipped", f"discovery: {problem}; pod skipped", problem)
         self._problems = problems
         if listed.fetched_at != self._counted:
             self._counted = listed.fetched_at
@@ -274,10 +421,8 @@ class DiscoverySource:
                     self.skipped[reason] += n
             left_out = {r: n for r, n in listed.skipped.items() if r in ("malformed", "too_many_pods")}
             if left_out and left_out != self._left_out:
-                log.warning(
-                    "discovery: pod list: items left out (%s); the other pods are used",
-                    ", ".join(f"{r}: {n}" for r, n in left_out.items()),
-                )
+                which = ", ".join(f"{r}: {n}" for r, n in left_out.items())
+                self.digest.event("left_out", f"discovery: pod list: items left out ({which}); the other pods are used", which)
             self._left_out = left_out
         partial: list[SourceError] = []
         if len(wanted) > MAX_TARGETS:
@@ -288,6 +433,7 @@ class DiscoverySource:
         for uid, target in wanted.items():
             if uid not in self._active:
                 self._add(target)
+        self.digest.flush()
         points: list[Point] = [Sample(SKIPPED, {"reason": r}, float(n)) for r, n in self.skipped.items()]
         return SampleResult(points, partial)
 
@@ -312,19 +458,35 @@ class DiscoverySource:
             )
             sources.append(PodLabelled(process, target.namespace, target.pod))
         for source in sources:
-            self._group.add(source)
+            self._group.add(_Discovered(source, self.digest))
         self._active[target.uid] = (target, [s.name for s in sources])
-        log.info("discovery: scraping %s (%s, engine %s)", target.server, target.url, target.engine)
+        self.digest.event("added", f"discovery: scraping {target.server} ({target.url}, engine {target.engine})", target.server)
 
     def _remove(self, uid: str) -> None:
         target, names = self._active.pop(uid)
         for name in names:
             self._group.remove(name, timeout=self.remove_wait)
-        log.info("discovery: stopped scraping %s", target.server)
+        self.digest.event("removed", f"discovery: stopped scraping {target.server}", target.server)
 
     def close(self) -> None:
-        """Forgets the discovered sources: the group that ran them stops them with the rest."""
+        """Forgets the discovered sources (the group that ran them stops them with the rest) and
+        writes what the log windows still counted."""
         self._active.clear()
+        self.digest.flush(force=True)
 
 
-__all__ = ["ENGINE", "PATH", "PORT", "SCRAPE", "DiscoverySource", "PodLabelled", "PodProcessFinder", "Target", "target_of"]
+__all__ = [
+    "ENGINE",
+    "LOG_DETAIL_LINES",
+    "LOG_KINDS",
+    "LOG_WINDOW_S",
+    "PATH",
+    "PORT",
+    "SCRAPE",
+    "DiscoverySource",
+    "LogDigest",
+    "PodLabelled",
+    "PodProcessFinder",
+    "Target",
+    "target_of",
+]
