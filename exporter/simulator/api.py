@@ -190,7 +190,8 @@ def create_app(sim: Simulator) -> FastAPI:
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        body, headers = dialects.render(sim.dialect, engine.snapshot())
+        # off the event loop: the snapshot takes the engine lock, which a step holds (issue 31)
+        body, headers = await asyncio.to_thread(lambda: dialects.render(sim.dialect, engine.snapshot()))
         return Response(body, media_type=dialects.CONTENT_TYPE, headers=headers)
 
     async def side(route: str) -> JSONResponse:
@@ -198,7 +199,7 @@ def create_app(sim: Simulator) -> FastAPI:
         maker = dialects.side_route(sim.dialect, route)
         if maker is None:
             raise ApiError(404, f"/{route}: not served by the {sim.dialect} dialect", type_="not_found_error")
-        return JSONResponse(maker(engine.snapshot()))
+        return JSONResponse(maker(await asyncio.to_thread(engine.snapshot)))
 
     @app.get("/props")
     async def props() -> JSONResponse:
@@ -214,7 +215,7 @@ def create_app(sim: Simulator) -> FastAPI:
 
     @app.get("/sim/state")
     async def sim_state() -> JSONResponse:
-        state = engine.snapshot().state()
+        state = (await asyncio.to_thread(engine.snapshot)).state()
         state["dialect"] = sim.dialect
         return JSONResponse(state)
 

@@ -7,6 +7,14 @@ roofline (:mod:`.roofline`) how long the GPUs take, burns the modelled host time
 on a real CPU (:mod:`.hostwork`), then sleeps out the rest of the step (host
 work overlaps GPU work unless ``overlap_host`` is off) and delivers the tokens.
 All bookkeeping runs under one lock; renderers read frozen snapshots.
+
+The HTTP front end never waits on that lock (issue 31): a submission goes into a
+lock-free inbox the scheduler takes at its next step (as a real engine core takes
+new requests between steps), HTTP-level counts go to a counter of their own, and
+an idle scheduler is woken by an event, not by the lock's condition. Before this,
+the event loop waited for the scheduler's bookkeeping on every request and every
+count; on a short CPU its clients fell behind and the simulated queue emptied,
+so a scenario stopped being its scenario for reasons of the host.
 """
 
 from __future__ import annotations
@@ -53,6 +61,26 @@ _WINDOW_KEYS = (
     "decode_steps",
     "decode_batch",
 )
+
+
+class FrontCounts:
+    """HTTP-level counts (requests received, validation errors, queue-full refusals) kept apart
+    from the engine's stats, under a lock the scheduler never holds for a step."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+
+    def inc(self, name: str, labels: Mapping[str, str] | None = None) -> None:
+        key = (name, tuple(sorted((labels or {}).items())))
+        with self._lock:
+            self._counts[key] = self._counts.get(key, 0.0) + 1.0
+
+    def take(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """Everything counted since the last take (the caller adds it to the engine's stats)."""
+        with self._lock:
+            counts, self._counts = self._counts, {}
+        return counts
 
 
 class EngineStopped(Exception):
@@ -242,6 +270,11 @@ class Engine:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._stopping = threading.Event()
+        #: submissions the front end made since the scheduler last looked (deque: atomic append/popleft)
+        self._inbox: deque[SimRequest] = deque()
+        self._front = FrontCounts()
+        #: set by whatever gives an idle scheduler work: a submission, an abort, a reconfigure, stop
+        self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sim-scheduler", daemon=True)
         self._ids = itertools.count(1)
         self.start_unix = time.time()
@@ -264,6 +297,7 @@ class Engine:
         with self._cond:
             self._stopping.set()
             self._cond.notify_all()
+        self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout)
 
@@ -273,9 +307,17 @@ class Engine:
 
     # ------------------------------------------------------------------ requests
     def submit(self, prompt_ids: list[int], max_tokens: int, streaming: bool, sink: Callable[[TokenEvent], None]) -> SimRequest:
-        """Queue a request; raises QueueFull (-> 429) or EngineStopped (-> 503)."""
+        """Queue a request without the engine lock; raises QueueFull (-> 429) or EngineStopped (-> 503).
+
+        The queue bound is read without the lock: the scheduler only ever shortens the
+        waiting list behind the front end's back, and one event loop submits in turn.
+        """
         if self._stopping.is_set() or not self._thread.is_alive():
             raise EngineStopped("the simulated engine is not running")
+        waiting = len(self.scheduler.waiting) + len(self._inbox)
+        if waiting >= self.config.max_queue_len:
+            self._front.inc("rejected", {"reason": "queue_full"})
+            raise QueueFull(f"{waiting} requests waiting (max_queue_len {self.config.max_queue_len})")
         rid = next(self._ids)
         req = SimRequest(
             id=f"sim-{rid}",
@@ -286,22 +328,30 @@ class Engine:
             arrival=self.clock.now(),
             seed=rid,
         )
-        with self._cond:
-            self.scheduler.submit(req)
-            self._cond.notify_all()
+        self._inbox.append(req)
+        self._wake.set()
         return req
 
     def abort(self, req: SimRequest) -> None:
-        """The client went away (disconnect or timeout): finish the request as ``abort``."""
-        with self._cond:
-            if req.finish_reason is None:
-                self.scheduler.abort(req)
-                self._cond.notify_all()
+        """The client went away (disconnect or timeout): finish the request as ``abort``.
+
+        A flag the scheduler reads at its next step (``reap_aborted``), so no lock: the
+        front end calls this from its event loop.
+        """
+        if req.finish_reason is None:
+            self.scheduler.abort(req)
+            self._wake.set()
 
     def count(self, name: str) -> None:
-        """Count an HTTP-level event (requests received, validation errors) under the engine lock."""
-        with self._lock:
-            self.stats.inc(name)
+        """Count an HTTP-level event (requests received, validation errors): no engine lock."""
+        self._front.inc(name)
+
+    def _take_inbox(self) -> None:
+        """Under the engine lock: admit what the front end submitted, add its counts to the stats."""
+        while self._inbox:
+            self.scheduler.admit(self._inbox.popleft())
+        for (name, labels), amount in self._front.take().items():
+            self.stats.inc(name, amount, dict(labels) if labels else None)
 
     def reconfigure(self, config: SimConfig, scenario: str) -> None:
         """Switch knobs live (POST /sim/scenario). The GPU count and dialect stay as started."""
@@ -316,10 +366,12 @@ class Engine:
             self.clock.set_scale(config.time_scale)
             self.telemetry.configure(config.gpu_window_s, config.power_limit_w, fb_used_mib(config))
             self._cond.notify_all()
+        self._wake.set()
 
     # ------------------------------------------------------------------ reads
     def snapshot(self) -> EngineSnapshot:
         with self._lock:
+            self._take_inbox()
             sch = self.scheduler
             now = self.clock.now()
             return EngineSnapshot(
@@ -362,28 +414,34 @@ class Engine:
         cpu0 = time.thread_time()
         try:
             while not self._stopping.is_set():
+                self._wake.clear()  # before the inbox is read: a submission after this sets it again
                 with self._cond:
+                    self._take_inbox()
                     now = self.clock.now()
                     self.scheduler.reap_aborted(now)
                     plan = self.scheduler.schedule(now)
+                    idle_wait: float | None = None
                     if plan.empty:
                         self.clock.begin_idle()
                         self.telemetry.idle(self.clock.scale)
                         hold = self.scheduler.hold_remaining(now)
-                        wait = 0.05 if hold is None else min(0.05, max(hold / self.clock.scale, 0.0005))
+                        idle_wait = 0.05 if hold is None else min(0.05, max(hold / self.clock.scale, 0.0005))
                         self._cpu = time.thread_time() - cpu0
-                        self._cond.wait(wait)
-                        continue
-                    cfg = self.config
-                    work = plan.work(cfg.spec_tokens)
-                    work.eager_launch_s = eager_launch_s(cfg, work)
-                    gpu_steps = step_cost(work, self._params)
-                    gpu_s = max(s.busy_s for s in gpu_steps)
-                    host_s = cfg.host_base_s + cfg.host_per_seq_s * len(plan.items) + cfg.host_per_token_s * work.tokens
-                    duration = max(host_s, gpu_s) if cfg.overlap_host else host_s + gpu_s
-                    self.clock.begin_step(duration)
-                    scale = self.clock.scale
-                    self.telemetry.record(duration, scale, gpu_steps)
+                    else:
+                        cfg = self.config
+                        work = plan.work(cfg.spec_tokens)
+                        work.eager_launch_s = eager_launch_s(cfg, work)
+                        gpu_steps = step_cost(work, self._params)
+                        gpu_s = max(s.busy_s for s in gpu_steps)
+                        host_s = cfg.host_base_s + cfg.host_per_seq_s * len(plan.items) + cfg.host_per_token_s * work.tokens
+                        duration = max(host_s, gpu_s) if cfg.overlap_host else host_s + gpu_s
+                        self.clock.begin_step(duration)
+                        scale = self.clock.scale
+                        self.telemetry.record(duration, scale, gpu_steps)
+                if idle_wait is not None:
+                    if not self._inbox:  # outside the lock: a submission wakes it at once
+                        self._wake.wait(idle_wait)
+                    continue
                 burn_cpu(host_s / scale)
                 delay = self.clock.step_wall_deadline() - time.monotonic()
                 if delay > 0:

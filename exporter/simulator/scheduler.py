@@ -108,9 +108,14 @@ class Scheduler:
 
     # ------------------------------------------------------------------ admission
     def submit(self, req: SimRequest) -> None:
+        """Admit ``req`` unless the waiting queue is at its bound (QueueFull, counted as rejected)."""
         if len(self.waiting) >= self.config.max_queue_len:
             self.stats.inc("rejected", labels={"reason": "queue_full"})
             raise QueueFull(f"{len(self.waiting)} requests waiting (max_queue_len {self.config.max_queue_len})")
+        self.admit(req)
+
+    def admit(self, req: SimRequest) -> None:
+        """Queue ``req`` whose bound the front end already checked (Engine.submit, without the lock)."""
         self.stats.inc("requests_received")
         self.stats.observe("max_tokens", req.max_tokens)
         self.waiting.append(req)

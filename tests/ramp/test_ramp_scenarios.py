@@ -1,6 +1,6 @@
 """End to end: ``ramp`` against the simulator and a real ``serve``, one scenario per test.
 
-Each attempt starts the simulator and the exporter as subprocesses on free
+Each test starts the simulator and the exporter as subprocesses on free
 127.0.0.1 ports (tests/ramp/ramp_stack.py), runs ``python -m exporter ramp`` as
 a user would, and reads report.json. Knobs and loads put the scenario's limit
 inside a short ramp on a small shared CPU:
@@ -17,11 +17,11 @@ The verdict asserted is the issue's: the baseline at concurrency 1 is
 ``healthy`` and the layer that gave out first is the diagnosis's primary at the
 knee (kv_pressure: memory, with its chain in report.md and on the terminal).
 
-A ramp is a measurement, and this machine is shared: when another job starves
-the simulator (its scheduler thread wants a core and gets a fifth of one), the
-simulated engine runs slower than its model and the curve bends for that
-reason. So a scenario gets a second attempt on a fresh stack; the failure
-message shows every attempt's step table, the simulator's CPU included.
+One ramp per scenario, no second attempt: a ramp that needs a retry to pass is testing
+the host. The simulator's front end no longer waits on its engine's lock (a lock-free
+inbox, reads off the event loop: exporter/simulator/engine.py), so a short CPU slows
+the client and the engine together rather than emptying the engine's queue; the
+failure message shows the step table, the simulator's CPU included.
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ from tests.ramp.ramp_stack import SimStack, run_ramp_cli
 
 pytestmark = [pytest.mark.timeout(400)]
 
-ATTEMPTS = 2
 Check = Callable[[dict[str, Any]], list[str]]
 
 
@@ -97,16 +96,13 @@ def measure(
     progress: bool = False,
     recent_s: float | None = None,
 ) -> dict[str, Any]:
-    """Up to ATTEMPTS ramps, each on a fresh stack; returns the first whose check passes."""
-    seen: list[str] = []
-    for attempt in range(ATTEMPTS):
-        with SimStack(scenario, knobs, time_scale=time_scale, interval=interval, recent_s=recent_s) as stack:
-            doc = ramp(stack, tmp_path / f"attempt{attempt}", args, progress=progress)
-        problems = check(doc)
-        if not problems:
-            return doc
-        seen.append(f"attempt {attempt + 1}: {problems}\n{table(doc)}")
-    pytest.fail("\n".join(seen))
+    """One ramp on a fresh stack; its report, or the test fails with the check's problems and the step table."""
+    with SimStack(scenario, knobs, time_scale=time_scale, interval=interval, recent_s=recent_s) as stack:
+        doc = ramp(stack, tmp_path / "ramp", args, progress=progress)
+    problems = check(doc)
+    if problems:
+        pytest.fail(f"{problems}\n{table(doc)}")
+    return doc
 
 
 def kv_pressure_check(doc: dict[str, Any]) -> list[str]:
