@@ -4,14 +4,14 @@ On the real CLI (`llm-layer-exporter serve`, a real uvicorn on 127.0.0.1) with a
 bcrypt cost-10 user, as an operator would configure it:
 
 - 16 clients spray wrong passwords (random, half for the real user, half for unknown
-  users) for 30 s from a separate process, while a third process measures authorised
-  /metrics (p99 <= 50 ms) and the open /healthz (p99 <= 20 ms);
-- without the spray, the median answer to a wrong user is within 20 % of the median
-  answer to a wrong password.
+  users) for 30 s from a separate process, while this process reads authorised /metrics
+  and the open /healthz: every read is answered 200, the spray got 401s and 503s only;
+- without the spray, a wrong user and a wrong password are both answered 401, and a wrong
+  user costs a bcrypt check as a wrong password does.
 
-Latency is measured by the client (so it includes the client's own overhead), after a
-warm-up, on persistent connections, over hundreds of samples. The figures are printed
-(`pytest -s`) for the docs.
+How fast (the p99s under the spray, the two medians' ratio) depends on this host, so it is
+``python3 -m bench.auth_spray``'s figure (issue 31), measured by the same functions as here:
+``spray_figures`` and ``enumeration_figures``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import bcrypt
 import pytest
@@ -36,7 +38,8 @@ from tests.support.waiting import wait_until
 
 USER, PASSWORD = "prometheus", "correct horse battery staple"
 SPRAY_CLIENTS, SPRAY_SECONDS = 16, 30.0
-METRICS_P99_S, HEALTHZ_P99_S = 0.050, 0.020
+#: the figures bench/auth_spray.py holds the exporter to (not asserted in the gate)
+METRICS_P99_S, HEALTHZ_P99_S, MEDIAN_RATIO = 0.050, 0.020, 1.20
 
 SPRAYER = r"""
 import base64, http.client, json, os, sys, threading, time
@@ -78,8 +81,13 @@ def _cli() -> list[str]:
 
 @pytest.fixture(scope="module")
 def exporter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    """`serve` with basic auth (bcrypt cost 10) and no GPU or engine: the HTTP face under test."""
-    tmp = tmp_path_factory.mktemp("spray")
+    with serve_with_basic_auth(tmp_path_factory.mktemp("spray")) as port:
+        yield port
+
+
+@contextmanager
+def serve_with_basic_auth(tmp: Path) -> Iterator[int]:
+    """`serve` with basic auth (bcrypt cost 10) and no GPU or engine: the HTTP face under test; yields its port."""
     hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=10)).decode()
     web = tmp / "web.yml"
     web.write_text(f"basic_auth_users:\n  {USER}: '{hashed}'\n")
@@ -129,8 +137,8 @@ def _p99(values: list[float]) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[98]
 
 
-def test_spray_of_wrong_passwords_keeps_metrics_and_healthz_fast(exporter: int) -> None:
-    port = exporter
+def spray_figures(port: int) -> dict[str, Any]:
+    """Authorised /metrics and /healthz read back to back while SPRAY_CLIENTS spray wrong passwords."""
     metrics, health = (http.client.HTTPConnection("127.0.0.1", port, timeout=10) for _ in range(2))
     good = _auth(USER, PASSWORD)
     # the first check may miss its 3 s wait on a starved machine (503); it still ends up cached
@@ -169,22 +177,37 @@ def test_spray_of_wrong_passwords_keeps_metrics_and_healthz_fast(exporter: int) 
             sprayer.kill()
             sprayer.wait(5)
     counts = json.loads(out.strip().splitlines()[-1])
-    m_p99, h_p99 = _p99(m_times), _p99(h_times)
+    figures = {
+        "statuses": statuses,
+        "counts": counts,
+        "metrics_n": len(m_times),
+        "healthz_n": len(h_times),
+        "metrics_p50_s": statistics.median(m_times),
+        "metrics_p99_s": _p99(m_times),
+        "healthz_p50_s": statistics.median(h_times),
+        "healthz_p99_s": _p99(h_times),
+    }
     print(
         f"\nspray: {SPRAY_CLIENTS} clients, answers {counts}; authorised /metrics n={len(m_times)} "
-        f"p50={statistics.median(m_times) * 1000:.1f} ms p99={m_p99 * 1000:.1f} ms; "
-        f"/healthz n={len(h_times)} p50={statistics.median(h_times) * 1000:.1f} ms p99={h_p99 * 1000:.1f} ms"
+        f"p50={figures['metrics_p50_s'] * 1000:.1f} ms p99={figures['metrics_p99_s'] * 1000:.1f} ms; "
+        f"/healthz n={len(h_times)} p50={figures['healthz_p50_s'] * 1000:.1f} ms p99={figures['healthz_p99_s'] * 1000:.1f} ms"
     )
-    assert statuses == {200}
+    return figures
+
+
+def test_a_spray_of_wrong_passwords_leaves_metrics_and_healthz_answering(exporter: int) -> None:
+    figures = spray_figures(exporter)
+    counts = figures["counts"]
+    assert figures["statuses"] == {200}
     assert counts.get("401", 0) >= 5, f"the spray did not exercise bcrypt: {counts}"
     assert set(counts) <= {"401", "503"}, f"the spray saw other answers than 401/503: {counts}"
-    assert len(m_times) >= 300 and len(h_times) >= 300
-    assert m_p99 <= METRICS_P99_S, f"authorised /metrics p99 {m_p99 * 1000:.1f} ms under the spray"
-    assert h_p99 <= HEALTHZ_P99_S, f"/healthz p99 {h_p99 * 1000:.1f} ms under the spray"
+    # kept reading throughout: hundreds of answers, not a few that waited out the spray
+    assert figures["metrics_n"] >= 300 and figures["healthz_n"] >= 300
 
 
-def test_wrong_user_and_wrong_password_take_the_same_time(exporter: int) -> None:
-    conn = http.client.HTTPConnection("127.0.0.1", exporter, timeout=10)
+def enumeration_figures(port: int) -> dict[str, float]:
+    """Medians of 40 answers each to a wrong user and a wrong password, shuffled, after a warm-up."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     # checks a spray left queued are dropped within max_wait (3 s); until then a guess may get 503
     wait_until(lambda: _get(conn, "/metrics", _auth(USER, "warm-up"))[0] == 401, 15, "a wrong password answered 401")
     times: dict[str, list[float]] = {"user": [], "password": []}
@@ -207,5 +230,10 @@ def test_wrong_user_and_wrong_password_take_the_same_time(exporter: int) -> None
     print(
         f"\nmedian wrong user {wrong_user * 1000:.1f} ms, wrong password {wrong_password * 1000:.1f} ms, ratio {ratio:.3f}, 503s {busy}"
     )
-    assert wrong_user > 0.010, "a wrong user must cost a bcrypt check, as a wrong password does"
-    assert ratio <= 1.20, f"wrong user {wrong_user * 1000:.1f} ms vs wrong password {wrong_password * 1000:.1f} ms"
+    return {"wrong_user_s": wrong_user, "wrong_password_s": wrong_password, "ratio": ratio, "busy": float(busy)}
+
+
+def test_a_wrong_user_is_answered_as_a_wrong_password_after_a_bcrypt_check(exporter: int) -> None:
+    figures = enumeration_figures(exporter)  # every guess of either kind answered 401
+    # a bcrypt check of cost 10 takes tens of ms on any host: a lower bound a slow host only raises
+    assert figures["wrong_user_s"] > 0.010, "a wrong user must cost a bcrypt check, as a wrong password does"
