@@ -178,6 +178,7 @@ STACK_NODES: tuple[str, ...] = (
     "tests/reliability/test_engine_hardening_memory.py::test_a_failed_scrape_holds_nothing_after_it_returns",
     "tests/core/test_security_auth.py::test_a_spray_gets_at_most_its_share_of_a_core",
     "tests/core/test_config_fuzz.py::test_a_file_that_is_not_utf8_or_not_sane_yaml_is_one_line",
+    "tests/core/test_config_fuzz.py::test_property_any_value_for_any_yaml_key_is_one_line",
     "tests/core/test_config_fuzz.py::test_a_web_config_file_that_is_not_utf8_or_not_sane_yaml_is_one_line",
     "tests/kubernetes/test_k8s_hostile.py::test_110_pods_with_256_kib_of_annotations_each",
     "tests/kubernetes/test_k8s_hostile.py::test_bad_pods_never_stop_discovery_across_refreshes",
