@@ -238,7 +238,7 @@ def test_the_pod_list_cache_follows_a_short_discovery_interval(interval: float, 
     assert pod_list_min_age(interval) == pytest.approx(age)
 
 
-def test_a_one_second_discovery_interval_reads_the_pod_list_about_every_second(tmp_path: Path) -> None:
+def test_a_one_second_discovery_interval_reads_the_pod_list_about_every_second(tmp_path: Path, restore_schema: None) -> None:
     """`--kubernetes-discovery-interval` is what the kubelet sees: the shared pod list is not
     reused for a fixed 5 s (it was, so a 1 s interval read the list every 5 s).
 
