@@ -18,29 +18,20 @@ anything took on this host.
 from __future__ import annotations
 
 import asyncio
-import base64
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import bcrypt
 import pytest
 
 import exporter.basicauth as basicauth
 from exporter.basicauth import BasicAuthVerifier, Verdict
+from tests.core.test_security_auth import _basic, _hash
 
 A, B = "10.0.0.9", "10.0.0.10"
 #: long enough that no reservation's wait runs out while a test runs; the tarpit itself is recorded, not waited
 REFUSAL_DELAY = 30.0
-
-
-def _hash(password: bytes) -> bytes:
-    return bcrypt.hashpw(password, bcrypt.gensalt(rounds=4))
-
-
-def _basic(user: str, password: str) -> str:
-    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
 class _Checks:

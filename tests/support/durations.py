@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.tiers import MARKED_TIERS
+
 #: seconds, setup + call + teardown; the real tier has no budget (an engine's cold start is its cost)
 UNIT_BUDGET_S = 2.0
 STACK_BUDGET_S = 90.0
@@ -31,10 +33,8 @@ BUDGETS = {"unit": UNIT_BUDGET_S, "stack": STACK_BUDGET_S}
 
 def tier_of_report(report: pytest.TestReport) -> str:
     """The tier a report's test is in, from its markers (a parallel run's workers send them as keywords)."""
-    for name in ("real", "stack"):
-        if name in report.keywords:
-            return name
-    return "unit"
+    marked = [name for name in MARKED_TIERS if name in report.keywords]
+    return marked[0] if marked else "unit"
 
 
 class DurationRecorder:

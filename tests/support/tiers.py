@@ -277,9 +277,14 @@ LIBRARY_HELPERS = frozenset({"ldconfig", "fc-list"})
 
 
 def _library_helper(args: object) -> bool:
-    program = args if isinstance(args, (str, bytes)) else next(iter(args), "") if isinstance(args, (list, tuple)) else ""
-    name = os.path.basename(os.fsdecode(program)).split()[0] if program else ""
-    return name in LIBRARY_HELPERS
+    """Whether Popen's ``args`` (a command string or an argv) runs one of LIBRARY_HELPERS."""
+    if isinstance(args, (str, bytes)):
+        words = os.fsdecode(args).split()
+    elif isinstance(args, (list, tuple)):
+        words = [os.fsdecode(a) for a in args[:1]]
+    else:
+        words = []
+    return bool(words) and os.path.basename(words[0]) in LIBRARY_HELPERS
 
 
 class ChildProcessInUnitTest(AssertionError):
