@@ -124,6 +124,20 @@ class _Scanner:
         self.out.append("'")
         self.i = end + 1
 
+    def _expansion(self) -> bool:
+        """``$(``, ``${`` or a backtick at the cursor, the same in and out of double quotes: scanned
+        (or refused) and True; anything else False, the cursor unmoved."""
+        if self.t.startswith("$(", self.i):
+            self._copy_to(self.i + 2)
+            self.plain(nested=True)
+        elif self.t.startswith("${", self.i):
+            self._parameter()
+        elif self.t.startswith("`", self.i):
+            self._backticks()
+        else:
+            return False
+        return True
+
     def double(self) -> None:
         """Inside ``"..."`` (the opening quote copied already) up to and including the closing one."""
         while self.i < len(self.t):
@@ -136,14 +150,7 @@ class _Scanner:
             elif c == '"':
                 self._copy_to(self.i + 1)
                 return
-            elif self.t.startswith("$(", self.i):
-                self._copy_to(self.i + 2)
-                self.plain(nested=True)
-            elif self.t.startswith("${", self.i):
-                self._parameter()
-            elif c == "`":
-                self._backticks()
-            else:
+            elif not self._expansion():
                 self._copy_to(self.i + 1)
         raise TemplateError('--apply: a double quote (") is not closed')
 
@@ -166,13 +173,8 @@ class _Scanner:
             elif c == "#" and at_word:
                 end = self.t.find("\n", self.i)
                 self._copy_to(len(self.t) if end < 0 else end)
-            elif self.t.startswith("$(", self.i):
-                self._copy_to(self.i + 2)
-                self.plain(nested=True)
-            elif self.t.startswith("${", self.i):
-                self._parameter()
-            elif c == "`":
-                self._backticks()
+            elif self._expansion():
+                pass
             elif self.t.startswith("<<<", self.i):
                 self._copy_to(self.i + 3)
             elif self.t.startswith("<<", self.i):
