@@ -97,10 +97,18 @@ run_tier() {
   [ "$rc" -eq 0 ] || failed+=("$name")
 }
 
-# -n: pytest-xdist, one worker per core; the unit tier is in-process, so its tests share nothing
+# -n: pytest-xdist. The unit tier is in-process, so its tests share nothing: one worker per core.
+# The stack tier's tests mostly wait on their children (a simulator paced in model time, a serve
+# scraping every second: about 60 % of two cores busy with one test per core), so it runs one and
+# a half workers per core, at most 4: each worker hands out its own ports (tests/support/ports.py)
+# and temporary folders, and no test reads the host's speed, so a neighbour's load changes how long
+# a test takes, not what it finds. The real tier runs in one process: its engines take every core.
 run_tier unit "not stack and not real" -n "$(nproc)" "$@"
 if [ "$quick" = 0 ]; then
-  run_tier stack "stack" "$@"
+  stack_workers=$(($(nproc) * 3 / 2))
+  [ "$stack_workers" -ge 1 ] || stack_workers=1
+  [ "$stack_workers" -le 4 ] || stack_workers=4
+  run_tier stack "stack" -n "$stack_workers" "$@"
   run_tier real "real" "$@"
 fi
 .venv/bin/python -m tests.support.durations "$RESULTS"/*.json

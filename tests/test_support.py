@@ -136,6 +136,22 @@ def test_closed_port_url_refuses() -> None:
         s.bind(("127.0.0.1", free_port()))  # free: it binds
 
 
+def test_free_ports_are_this_workers_share_below_the_ephemeral_range(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two xdist workers never hand out the same port, and none collides with a kernel-chosen one."""
+    from tests.support import ports
+
+    assert ports.worker_slot({}) == (0, 1)
+    assert ports.worker_slot({"PYTEST_XDIST_WORKER": "gw3", "PYTEST_XDIST_WORKER_COUNT": "4"}) == (3, 4)
+    assert ports.worker_slot({"PYTEST_XDIST_WORKER": "master", "PYTEST_XDIST_WORKER_COUNT": "2"}) == (0, 1)
+    low = ports._ephemeral_low()
+    for worker in ("gw0", "gw1"):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+        monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+        handed = [ports.free_port() for _ in range(50)]
+        assert len(set(handed)) == 50, "one process never hands out a port twice in a row"
+        assert all(ports.LOWEST_PORT <= p < low and (p - ports.LOWEST_PORT) % 2 == int(worker[2:]) for p in handed)
+
+
 def test_start_answering_waits_for_the_url_and_stops_what_never_answers(tmp_path: Path) -> None:
     from tests.support.ports import free_port
 

@@ -60,6 +60,8 @@ class Record:
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
+    #: this request is counted in ``Record.in_flight`` and not yet counted out (``_done``)
+    _counted = False
 
     def log_message(self, format: str, *args: object) -> None:
         pass
@@ -136,11 +138,20 @@ class _Handler(BaseHTTPRequestHandler):
             rec.requests.append({"path": self.path, "headers": dict(self.headers.items()), "body": body})
             rec.in_flight += 1
             rec.max_in_flight = max(rec.max_in_flight, rec.in_flight)
+        self._counted = True
         try:
             self._complete(b, rec, body)
         except (BrokenPipeError, ConnectionResetError, OSError):
             pass
         finally:
+            self._done(rec)
+
+    def _done(self, rec: Record) -> None:
+        """The request leaves ``in_flight`` (once). Called before the last chunk is written: once the
+        client has that chunk it may send its next request, possibly before this thread runs again,
+        so counting it out afterwards would read a client's strictly sequential requests as overlapping."""
+        if self._counted:
+            self._counted = False
             with rec.lock:
                 rec.in_flight -= 1
 
@@ -213,6 +224,7 @@ class _Handler(BaseHTTPRequestHandler):
             last["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
         if b.prompt_ms is not None:
             last["timings"] = {"prompt_n": prompt_tokens, "prompt_ms": b.prompt_ms}
+        self._done(rec)
         self._chunk(b"data: " + json.dumps(last).encode() + b"\n\n")
         self._chunk(b"data: [DONE]\n\n")
         self._chunk(b"")
