@@ -23,7 +23,10 @@ from tests.support.fake_engine import RawServer, head_for, redirect, trickle, wh
 
 VLLM = fixture("vllm-0.33-v1-2dp.prom").encode()
 TIMEOUT = 0.6
-SLACK = 1.0  # the issue's bound: a slow engine fails within timeout + 1 s
+#: the promised bound (docs/engine-hardening.md): a slow engine fails within timeout + 1 s. It stays in the gate under
+#: issue 31's rule for promised bounds: the overrun measured under the whole suite on 2 busy cores is
+#: tens of milliseconds, far below half of this slack
+SLACK = 1.0
 FRAMINGS = ("content-length", "chunked", "close")
 
 
