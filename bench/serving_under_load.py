@@ -179,15 +179,10 @@ def lower_autogroup(pid: int, nice: int = 19) -> bool:
 
 
 @contextlib.contextmanager
-def cpu_vllm(clients: int = 8) -> Iterator[tuple[str, ClosedLoop]]:
-    """The cached CPU vLLM of the integration tests at nice 19, under a closed loop of ``clients``: (its base URL, the load)."""
+def vllm_under_load(base: str, clients: int = 8) -> Iterator[ClosedLoop]:
+    """A closed loop of ``clients`` on the CPU vLLM at ``base`` (served as ``tiny``), the cores busy once it yields."""
     import httpx
 
-    from tests.integration.integration_helpers import SMALL_KV_VLLM_ARGS, vllm_proc
-
-    proc, base = vllm_proc(["--served-model-name", "tiny", *SMALL_KV_VLLM_ARGS], "bench-vllm", prefix=["nice", "-n", "19"])
-    proc.start_answering(base + "/health", float(os.environ.get("LLM_EXPORTER_VLLM_START_TIMEOUT", "600")))
-    lower_autogroup(proc.pid)
     rng = random.Random(25)
 
     def send(client: httpx.Client, _n: int) -> int:
@@ -195,9 +190,21 @@ def cpu_vllm(clients: int = 8) -> Iterator[tuple[str, ClosedLoop]]:
         body = {"model": "tiny", "prompt": prompt, "max_tokens": 160, "ignore_eos": True, "temperature": 0}
         return client.post(base + "/v1/completions", json=body).status_code
 
+    with ClosedLoop(send, clients, deadline_s=3600.0) as load:
+        time.sleep(5.0)  # the loop is running: the cores are busy
+        yield load
+
+
+@contextlib.contextmanager
+def cpu_vllm(clients: int = 8) -> Iterator[tuple[str, ClosedLoop]]:
+    """The cached CPU vLLM of the integration tests at nice 19, under a closed loop of ``clients``: (its base URL, the load)."""
+    from tests.integration.integration_helpers import SMALL_KV_VLLM_ARGS, vllm_proc
+
+    proc, base = vllm_proc(["--served-model-name", "tiny", *SMALL_KV_VLLM_ARGS], "bench-vllm", prefix=["nice", "-n", "19"])
+    proc.start_answering(base + "/health", float(os.environ.get("LLM_EXPORTER_VLLM_START_TIMEOUT", "600")))
+    lower_autogroup(proc.pid)
     try:
-        with ClosedLoop(send, clients, deadline_s=3600.0) as load:
-            time.sleep(5.0)  # the loop is running: the cores are busy
+        with vllm_under_load(base, clients) as load:
             yield base, load
     finally:
         proc.stop()

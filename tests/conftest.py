@@ -4,6 +4,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import settings
@@ -14,6 +15,9 @@ if str(ROOT) not in sys.path:
 
 from tests.support import tiers  # noqa: E402 - needs ROOT on sys.path
 from tests.support.durations import DurationRecorder  # noqa: E402
+
+if TYPE_CHECKING:
+    from tests.integration.integration_helpers import CpuVllm
 
 # The gate runs every property test on the same examples each time (derandomized, no example
 # database): a failure is reproducible and a pass today is a pass tomorrow, as issue 31 asks of
@@ -58,3 +62,26 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return
     with tiers.process_guard(item.nodeid):
         yield
+
+
+@pytest.fixture(scope="session")
+def cpu_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator["CpuVllm"]:
+    """The real tier's one CPU vLLM, started on first use and stopped when the session ends.
+
+    Why one: a cold start of the CPU vLLM costs 30-90 s, and the real tier's vLLM tests differ in
+    what they read, not in what the engine must be (issue 31: one engine per configuration per
+    session). Its configuration is ``SHARED_VLLM_ARGS`` (tests/integration/integration_helpers.py);
+    a test that needs the engine below the exporter asks ``engine_priority`` for it, for its own
+    duration. A start that fails is reported once and fails every test that uses it (pytest keeps
+    a session fixture's error). ``tune`` starts its own engines: they are what it measures.
+    """
+    from tests.integration.integration_helpers import ENGINE_READY_S, CpuVllm, shared_vllm_args, skip_if_off, vllm_proc
+
+    skip_if_off("vllm")
+    profiles = tmp_path_factory.mktemp("vllm-profiles")
+    proc, base = vllm_proc(shared_vllm_args(profiles), "vllm-shared")
+    startup = proc.start_answering(base + "/health", ENGINE_READY_S)
+    try:
+        yield CpuVllm(base, proc, startup, profile_dir=profiles)
+    finally:
+        proc.stop()

@@ -109,3 +109,21 @@ def test_the_summary_gives_each_tier_and_the_slowest_tests(tmp_path: Path) -> No
     lines = text.splitlines()
     assert lines[0].startswith("stack: 1 tests") and lines[1].startswith("unit : 40 tests, 78 s")
     assert lines[2] == "the 3 slowest tests:" and "t::stack" in lines[3] and "t::39" in lines[4] and len(lines) == 6
+
+
+#: where the real tier may cold-start the CPU vLLM, and how many times each place does per run: the
+#: shared engine (tests/conftest.py) once; tune's launch mode three times (the baseline, the trial and
+#: the configuration it leaves running are what it measures). Issue 31: at most 4 per run.
+VLLM_STARTS = {"tests/conftest.py": 1, "tests/tune/test_tune_vllm.py": 3}
+
+
+def test_the_cpu_vllm_is_started_in_two_places_at_most_four_times_a_run() -> None:
+    """A new test of the CPU vLLM uses the shared ``cpu_vllm`` fixture: a cold start is 30-90 s."""
+    callers = set()
+    for path in (ROOT / "tests").rglob("*.py"):
+        tree = ast.parse(path.read_text(), str(path))
+        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "vllm_proc"]
+        if calls:
+            callers.add(path.relative_to(ROOT).as_posix())
+    assert callers == set(VLLM_STARTS), f"vllm_proc() is called from {sorted(callers)}: use the cpu_vllm fixture"
+    assert sum(VLLM_STARTS.values()) <= 4

@@ -32,10 +32,10 @@ from exporter.engines.config import EngineConfig
 from exporter.engines.source import EngineSource
 from exporter.samples import Sample
 from exporter.schema import ENGINE_SETTINGS, SPECS
-from tests.integration.integration_helpers import SMALL_KV_VLLM_ARGS
+from tests.integration.integration_helpers import SMALL_KV_VLLM_ARGS, shared_vllm_args
 
 FIXTURES = Path(__file__).parent / "fixtures"
-#: the CPU vLLM as vllm_proc() starts it (interpreter and model paths are the cache's)
+#: the real tier's shared CPU vLLM as vllm_proc() starts it (interpreter and model paths are the cache's)
 VLLM_ARGV = [
     "/var/cache/llm-layer-exporter/vllm-venv/bin/python",
     "-m",
@@ -46,7 +46,7 @@ VLLM_ARGV = [
     "127.0.0.1",
     "--port",
     "8000",
-    *SMALL_KV_VLLM_ARGS,
+    *shared_vllm_args(Path("/tmp/vllm-profiles")),
 ]
 LLAMACPP_ARGV = ["llama-server", "-m", "tiny-llama.gguf", "--host", "127.0.0.1", "--port", "8080", "--metrics"]
 LLAMACPP_ARGV += ["--no-webui", "-np", "2", "-c", "512", "-t", "1"]
@@ -54,7 +54,7 @@ LLAMACPP_ARGV += ["--no-webui", "-np", "2", "-c", "512", "-t", "1"]
 
 def test_vllm_argv_as_the_integration_tests_start_it() -> None:
     got = settings.from_argv("vllm", VLLM_ARGV)
-    assert got.numbers == {"max_model_len": 256.0, "block_size": 32.0, "max_num_seqs": 8.0}
+    assert got.numbers == {"max_model_len": 256.0, "block_size": 32.0, "max_num_seqs": 8.0, "gpu_memory_utilization": 0.3}
     assert got.texts == {"enforce_eager": "true"}
 
 

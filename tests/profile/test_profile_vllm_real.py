@@ -1,6 +1,7 @@
 """The profile route against the real CPU vLLM started with its profiler directory: the trace is real.
 
-The cached CPU vLLM (scripts/integration/setup_vllm.sh) runs torch.profiler on CPU: its
+The real tier's shared CPU vLLM (``cpu_vllm`` in tests/conftest.py, started with its
+profiler directory) runs torch.profiler on CPU: its
 traces have CPU operators and no GPU kernels. So the route is driven for real (start, a
 few completions, stop, the gzipped traces read from the directory), and with no GPU
 kernels the CPU operators' split (self time) is the split: answered as ``shares`` with
@@ -10,23 +11,20 @@ model's time went: its oneDNN matmuls and its attention (issue 23's proof).
 
 from __future__ import annotations
 
-import json
 import math
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
 from exporter.engines.textparse import parse
-from tests.integration.integration_helpers import ENGINE_READY_S, SMALL_KV_VLLM_ARGS, Proc, skip_if_off, vllm_proc
+from tests.integration.integration_helpers import CpuVllm, Proc, engine_priority
 from tests.support.ports import free_port
 from tests.support.processes import exporter_argv
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.timeout(900)]
-START_TIMEOUT_S = ENGINE_READY_S
 
 
 def _load(base: str, model: str, stop: threading.Event) -> None:
@@ -42,14 +40,8 @@ def _load(base: str, model: str, stop: threading.Event) -> None:
             time.sleep(0.2)
 
 
-def test_a_profile_of_the_real_cpu_vllm(tmp_path: Path) -> None:
-    skip_if_off("vllm")
-    traces = tmp_path / "traces"
-    traces.mkdir()
-    profiler = {"profiler": "torch", "torch_profiler_dir": str(traces), "torch_profiler_with_stack": False}
-    proc, base = vllm_proc(
-        [*SMALL_KV_VLLM_ARGS, "--profiler-config", json.dumps(profiler)], "vllm-profile", prefix=("nice", "-n", "10")
-    )
+def test_a_profile_of_the_real_cpu_vllm(cpu_vllm: CpuVllm) -> None:
+    base, traces = cpu_vllm.base, cpu_vllm.profile_dir
     port = free_port()
     exporter = Proc(
         exporter_argv(
@@ -59,8 +51,7 @@ def test_a_profile_of_the_real_cpu_vllm(tmp_path: Path) -> None:
         name="exporter-profile",
     )  # fmt: skip
     stop = threading.Event()
-    with proc.start(), exporter.start():
-        proc.wait_http(base + "/metrics", START_TIMEOUT_S)
+    with engine_priority(cpu_vllm.proc, nice=10), exporter.start():
         ex = f"http://127.0.0.1:{port}"
         exporter.wait_http(ex + "/metrics", 60, ok=lambda r: 'engine="vllm"' in r.text and "llm_engine_info{" in r.text)
         model = httpx.get(base + "/v1/models", timeout=10).json()["data"][0]["id"]

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
@@ -37,6 +37,9 @@ from exporter.server import create_app
 from exporter.store import SnapshotStore
 from tests.support.asgi import UvicornThread
 from tests.support.waiting import wait_until
+
+if TYPE_CHECKING:
+    from tests.integration.integration_helpers import CpuVllm
 
 #: the longest any test waits for one answer; a blocked thing is held far longer than this
 ANSWER_S = 10.0
@@ -308,15 +311,21 @@ UNANSWERED_S = 5.0
 
 
 @pytest.mark.timeout(900)
-def test_every_read_answers_while_a_real_cpu_vllm_saturates_the_cores() -> None:
+def test_every_read_answers_while_a_real_cpu_vllm_saturates_the_cores(cpu_vllm: CpuVllm) -> None:
+    """The real tier's shared CPU vLLM (tests/conftest.py) at nice 19, its session's scheduling group
+    too (bench/serving_under_load.lower_autogroup says why), under eight clients."""
     import psutil
 
     from bench.harness import replay_copies
-    from bench.serving_under_load import VLLM_PROCESS, Timings, cpu_vllm, probe
-    from tests.integration.integration_helpers import skip_if_off, start_exporter_with
+    from bench.serving_under_load import VLLM_PROCESS, Timings, probe, vllm_under_load
+    from tests.integration.integration_helpers import engine_priority, start_exporter_with
 
-    skip_if_off("vllm")
-    with cpu_vllm(clients=8) as (vllm_base, load), replay_copies(8) as gpu_source:
+    vllm_base = cpu_vllm.base
+    with (
+        engine_priority(cpu_vllm.proc, nice=19, autogroup=True),
+        vllm_under_load(vllm_base, clients=8) as load,
+        replay_copies(8) as gpu_source,
+    ):
         args = ["--gpu-source", gpu_source, "--engine", vllm_base + "/metrics", "--engine-process", VLLM_PROCESS]
         exporter, base = start_exporter_with(args, "serving-beside-vllm")
         try:

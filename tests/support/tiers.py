@@ -65,7 +65,7 @@ REAL_NODES: tuple[str, ...] = (
     "tests/reliability/test_serving_independent.py::test_every_read_answers_while_a_real_cpu_vllm_saturates_the_cores",
 )
 #: fixtures that start a real part (every test using one is real)
-REAL_FIXTURES: frozenset[str] = frozenset()
+REAL_FIXTURES: frozenset[str] = frozenset({"cpu_vllm"})
 
 #: files and folders whose every test starts a child process (the simulator, ``serve``, a tool, a checker)
 STACK_PATHS: tuple[str, ...] = (

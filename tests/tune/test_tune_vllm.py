@@ -25,6 +25,11 @@ at the knee is memory/kv_fragmentation_or_capacity_misjudged, and the first tria
 Short steps, three levels, one repeat: this proves the decision and the records, not the
 gain, which depends on the CPU: ``python3 -m bench.tune_gain`` measures it with two repeats
 (docs/tune.md has the figures).
+
+Its baseline is also the real tier's one-slot vLLM verdict (memory/kv_fragmentation_or_capacity_misjudged
+at the knee): tests/integration/test_verdict_real_engines.py leaves that case here. tune starts three
+engines (baseline, trial, the one it leaves running): three of the real tier's four CPU vLLM cold
+starts (``VLLM_STARTS`` in tests/test_tiers.py).
 """
 
 from __future__ import annotations
