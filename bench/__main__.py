@@ -4,7 +4,7 @@ python -m bench            # full run (steady state over 5 minutes)
 python -m bench --quick    # steady state over 60 s, fewer repeats
 python -m bench --only normalize
 python -m bench --soak 30  # 30-minute RSS / fd drift run (not part of CI)
-python -m bench --only hostwork --only memory   # the figures that left the test gate (issue 31)
+python -m bench --only hostwork --only memory --only probe   # the figures that left the test gate (issue 31)
 
 Not part of CI: the figures depend on this host. Figures that left the test gate are
 compared with the recorded ones (bench/recorded.py): worse than twice the recorded figure
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench import hostwork_deadline, memory_attacks, metrics_latency, normalize_cost, steady_state
+from bench import hostwork_deadline, memory_attacks, metrics_latency, normalize_cost, probe_accuracy, steady_state
 from bench.recorded import verdict as against_recorded
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -90,6 +90,12 @@ def _recorded_rows(only: set[str], results: dict[str, object]) -> list[tuple[str
         peak = float(figures["hostile_max_mib"])
         recorded, ok = against_recorded("memory_attacks_hostile_peak_mib", peak)
         rows.append(_row("serve RSS peak under hostile engines and kubelet", f"{peak:.1f} MiB", recorded, ok))
+    if "probe" in only:
+        probe = probe_accuracy.measure()
+        results["probe_accuracy"] = probe
+        worst_ms = max(probe["direct_max_s"], probe["proxy_extra_max_s"]) * 1000
+        recorded, ok = against_recorded("probe_outside_engine_excess_ms", worst_ms)
+        rows.append(_row("probe: outside-engine time beyond the truth, worst", f"{worst_ms:.1f} ms", recorded, ok))
     return rows
 
 
@@ -98,7 +104,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--quick", action="store_true", help="shorter steady-state run and fewer repeats")
-    ap.add_argument("--only", choices=("latency", "normalize", "steady", "verdict", "hostwork", "memory"), action="append")
+    ap.add_argument(
+        "--only", choices=("latency", "normalize", "steady", "verdict", "hostwork", "memory", "probe"), action="append"
+    )
     ap.add_argument("--soak", type=float, metavar="MINUTES", help="run only the soak (RSS and fd drift) for MINUTES")
     args = ap.parse_args(argv)
     RESULTS.mkdir(exist_ok=True)
@@ -130,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     else:
-        only = set(args.only or ("latency", "normalize", "steady", "verdict", "hostwork", "memory"))
+        only = set(args.only or ("latency", "normalize", "steady", "verdict", "hostwork", "memory", "probe"))
         rows.extend(_recorded_rows(only, results))
         if "latency" in only:
             lat = metrics_latency.run(scrapes=500, cold_scrapes=100 if args.quick else 200)

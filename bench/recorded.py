@@ -29,6 +29,9 @@ RECORDED: dict[str, Recorded] = {
     "memory_attacks_hostile_peak_mib": Recorded(
         115.0, "MiB", True, "2026-12-02, 2-core dev host shared with other jobs, python3 -m bench.memory_attacks"
     ),
+    "probe_outside_engine_excess_ms": Recorded(
+        5.8, "ms", True, "2026-12-07, 2-core dev host beside a full test run, python3 -m bench.probe_accuracy"
+    ),
 }
 
 
