@@ -237,6 +237,9 @@ class DiagnosisEngine:
 
         A held-over cause keeps its last evidence (it is what proved it). A cause
         whose signals vanished is cleared at once: its layer is no longer judged.
+        A cause still held when its condition holds again is reported that same
+        cycle, as a held symptom is: it proved itself already, and making it
+        persist anew blanked it for exactly the cycle it came back.
         """
         t = self.thresholds
         cause = o.rule.cause
@@ -253,7 +256,7 @@ class DiagnosisEngine:
             self._held[cause] = (last, misses)
             return Holding(last.rule, last.severity, last.view, last.cycles + 1, last.key, last.recent)
         self._streak[cause] += 1
-        if self._streak[cause] < t.persistence_cycles:
+        if self._streak[cause] < t.persistence_cycles and cause not in self._held:
             return None
         severity, key, view = o.worst
         previous = self._held.get(cause)
