@@ -88,10 +88,10 @@ def create_app(store: SnapshotStore, routers: Iterable[APIRouter] = (), web_conf
 
     @app.get("/readyz")
     def readyz() -> Response:
-        """Open without auth (OPEN_PATHS): ready once any source has sampled."""
+        """Open without auth (OPEN_PATHS): ready once a GPU or engine source has sampled (store.ready)."""
         if store.ready():
             return PlainTextResponse("ready\n")
-        return PlainTextResponse("not ready: no source has sampled successfully yet\n", status_code=503)
+        return PlainTextResponse("not ready: no GPU or engine source has sampled successfully yet\n", status_code=503)
 
     for router in routers:
         app.include_router(router)

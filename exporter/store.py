@@ -59,6 +59,17 @@ STICKY_COUNTERS: frozenset[str] = frozenset(
 )
 
 
+def readiness_source(name: str) -> bool:
+    """Whether a success of source ``name`` makes the exporter ready: the GPU or an engine.
+
+    Why by name: ``gpu`` and ``engine:<server>`` are the ``source`` label contract
+    (exporter/sources.py). The derive steps and the profile publisher succeed with
+    nothing measured; the process sampler, probes and Kubernetes lookups only add to
+    what a GPU or an engine reports.
+    """
+    return name == "gpu" or name.startswith("engine:")
+
+
 @dataclass
 class SourceState:
     """Health and the latest points of one source.
@@ -380,9 +391,13 @@ class SnapshotStore:
             self._version += 1
 
     def ready(self) -> bool:
-        """True once any source has sampled successfully (see README: readiness)."""
+        """True once a GPU or engine source has sampled successfully (see README: readiness).
+
+        Why only those: the derive steps and the exporter's own sources succeed with
+        nothing measured, so counting them made /readyz 200 with no GPU and no engine.
+        """
         with self._lock:
-            return any(st.last_success is not None for st in self._states.values())
+            return any(st.last_success is not None and readiness_source(n) for n, st in self._states.items())
 
     def states(self) -> dict[str, SourceState]:
         """A copy of every source's state (points lists are shared, never mutated)."""
