@@ -12,6 +12,7 @@ UsageError naming the setting.
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
 from collections.abc import Callable
@@ -136,17 +137,146 @@ def positive_int(value: Any) -> int:
 
 
 # --------------------------------------------------------------------------- durations
+#
+# Why one grammar: `tune --slo-ttft 500ms` worked while `diagnosis: {slo_ttft_p95_seconds: 500ms}`
+# was exit 2 and "5ss" passed as 5 (issue 32). Every setting in seconds of serve (flag, environment,
+# config file) and the commands' duration flags are read by ``duration_seconds``; the callers differ
+# only in their range and in the wording of their error line.
+
+#: seconds per unit, largest first: a spelling lists its units in this order, each at most once
+DURATION_UNITS: dict[str, float] = {
+    "w": 604800.0,
+    "d": 86400.0,
+    "h": 3600.0,
+    "m": 60.0,
+    "s": 1.0,
+    "ms": 1e-3,
+    "us": 1e-6,
+    "\u00b5s": 1e-6,  # micro sign
+    "\u03bcs": 1e-6,  # Greek mu
+}
+_NUMBER = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"  # ASCII digits only ([0-9], not \d)
+#: a bare number of seconds (what YAML, an environment variable or an old flag value gives)
+_BARE = re.compile(rf"{_NUMBER}(?:e[+-]?[0-9]+)?")
+#: one "<number><unit>" part; the longer units first, so "ms" is not read as "m" then "s"
+_PART = re.compile(rf"({_NUMBER})\s*(ms|us|\u00b5s|\u03bcs|[wdhms])\s*")
+_NON_FINITE = frozenset({"nan", "inf", "infinity"})
+DURATION_EXAMPLES = "500ms, 2s or 1m30s"
+
+
+class DurationError(ValueError):
+    """A value outside the duration grammar; ``kind`` lets each caller word its own line.
+
+    ``kind``: ``syntax`` (not a duration), ``non_finite`` (NaN, infinite, overflowing) or
+    ``negative``. The message is the generic one (``diagnosis:`` keys and argparse types use it).
+    """
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def _not_a_duration(value: Any) -> DurationError:
+    return DurationError("syntax", f"expected a number of seconds or a duration such as {DURATION_EXAMPLES}, got {shown(value)}")
+
+
+def _spelled_seconds(text: str) -> float | None:
+    """``text`` (stripped, lower case, unsigned) in the grammar as seconds, or None."""
+    if _BARE.fullmatch(text):
+        return float(text)
+    total, pos, last = 0.0, 0, math.inf
+    while pos < len(text):
+        part = _PART.match(text, pos)
+        if part is None or DURATION_UNITS[part.group(2)] >= last:  # out of order or repeated: "1s1m", "5s5s"
+            return None
+        last = DURATION_UNITS[part.group(2)]
+        total += float(part.group(1)) * last
+        pos = part.end()
+    return total if pos else None
+
+
+def _text_seconds(value: str) -> float:
+    """A duration as text: "500ms", "2s", "1m30s", "1h", "1.5", "+2"; DurationError otherwise."""
+    text = value.strip().lower()
+    sign, body = (text[0], text[1:].lstrip()) if text[:1] in ("+", "-") else ("", text)
+    if body in _NON_FINITE:
+        raise DurationError("non_finite", f"expected a finite number of seconds, got {shown(value)}")
+    seconds = _spelled_seconds(body)
+    if seconds is None:
+        raise _not_a_duration(value)
+    return -seconds if sign == "-" else seconds
+
+
+def duration_seconds(value: Any) -> float:
+    """THE duration grammar: seconds >= 0 from "500ms", "2s", "1m30s", "1h", "7d", "90" or a YAML number.
+
+    Units w d h m s ms us (µs), largest first, each at most once ("1h30m", not "30m1h" or
+    "5ss"); a bare number is seconds. NaN, infinities and negatives are refused: DurationError.
+    """
+    if isinstance(value, str):
+        seconds = _text_seconds(value)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            seconds = float(value)
+        except OverflowError:  # float(10**400)
+            seconds = math.inf
+    else:
+        raise _not_a_duration(value)
+    if not math.isfinite(seconds):
+        raise DurationError("non_finite", f"expected a finite number of seconds, got {shown(value)}")
+    if seconds < 0:
+        raise DurationError("negative", f"expected 0 or a positive number of seconds, got {shown(value)}")
+    return seconds
+
+
+def parse_duration(value: Any, setting: str, *, positive: bool = True, expected: str = "") -> float:
+    """A command's duration flag as seconds; UsageError (one line naming ``setting``) otherwise.
+
+    ``expected`` words the line for a value outside the grammar (default: "a duration such as
+    500ms, 2s or 1m30s"), so each flag keeps the examples its help shows.
+    """
+    try:
+        seconds = duration_seconds(value)
+    except DurationError as err:
+        if err.kind != "negative":
+            wanted = expected or f"a duration such as {DURATION_EXAMPLES}"
+            raise UsageError(one_line(f"{setting}: expected {wanted}, got {shown(value)}")) from None
+        seconds = -1.0
+    if seconds < 0 or (positive and seconds == 0):
+        least = "a positive duration" if positive else "a duration of 0 or more"
+        raise UsageError(one_line(f"{setting}: expected {least}, got {shown(value)}"))
+    return seconds
+
+
+def seconds_type(positive: bool = True) -> Callable[[str], float]:
+    """An argparse ``type=`` for a flag in seconds: the grammar ("90", "1m30s"); 0 only when not ``positive``.
+
+    Why ArgumentTypeError: argparse prints its message after the flag's name; a ValueError
+    would become "invalid ... value" and lose what was expected.
+    """
+
+    def parse(text: str) -> float:
+        try:
+            seconds = duration_seconds(text)
+        except DurationError as err:
+            if not (positive and err.kind == "negative"):
+                raise argparse.ArgumentTypeError(str(err)) from None
+            seconds = 0.0
+        if positive and seconds == 0:
+            raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {shown(text)}")
+        return seconds
+
+    return parse
 
 
 def positive_seconds(value: Any) -> float:
+    """A ``serve`` interval or timeout: the grammar, above 0 (the range is the caller's)."""
     try:
-        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise TypeError
-        f = float(value.strip().removesuffix("s")) if isinstance(value, str) else float(value)
-    except (TypeError, ValueError, OverflowError):  # float(10**400): OverflowError
-        raise ValueError(f"expected a positive number of seconds, got {shown(value)}") from None
-    if not f > 0 or not math.isfinite(f):
-        raise ValueError(f"expected a positive number of seconds, got {shown(value)}")
+        f = duration_seconds(value)
+    except DurationError:
+        f = 0.0
+    if not f > 0:
+        raise ValueError(f"expected a positive number of seconds or a duration such as {DURATION_EXAMPLES}, got {shown(value)}")
     return f
 
 
@@ -258,11 +388,16 @@ def section_keys(raw: dict[Any, Any], known: set[str] | frozenset[str], where: s
 
 
 __all__ = [
+    "DURATION_EXAMPLES",
+    "DURATION_UNITS",
     "ENV_PREFIX",
+    "DurationError",
     "boolean",
     "default_timeout",
+    "duration_seconds",
     "interval_seconds",
     "one_line",
+    "parse_duration",
     "parsed",
     "plain",
     "positive_int",
@@ -270,6 +405,7 @@ __all__ = [
     "read_yaml_file",
     "readable_file",
     "redacted_url",
+    "seconds_type",
     "section_keys",
     "setting_key",
     "shown",

@@ -3,7 +3,8 @@
 A side is a ramp report (report.json or its directory) or a tune record with a
 stage: ``tune.json`` (the baseline), ``tune.json#best``, ``tune.json#trial-N``.
 Exit status: 0 the diff was printed, 2 a record that cannot be read or a bad SLO.
-A tool command only by company: it imports nothing outside exporter/tune/.
+A tool command only by company: it imports nothing outside exporter/tune/ but the SLO flags'
+parser it shares with ``tune`` (exporter/commands/tune.py, the one duration grammar of exporter/values.py).
 """
 
 from __future__ import annotations
@@ -23,20 +24,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from exporter import jsonsafe
-    from exporter.tune.capacity import SLO, SLOError, parse_duration
+    from exporter.commands.tune import slo_seconds
+    from exporter.tune.capacity import SLO
     from exporter.tune.compare import CompareError, diff, load_side, render
 
     try:
         a, slo_a, label_a = load_side(args.a)
         b, slo_b, label_b = load_side(args.b)
-        slo = slo_a or slo_b or SLO()
-        if args.slo_ttft is not None or args.slo_itl is not None:
-            slo = SLO(
-                parse_duration(args.slo_ttft, "--slo-ttft") if args.slo_ttft else None,
-                parse_duration(args.slo_itl, "--slo-itl") if args.slo_itl else None,
-            )
-    except (CompareError, SLOError) as err:
+    except CompareError as err:
         raise UsageError(str(err)) from None
+    slo = slo_a or slo_b or SLO()
+    if args.slo_ttft is not None or args.slo_itl is not None:
+        slo = SLO(slo_seconds(args.slo_ttft or None, "--slo-ttft"), slo_seconds(args.slo_itl or None, "--slo-itl"))
     if not a or not b:
         raise UsageError(f"{args.a if not a else args.b}: that stage holds no completed run")
     d = diff(a, b, slo)

@@ -16,6 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from exporter.demo.stack import DEFAULT_LISTEN
     from exporter.simulator.scenarios import NAMES
     from exporter.simulator.settings import DIALECTS
+    from exporter.values import seconds_type
 
     add = parser.add_argument
     add(
@@ -26,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add(
         "--tour-seconds",
-        type=float,
+        type=seconds_type(positive=False),
         default=TOUR_SECONDS,
         metavar="S",
         help=f"the tour: how long each scenario runs (default {TOUR_SECONDS:g})",
@@ -41,13 +42,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--listen-address", default=DEFAULT_LISTEN, help=f"where the exporter serves (default {DEFAULT_LISTEN})")
     add(
         "--duration",
-        type=float,
+        type=seconds_type(positive=False),
         default=None,
         metavar="S",
         help="stop after S seconds (default: until Ctrl-C, or the tour's end)",
     )
     add("--no-tui", action="store_true", help="print plain lines instead of the live view (also when stdout is not a terminal)")
-    add("--interval", type=float, default=1.0, metavar="S", help="refresh and sampling interval in seconds (default 1)")
+    add(
+        "--interval",
+        type=seconds_type(positive=False),
+        default=1.0,
+        metavar="S",
+        help="refresh and sampling interval in seconds (default 1)",
+    )
     add(
         "--time-scale",
         type=float,

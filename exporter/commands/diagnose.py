@@ -15,6 +15,7 @@ import sys
 
 from exporter.errors import UsageError
 from exporter.httpget import MAX_RESPONSE_BYTES, add_credential_arguments, target
+from exporter.values import seconds_type
 
 DEFAULT_URL = "http://127.0.0.1:9750"
 EXIT_UNREACHABLE = 1
@@ -34,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=seconds_type(positive=False),
         default=5.0,
         metavar="SECONDS",
         help=f"the whole request, connect to last byte (default 5); answers over {MAX_RESPONSE_BYTES >> 20} MiB are refused",

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from exporter.errors import UsageError
+from exporter.values import parse_duration, seconds_type
 
 EXIT_FAILED = 1
 #: spans above capacity printed per model (all of them are in plan.md and plan.json)
@@ -42,14 +43,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--out", type=Path, default=Path("plan"), help="directory for plan.md, plan.html, plan.png, plan.json (default ./plan)"
     )
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds for each Prometheus query (default 30)")
+    p.add_argument(
+        "--timeout", type=seconds_type(positive=False), default=30.0, help="seconds for each Prometheus query (default 30)"
+    )
+
+
+def _span(text: str, flag: str) -> float:
+    """``--since`` / ``--step`` in seconds: the one duration grammar (exporter/values.py), PromQL's units included."""
+    return parse_duration(text, flag, expected="a duration such as 90s, 5m, 1h, 2d or 1w")
 
 
 def _window(args: argparse.Namespace, now: float) -> tuple[float, float, float]:
-    from exporter.plan.durations import parse_duration
-
-    since = parse_duration(args.since, "--since")
-    step = parse_duration(args.step, "--step")
+    since = _span(args.since, "--since")
+    step = _span(args.step, "--step")
     if step > since:
         raise UsageError("--step: expected a step no longer than --since")
     if not 0.0 <= args.headroom < 1.0:

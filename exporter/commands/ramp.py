@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from exporter.errors import UsageError
+from exporter.values import seconds_type
 
 if TYPE_CHECKING:
     from exporter.ramp.knee import KneeCriteria
@@ -59,6 +60,8 @@ class _Option(NamedTuple):
         return self.flag[2:].replace("-", "_")
 
 
+#: a flag in seconds: the one duration grammar ("30", "1m30s"); its rule says above 0
+_SECONDS = seconds_type(positive=False)
 _POSITIVE = _Rule(lambda v, _: v > 0, "expected a positive number")
 _AT_LEAST_1 = _Rule(lambda v, _: v >= 1, "expected at least 1")
 _SHARE = _Rule(lambda v, _: 0.0 <= v <= 1.0, "expected a value from 0 to 1")
@@ -66,7 +69,7 @@ _SHARE_BELOW_1 = _Rule(lambda v, _: 0.0 <= v < 1.0, "expected a value from 0 up 
 
 #: the flags after --concurrency, in --help order; ``_validate`` checks them in this order too
 _OPTIONS = (
-    _Option("--step-seconds", float, 30.0, "length of each step (default 30)", _POSITIVE),
+    _Option("--step-seconds", _SECONDS, 30.0, "length of each step (default 30)", _POSITIVE),
     _Option("--prompt-tokens", int, 512, "prompt length in tokens (default 512)", _AT_LEAST_1),
     _Option("--output-tokens", int, 128, "max_tokens of each request (default 128)", _AT_LEAST_1),
     _Option(
@@ -80,9 +83,9 @@ _OPTIONS = (
         _Rule(lambda v, args: v is None or 0 <= v <= args.prompt_tokens, "expected 0 to --prompt-tokens"),
     ),
     _Option("--report", Path, Path("ramp-report"), "directory for report.json, report.md, report.png (default ./ramp-report)"),
-    _Option("--request-timeout", float, 60.0, "per-request timeout in seconds (default 60)", _POSITIVE),
+    _Option("--request-timeout", _SECONDS, 60.0, "per-request timeout in seconds (default 60)", _POSITIVE),
     _Option("--max-requests-per-step", int, 100_000, "upper bound on the requests of one step (default 100000)", _AT_LEAST_1),
-    _Option("--sample-interval", float, 1.0, "seconds between two reads of the exporter during a step (default 1)", _POSITIVE),
+    _Option("--sample-interval", _SECONDS, 1.0, "seconds between two reads of the exporter during a step (default 1)", _POSITIVE),
     _Option(
         "--warmup-fraction",
         float,

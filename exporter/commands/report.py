@@ -18,6 +18,7 @@ from pathlib import Path
 
 from exporter.errors import UsageError
 from exporter.httpget import MAX_RESPONSE_BYTES, add_credential_arguments
+from exporter.values import seconds_type
 
 DEFAULT_URL = "http://127.0.0.1:9750"
 EXIT_UNREACHABLE = 1
@@ -42,17 +43,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--minutes", type=float, default=15.0, metavar="N", help="span of the Prometheus charts (default 15)")
     parser.add_argument(
         "--sample-seconds",
-        type=float,
+        type=seconds_type(positive=False),
         default=30.0,
         metavar="S",
         help="without --prometheus: how long to poll the exporter for the charts (default 30)",
     )
     parser.add_argument(
-        "--sample-interval", type=float, default=1.0, metavar="S", help="without --prometheus: seconds between polls (default 1)"
+        "--sample-interval",
+        type=seconds_type(positive=False),
+        default=1.0,
+        metavar="S",
+        help="without --prometheus: seconds between polls (default 1)",
     )
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=seconds_type(positive=False),
         default=5.0,
         metavar="SECONDS",
         help=f"bound of each whole request, connect to last byte (default 5); answers over {MAX_RESPONSE_BYTES >> 20} MiB are refused",

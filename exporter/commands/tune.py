@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from exporter.errors import UsageError
+from exporter.values import parse_duration, seconds_type
 
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
@@ -48,13 +49,6 @@ def _positive(kind: type) -> Any:
     return parse
 
 
-def _non_negative_float(text: str) -> float:
-    value = float(_number(float, text))
-    if value < 0:
-        raise argparse.ArgumentTypeError("expected 0 or a positive number")
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from exporter.commands.ramp import _concurrency_list
 
@@ -75,10 +69,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--keep-best", action="store_true", help="leave the recommended configuration running (default: the baseline)")
     add("--demo", action="store_true", help="a whole tuning run on the simulator (kv_pressure) in a few minutes")
     add("--concurrency", type=_concurrency_list, default=[1, 2, 4, 8, 16], help="ramp steps (default 1,2,4,8,16)")
-    add("--step-seconds", type=_positive(float), default=20.0, help="length of each ramp step (default 20)")
+    add("--step-seconds", type=seconds_type(), default=20.0, help="length of each ramp step (default 20)")
     add(
         "--warmup-seconds",
-        type=_non_negative_float,
+        type=seconds_type(positive=False),
         default=None,
         help="unmeasured load at the highest concurrency before each configuration's first repeat (default: one step; 0: none)",
     )
@@ -86,25 +80,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--output-tokens", type=_positive(int), default=128, help="max_tokens of each request (default 128)")
     add("--shared-prefix-ratio", type=float, default=0.0, help="share of requests with a shared prefix (default 0)")
     add("--shared-prefix-tokens", type=int, default=None, help="length of that prefix (default: half the prompt)")
-    add("--request-timeout", type=_positive(float), default=60.0, help="per-request timeout in seconds (default 60)")
-    add("--sample-interval", type=_positive(float), default=1.0, help="seconds between exporter reads (default 1)")
-    add("--start-timeout", type=_positive(float), default=300.0, help="seconds an engine has to become healthy (default 300)")
+    add("--request-timeout", type=seconds_type(), default=60.0, help="per-request timeout in seconds (default 60)")
+    add("--sample-interval", type=seconds_type(), default=1.0, help="seconds between exporter reads (default 1)")
+    add("--start-timeout", type=seconds_type(), default=300.0, help="seconds an engine has to become healthy (default 300)")
     add("--no-progress", action="store_true", help="plain lines instead of live bars")
     add("engine_command", nargs=argparse.REMAINDER, help="-- then the engine command line")
 
 
 def parse_budget(text: str | None) -> float | None:
+    """``--budget`` in seconds (None: unbounded), in the one duration grammar (exporter/values.py)."""
     if text is None:
         return None
-    units = {"s": 1.0, "m": 60.0, "h": 3600.0}
-    body, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "s")
-    try:
-        value = float(body) * units[unit]
-    except ValueError:
-        raise UsageError(f"--budget: expected a duration such as 30m, 1h or 900s, got {text!r}") from None
-    if value <= 0:
-        raise UsageError(f"--budget: expected a positive duration, got {text!r}")
-    return value
+    return parse_duration(text, "--budget", expected="a duration such as 30m, 1h or 900s")
+
+
+def slo_seconds(text: str | None, flag: str) -> float | None:
+    """An SLO flag (``--slo-ttft``, ``--slo-itl``) in seconds, None when not given; the one grammar."""
+    if text is None:
+        return None
+    return parse_duration(text, flag, expected="a positive duration such as 500ms or 0.5s")
 
 
 def _demo_command() -> list[str]:
@@ -129,7 +123,7 @@ def _demo_defaults(args: argparse.Namespace) -> None:
 def settings_from(args: argparse.Namespace) -> tuple[Any, Any]:
     """(TuneSettings, the baseline EngineCommand), or UsageError with the one line to print."""
     from exporter.tune.argv import ArgvError, EngineCommand
-    from exporter.tune.capacity import SLO, SLOError, parse_duration
+    from exporter.tune.capacity import SLO
     from exporter.tune.session import TuneSettings
 
     if args.demo:
@@ -139,13 +133,10 @@ def settings_from(args: argparse.Namespace) -> tuple[Any, Any]:
         raise UsageError("missing -- before the engine command: tune [options] -- ENGINE COMMAND...")
     if args.slo_ttft is None and args.slo_itl is None:
         raise UsageError("give an SLO: --slo-ttft D and/or --slo-itl D (p95, e.g. 500ms)")
+    slo = SLO(slo_seconds(args.slo_ttft, "--slo-ttft"), slo_seconds(args.slo_itl, "--slo-itl"))
     try:
-        slo = SLO(
-            parse_duration(args.slo_ttft, "--slo-ttft") if args.slo_ttft is not None else None,
-            parse_duration(args.slo_itl, "--slo-itl") if args.slo_itl is not None else None,
-        )
         cmd = EngineCommand.parse(tokens[1:], args.engine_type)
-    except (SLOError, ArgvError) as err:
+    except ArgvError as err:
         raise UsageError(str(err)) from None
     if args.apply is not None and not args.engine_url:
         raise UsageError("--apply needs --engine-url: where the applied engine answers")

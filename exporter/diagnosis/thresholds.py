@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from exporter.values import duration_seconds
+
 
 @dataclass(frozen=True)
 class Thresholds:
@@ -284,11 +286,17 @@ class Thresholds:
 
 
 def _number(name: str, value: Any, integer: bool) -> float | int:
-    """Parse one value; YAML may hand us text ("0.5") as well as numbers."""
+    """Parse one value; YAML may hand us text ("0.5") as well as numbers.
+
+    A ``*_seconds`` key is a duration in the exporter's one grammar ("500ms", "2s", "1m30s",
+    a bare number of seconds: exporter/values.py); any other key is a plain number, no unit.
+    """
+    if name.endswith("_seconds"):
+        return _duration(name, value)
     if isinstance(value, bool) or value is None:
         raise ValueError(f"diagnosis.{name}: expected a number, got {value!r}")
     try:
-        f = float(str(value).strip().rstrip("s")) if isinstance(value, str) else float(value)
+        f = float(value.strip()) if isinstance(value, str) else float(value)
     except (TypeError, ValueError):
         raise ValueError(f"diagnosis.{name}: expected a number, got {value!r}") from None
     if math.isnan(f) or math.isinf(f):
@@ -298,3 +306,11 @@ def _number(name: str, value: Any, integer: bool) -> float | int:
             raise ValueError(f"diagnosis.{name}: expected an integer, got {value!r}")
         return int(f)
     return f
+
+
+def _duration(name: str, value: Any) -> float:
+    """A ``*_seconds`` key: seconds >= 0 (each key's own range is checked by ``Thresholds._check``)."""
+    try:
+        return duration_seconds(value)
+    except ValueError as err:
+        raise ValueError(f"diagnosis.{name}: {err}") from None

@@ -7,29 +7,11 @@ it. A step counts only when its p95s are known, within the SLO, and no more than
 anything). The figure of merit is that step's requests/s; its tokens/s rides along.
 Works on report.json dicts (exporter/ramp/report.py), so ``compare`` reads saved runs too.
 The rule itself lives in exporter/capacity/atslo.py (``serve`` reads ramp reports as capacity
-profiles, and the runtime never imports the tools); this module re-exports it and parses SLO flags.
+profiles, and the runtime never imports the tools); this module re-exports it. SLO flags are durations in the one grammar of exporter/values.py.
 """
 
 from __future__ import annotations
 
-import re
-
 from exporter.capacity.atslo import NONE, SLO, Capacity, capacity_at_slo, slo_holds_everywhere, step_meets
 
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|us|µs)?\s*$")
-
-
-class SLOError(ValueError):
-    """An SLO that cannot be parsed: one line."""
-
-
-def parse_duration(text: str, flag: str) -> float:
-    """``200ms``, ``0.5s``, ``0.5`` (seconds) -> seconds; SLOError otherwise."""
-    m = _DURATION.match(text or "")
-    if not m or float(m.group(1)) <= 0:
-        raise SLOError(f"{flag}: expected a positive duration such as 500ms or 0.5s, got {text!r}")
-    scale = {"ms": 1e-3, "us": 1e-6, "µs": 1e-6}.get(m.group(2) or "s", 1.0)
-    return float(m.group(1)) * scale
-
-
-__all__ = ["NONE", "SLO", "Capacity", "SLOError", "capacity_at_slo", "parse_duration", "slo_holds_everywhere", "step_meets"]
+__all__ = ["NONE", "SLO", "Capacity", "capacity_at_slo", "slo_holds_everywhere", "step_meets"]

@@ -6,12 +6,14 @@ from typing import Any
 
 import pytest
 
+from exporter.errors import UsageError
 from exporter.tune.accept import judge
 from exporter.tune.argv import EngineCommand
-from exporter.tune.capacity import SLO, SLOError, capacity_at_slo, parse_duration
+from exporter.tune.capacity import SLO, capacity_at_slo
 from exporter.tune.compare import diff, render
 from exporter.tune.decide import SLO_HOLDS, common_primary, decide
 from exporter.tune.knobs import HARDWARE_STOP
+from exporter.values import parse_duration
 from tests.tune.records import report, step
 
 SLO_TTFT = SLO(ttft_s=0.5)
@@ -28,7 +30,7 @@ def test_durations_parse_or_fail_in_one_line() -> None:
     assert parse_duration("500ms", "--slo-ttft") == pytest.approx(0.5)
     assert parse_duration("0.25s", "--slo-ttft") == pytest.approx(0.25)
     assert parse_duration("2", "--slo-itl") == 2.0
-    with pytest.raises(SLOError, match="--slo-ttft: expected a positive duration"):
+    with pytest.raises(UsageError, match="--slo-ttft: expected a duration"):
         parse_duration("fast", "--slo-ttft")
 
 
