@@ -3,19 +3,32 @@
 Why the verdict and not a grid: the layer that gave out at the knee says which
 group to touch (resource → strategy → optimisation, docs/tune.md); a cause with no
 knob (the GPU at its compute or bandwidth limit, plain capacity) ends the search
-with the sentence that says so, instead of trying flags that cannot help.
+with the sentence that says so, instead of trying flags that cannot help; a cause
+the engine has no move for ends it quoting what the diagnosis advises instead.
+
+Why the draft length follows the measured acceptance (issue 32): fewer draft tokens
+help only where the ones cut were mostly rejected. The records carry the draft and
+accepted token counts at the knee; a draft token is kept only while every one before
+it was, so an acceptance rate over ``k`` drafted tokens gives a per-token acceptance
+``a`` (rate = (a + a² + … + a^k) / k), and position ``i`` is accepted with
+probability a^i. The move keeps the positions accepted at least as often as the
+diagnosis's line for low acceptance (0.5: kept more often than thrown away); where
+that keeps all of them, or the counts are too few to judge (the diagnosis's own
+minimum), no speculative setting is proposed and the stop says why.
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from exporter.diagnosis.thresholds import Thresholds
 from exporter.tune.argv import Change, EngineCommand, apply_move, engine_default
 from exporter.tune.capacity import SLO, slo_holds_everywhere, step_meets
-from exporter.tune.knobs import SLOTS_FULL, STOPS, Move, group_rank, lookup
+from exporter.tune.knobs import DRAFT, LARGER_CAPTURE, SLOTS_FULL, Knob, Move, group_rank, lookup, no_move_stop, stop_sentence
 
 SLO_HOLDS = "the SLO holds at the highest tested concurrency: nothing to tune at this load"
 
@@ -145,6 +158,170 @@ def slots_full(runs: Sequence[dict[str, Any]], cmd: EngineCommand, move: Move) -
     return max(seen) >= 0.9 * slots
 
 
+def _largest(value: float | str | None) -> int | None:
+    """The largest of a list of batch sizes (``1,2,4`` or ``1 2 4``); None when it is not one."""
+    try:
+        sizes = [int(v) for v in str(value).replace(",", " ").split()] if value is not None else []
+    except ValueError:
+        return None
+    return max(sizes) if sizes else None
+
+
+def captures_larger(cmd: EngineCommand, move: Move) -> bool:
+    """The move's list of captured batch sizes reaches past the one the engine runs with: a list the operator
+    wrote is never shrunk (TGI --cuda-graphs); an unreadable one is left alone."""
+    current = cmd.get(move.flag) if cmd.has(move.flag) else engine_default(cmd, move)
+    now, new = _largest(current), _largest(move.by)
+    return now is not None and new is not None and new > now
+
+
+# ---------------------------------------------------------------------- speculative decoding
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """Draft and accepted tokens at the step each run's verdict was read at, summed over the runs."""
+
+    drafted: float = 0.0
+    accepted: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted > 0 else 0.0
+
+
+def measured_acceptance(runs: Sequence[dict[str, Any]], slo: SLO | None) -> Acceptance:
+    """The acceptance the runs measured where their verdict was read (the knee; else the first step missing the SLO)."""
+    drafted = accepted = 0.0
+    for report in runs:
+        step = _verdict_step(report, slo)[1]
+        counters = ((step or {}).get("exporter") or {}).get("counters") or {}
+        d, a = counters.get("spec_decode_draft_tokens"), counters.get("spec_decode_accepted_tokens")
+        if isinstance(d, (int, float)) and isinstance(a, (int, float)):
+            drafted, accepted = drafted + d, accepted + a
+    return Acceptance(drafted, accepted)
+
+
+def _prefix_rate(alpha: float, k: int) -> float:
+    return sum(alpha**i for i in range(1, k + 1)) / k
+
+
+def per_token_acceptance(rate: float, k: int) -> float:
+    """The per-token acceptance ``a`` whose prefix rule gives ``rate`` over ``k`` drafted tokens (bisection:
+    the rate rises with ``a``)."""
+    if rate <= 0 or k < 1:
+        return 0.0
+    if rate >= 1:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _prefix_rate(mid, k) < rate else (lo, mid)
+    return (lo + hi) / 2
+
+
+def paying_length(alpha: float, k: int, line: float) -> int:
+    """How many leading draft positions (of ``k``) are accepted at least as often as ``line``: a^i >= line."""
+    n = 0
+    while n < k and alpha ** (n + 1) >= line:
+        n += 1
+    return n
+
+
+def _whole(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return None
+
+
+def _json_object(text: str | None) -> dict[str, Any] | None:
+    try:
+        found = json.loads(text) if text is not None else None
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def draft_length(cmd: EngineCommand, move: Move) -> int | None:
+    """The draft length ``move`` edits as the command sets it (inside the flag's JSON where ``key`` is set);
+    None when it is not set or not a whole number (the tuner does not guess an engine's default)."""
+    if move.key is not None:
+        found = _json_object(cmd.get(move.flag)) if cmd.has(move.flag) else None
+        return None if found is None else _whole(found.get(move.key))
+    return _whole(cmd.get(move.flag) if cmd.has(move.flag) else engine_default(cmd, move))
+
+
+def _with_draft_length(cmd: EngineCommand, move: Move, n: int) -> tuple[EngineCommand, list[Change]]:
+    value = str(n)
+    if move.key is not None:
+        found = _json_object(cmd.get(move.flag)) or {}
+        value = json.dumps({**found, move.key: n}, separators=(",", ":"))
+    out = cmd.copy()
+    out.set(move.flag, value)
+    return out, [Change(move.flag, cmd.get(move.flag), value)]
+
+
+@dataclass(frozen=True)
+class DraftMove:
+    """The draft length the measured acceptance pays for, applied to the command."""
+
+    move: Move
+    length: int
+    cmd: EngineCommand
+    changes: list[Change]
+
+
+def draft_move(cmd: EngineCommand, moves: Sequence[Move], acceptance: Acceptance) -> DraftMove | str:
+    """The first move whose draft length is on the command line, set to the positions that pay; else why none."""
+    t = Thresholds()
+    if acceptance.drafted < t.spec_min_draft_tokens:
+        return (
+            f"{acceptance.drafted:.0f} draft tokens measured at the knee, fewer than the "
+            f"{t.spec_min_draft_tokens:.0f} acceptance is judged on: no speculative setting is changed blind"
+        )
+    for move in moves:
+        k = draft_length(cmd, move)
+        if k is None:
+            continue
+        if k < 1:
+            return "the configuration drafts no tokens"
+        alpha = per_token_acceptance(acceptance.rate, k)
+        pays = paying_length(alpha, k, t.spec_acceptance_min)
+        keep = max(pays, int(move.low or 0))
+        if keep < k:
+            return DraftMove(move, keep, *_with_draft_length(cmd, move, keep))
+        if pays >= k:
+            return f"the measured acceptance, {alpha:.2f} per draft token, pays for all {k} draft tokens configured"
+        return (
+            f"the measured acceptance, {alpha:.2f} per draft token, pays for {pays} of the {k} draft tokens configured "
+            f"and {keep} is the fewest the tuner sets on this engine"
+        )
+    spelled = ", ".join(m.flag if m.key is None else f"{m.flag} {m.key}" for m in moves)
+    return f"the command line sets no draft length the tuner can read ({spelled})"
+
+
+def _draft_decision(engine: str, primary: Primary, entry: Knob, d: DraftMove | str, tried: set[str]) -> Decision:
+    """A speculative setting is proposed only when the measured acceptance says it pays; else the no-move stop."""
+    if not isinstance(d, str):
+        if d.cmd.shell() not in tried:
+            return Decision(primary.cause, entry.group, entry.reason, d.cmd, d.changes, d.move)
+        d = f"the draft length the measured acceptance pays for, {d.length}, was measured already"
+    return Decision(primary.cause, entry.group, entry.reason, stop=f"{primary.name}: {no_move_stop(engine, entry.advice, d)}")
+
+
+def _applies(cmd: EngineCommand, runs: Sequence[dict[str, Any]], move: Move) -> bool:
+    """The move's condition holds (slots full at the knee, a larger capture list); moves without one apply."""
+    if move.when == SLOTS_FULL:
+        return slots_full(runs, cmd, move)
+    if move.when == LARGER_CAPTURE:
+        return captures_larger(cmd, move)
+    return True
+
+
 def decide(engine: str, cmd: EngineCommand, runs: Sequence[dict[str, Any]], slo: SLO, tried: set[str]) -> Decision:
     """The next candidate from the best configuration's runs, or why the search stops.
 
@@ -162,9 +339,11 @@ def decide(engine: str, cmd: EngineCommand, runs: Sequence[dict[str, Any]], slo:
         )
     entry = lookup(engine, primary.cause).knob
     if entry.limit is not None:
-        return Decision(primary.cause, entry.group, entry.reason, stop=f"{primary.name}: {STOPS[entry.limit]}")
+        return Decision(primary.cause, entry.group, entry.reason, stop=f"{primary.name}: {stop_sentence(engine, entry)}")
+    if entry.moves and all(m.op == DRAFT for m in entry.moves):
+        return _draft_decision(engine, primary, entry, draft_move(cmd, entry.moves, measured_acceptance(runs, slo)), tried)
     for move in entry.moves:
-        if move.when == SLOTS_FULL and not slots_full(runs, cmd, move):
+        if not _applies(cmd, runs, move):
             continue
         applied = apply_move(cmd, move)
         if applied is None:
@@ -178,4 +357,20 @@ def decide(engine: str, cmd: EngineCommand, runs: Sequence[dict[str, Any]], slo:
     )
 
 
-__all__ = ["SLO_HOLDS", "Decision", "Primary", "common_primary", "decide", "primary_of", "slots_full"]
+__all__ = [
+    "SLO_HOLDS",
+    "Acceptance",
+    "Decision",
+    "DraftMove",
+    "Primary",
+    "captures_larger",
+    "common_primary",
+    "decide",
+    "draft_length",
+    "draft_move",
+    "measured_acceptance",
+    "paying_length",
+    "per_token_acceptance",
+    "primary_of",
+    "slots_full",
+]

@@ -3,9 +3,41 @@
 Why data, like exporter/engines/mappings/: the tuner never tries a knob blindly;
 the primary cause at the knee picks an entry here, and a test checks that every
 cause id of exporter/diagnosis/rules.py has, for every engine, either moves or an
-explicit "no knob" entry (``limit``: the hardware limit, capacity, or an outage).
-Each move cites the section of docs/tune.md (knob reference) that quotes the
-engine's own documentation for that flag.
+explicit "no knob" entry (``limit``: the hardware limit, capacity, an outage, or no
+move for this cause on this engine). Each move cites the section of docs/tune.md
+(knob reference) that quotes the engine's own documentation for that flag.
+
+Why a fourth stop kind (``no_move``, issue 32): "no flag will help" is true only of
+the GPU at its compute, bandwidth or power limit. Where the diagnosis advises
+something the tuner cannot do by itself (a draft closer to the target, pinned host
+memory, graphs on an engine whose capture is set in a file), the stop quotes that
+advice, fragment by fragment and word for word from rules.py (``advice``; a test
+checks the quote), and says the tuner has no automatic move, instead of telling
+the operator to scale out while the diagnosis names a flag.
+
+Flag spellings, and where a move was left out (a stop with the advice instead of a
+flag the tuner could not stand behind):
+
+* TGI ``--cuda-graphs``: a comma-separated list of batch sizes, "0" off, default
+  ``1,2,4,8,16,32`` (launcher reference). Moves set a doubling list, each only when it
+  reaches past the largest size the engine runs with (``LARGER_CAPTURE``): a list the
+  operator wrote is never shrunk.
+* Speculative decoding (op ``draft``): vLLM ``--speculative-config`` (or ``-sc``) JSON,
+  key ``num_speculative_tokens``, or its shorthand ``--spec-tokens`` (vLLM 0.32's
+  arg_utils; the two are mutually exclusive; the old ``--num-speculative-tokens`` is gone);
+  SGLang ``--speculative-num-steps`` (with ``--speculative-eagle-topk 1`` SGLang sets
+  ``--speculative-num-draft-tokens`` to steps + 1 itself); llama.cpp
+  ``--spec-draft-n-max`` (builds since the rename; the cached b11434 rejects the old
+  name) or ``--draft-max``/``--draft``/``--draft-n`` (older builds); the simulator
+  ``--spec-tokens``. Only a length already on the command line is changed (llama.cpp's
+  default differs by build, vLLM derives one from the draft model): the draft model,
+  method and drafting on/off stay the operator's. TGI ``--speculate`` and
+  trtllm-serve's ``speculative_config`` (an ``--extra_llm_api_options`` file) are not
+  moved: TGI reports no draft-token count to judge acceptance by, and a file is not a flag.
+* API-server processes and host threads: vLLM ``--api-server-count``, SGLang
+  ``--tokenizer-worker-num`` (default 1), TGI ``--validation-workers`` (the router's
+  tokenizer workers, default 2), llama.cpp ``-t``. trtllm-serve's
+  ``--num_postprocess_workers`` is marked a prototype in its reference: left out.
 
 Groups follow the method's order (docs/tune.md): ``resource`` (memory ceiling,
 maximum concurrency) before ``strategy`` (batching, scheduling) before
@@ -17,18 +49,28 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 GROUPS: tuple[str, ...] = ("resource", "strategy", "optimisation")
+#: the stop kind of a cause the engine has no move for: the sentence quotes the diagnosis's advice
+NO_MOVE = "no_move"
 #: what a "no knob" entry says stops the search
-LIMITS: tuple[str, ...] = ("hardware", "capacity", "outage")
+LIMITS: tuple[str, ...] = ("hardware", "capacity", "outage", NO_MOVE)
 ENGINES: tuple[str, ...] = ("vllm", "sglang", "tgi", "trtllm", "llamacpp", "simulator")
-#: the ``op`` of a move: multiply, add, set a value, add a boolean flag, drop a boolean flag
-OPS: tuple[str, ...] = ("mul", "add", "set", "on", "off")
+#: a move that sets the speculative draft length to what the measured acceptance pays for (decide.py)
+DRAFT = "draft"
+#: the ``op`` of a move: multiply, add, set a value, add a boolean flag, drop a boolean flag, the draft length
+OPS: tuple[str, ...] = ("mul", "add", "set", "on", "off", DRAFT)
 #: a move whose ``when`` is this is tried only while the running requests fill the slots
 SLOTS_FULL = "slots_full"
+#: a move whose ``when`` is this is tried only when its list of captured batch sizes reaches past the current one
+LARGER_CAPTURE = "larger_capture"
 
 HARDWARE_STOP = "the engine runs at its hardware limit; no flag will help — scale out"
 CAPACITY_STOP = "every layer has headroom: the service gets more load than it serves; no flag will help — add replicas"
 OUTAGE_STOP = "the engine stopped answering: an outage, not a setting; restart it and file a dump (docs/diagnosis.md)"
 STOPS = {"hardware": HARDWARE_STOP, "capacity": CAPACITY_STOP, "outage": OUTAGE_STOP}
+#: the fourth kind: ``why`` is empty or " (the reason)", ``advice`` the diagnosis's own words
+NO_MOVE_STOP = "the tuner has no automatic move for this cause on {engine}{why}; the diagnosis advises: {advice}"
+#: what joins the fragments of the diagnosis's advice a quote leaves out text between
+QUOTE_GAP = " … "
 
 
 @dataclass(frozen=True)
@@ -51,6 +93,8 @@ class Move:
     #: an environment variable of the engine process, not a command-line flag
     env: bool = False
     integer: bool = True
+    #: the key the move changes inside the flag's JSON value (vLLM --speculative-config)
+    key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -61,6 +105,8 @@ class Knob:
     reason: str
     moves: tuple[Move, ...] = ()
     limit: str | None = None
+    #: the diagnosis's advice, quoted (QUOTE_GAP between fragments): what a no-move stop says instead
+    advice: str = ""
 
 
 def _hw(why: str) -> Knob:
@@ -71,25 +117,86 @@ def _cap(why: str) -> Knob:
     return Knob("none", f"no knob: capacity — {why}", limit="capacity")
 
 
-#: the causes no engine flag changes, the same on every engine
+def _no_move(why: str, advice: str) -> Knob:
+    """A cause this engine has no automatic move for: the stop names what the diagnosis advises instead."""
+    return Knob("none", f"no knob: no automatic move — {why}", limit=NO_MOVE, advice=advice)
+
+
+def _quote(*fragments: str) -> str:
+    """Fragments of one rules.py advice, in its order and words, joined where text is left out."""
+    return QUOTE_GAP.join(fragments)
+
+
+def no_move_stop(engine: str, advice: str, why: str = "") -> str:
+    """The fourth stop's sentence; the advice's closing full stop is dropped (the callers end the sentence)."""
+    return NO_MOVE_STOP.format(engine=engine, why=f" ({why})" if why else "", advice=advice.rstrip("."))
+
+
+def stop_sentence(engine: str, knob: Knob) -> str:
+    """Why the search ends on a "no knob" entry: its kind's sentence, the no-move one with the advice quoted."""
+    if knob.limit == NO_MOVE:
+        return no_move_stop(engine, knob.advice)
+    return STOPS[knob.limit or "capacity"]
+
+
+#: the diagnosis's advice (exporter/diagnosis/rules.py), quoted where an engine has no move for it
+_ADVICE_GRAPHS = _quote(
+    "Turn graphs on",
+    "or capture larger batches",
+    "up to the batch sizes that run (llm_scheduler_batch_size). Each captured size costs GPU memory taken from the KV cache.",
+)
+_ADVICE_LAUNCH = _quote(
+    "Enable CUDA graphs", "torch.compile, fuse small ops, avoid per-step .item()/host syncs, and batch more work per launch."
+)
+_ADVICE_HOST = (
+    "Enable CUDA graphs, use an engine with an overlapped/async scheduler (vLLM V1, SGLang), batch more requests per "
+    "step, or run more replicas (data parallel) on the same GPU. If the thread's CPU demand is near a core but its CPU "
+    "is not, it is starved: give the server dedicated cores or a higher CPU limit."
+)
+_ADVICE_SPEC = (
+    "Propose fewer speculative tokens, use a draft closer to the target (same family, EAGLE heads trained for it), "
+    "keep n-gram drafting for repetitive text, or turn it off for this traffic."
+)
+_ADVICE_PCIE = (
+    "Look for KV-cache swap or CPU offload, weights streamed from host memory, unpinned host buffers or per-step tensor "
+    "copies; keep data resident on the GPU, pin host memory, or give the KV cache more GPU memory."
+)
+_ADVICE_FRONT = _quote(
+    "Look at what sits between clients and the engine: a gateway, proxy or load balancer",
+    "the network, and the engine's own API-server process (HTTP parsing, chat templates, tokenisation). If the serving "
+    "process's busiest thread is at a full core, the API server is the ceiling: run more API-server processes",
+    "replicas, or move tokenisation off that thread",
+)
+_ADVICE_MEMORY = "Lower gpu_memory_utilization, max_model_len or max_num_seqs, quantise weights or KV cache, or shard the model over more GPUs."
+_ADVICE_TENSOR = (
+    "Check the dtype (FP32 weights or activations instead of BF16/FP16/FP8), TF32 disabled, an attention backend or "
+    "custom kernel without tensor-core support, or matrix shapes that are not multiples of 8/16."
+)
+_ADVICE_IMBALANCE = "Check uneven pipeline stages, MoE expert load skew (hot experts), data-parallel routing, or another process sharing that GPU."
+
+
+#: every engine's entry unless its own table has one: the GPU at its limit, symptoms (capacity), an outage,
+#: and the causes whose remedy the diagnosis names but the tuner does not carry out by itself (no move)
 _COMMON: dict[str, Knob] = {
     "compute_bound": _hw("the GPU's math units are busy at the knee"),
     "memory_bandwidth_bound": _hw("every decode step streams weights and KV at the GPU's memory bandwidth"),
     "power_or_thermal_throttling": _hw("the board's power or thermal limit sets the clock, not the engine"),
-    "gpu_imbalance": _hw("one GPU of the group does more work: placement and topology, not an engine flag"),
-    "tensor_cores_unused": _hw("the kernels the model's dtype selects; a different model build, not a flag"),
+    "gpu_imbalance": _no_move("placement, routing and expert load across the group, found by hand", _ADVICE_IMBALANCE),
+    "tensor_cores_unused": _no_move("the dtype and kernels are a model and build choice", _ADVICE_TENSOR),
     "queue_backlog": _cap("a symptom with no cause behind it"),
     "slo_breach": _cap("a symptom with no cause behind it"),
     "retries_and_timeouts": _cap("clients give up and retry; their timeouts, not the engine's flags"),
-    "front_end_overhead": _cap("time spent in front of the engine (gateway, proxy, network)"),
+    "front_end_overhead": _no_move("time spent in front of the engine's scheduler; no API-server process count", _ADVICE_FRONT),
     "capacity_nearly_used": _cap("load at or past the capacity the profile measured: replicas, not flags"),
     "engine_unresponsive": Knob("none", "no knob: outage — the engine accepts requests but answers none", limit="outage"),
-    "memory_capacity_exhausted": _hw("the framebuffer is full: a smaller model, quantised weights or more GPUs"),
-    "pcie_transfer_bound": _hw("host<->device copies at the link's bandwidth"),
-    "launch_bound_small_kernels": _hw("no graph-capture flag on this engine"),
-    "serial_host_ceiling": _hw("no flag adds host threads on this engine"),
-    "low_acceptance": _hw("no speculative-decoding flag on this engine"),
-    "cuda_graphs_not_covering_batches": _hw("no graph-capture flag on this engine"),
+    "memory_capacity_exhausted": _no_move(
+        "the framebuffer is full: which of the memory settings gives is a choice", _ADVICE_MEMORY
+    ),
+    "pcie_transfer_bound": _no_move("what is copied (swap, offload, host buffers) is found by hand", _ADVICE_PCIE),
+    "launch_bound_small_kernels": _no_move("no graph-capture flag on this engine", _ADVICE_LAUNCH),
+    "serial_host_ceiling": _no_move("no flag adds host threads on this engine", _ADVICE_HOST),
+    "low_acceptance": _no_move("no speculative-decoding flag the tuner moves on this engine", _ADVICE_SPEC),
+    "cuda_graphs_not_covering_batches": _no_move("no graph-capture flag on this engine", _ADVICE_GRAPHS),
 }
 
 _V = "docs/tune.md#vllm"
@@ -168,6 +275,16 @@ _VLLM: dict[str, Knob] = {
         "copies over PCIe: reuse prompt prefixes on the GPU instead of recomputing or moving them",
         (Move("--enable-prefix-caching", "on", doc=_V),),
     ),
+    "low_acceptance": Knob(
+        "optimisation",
+        "most draft tokens are rejected: draft only as many as the measured acceptance pays for",
+        (
+            Move("--speculative-config", DRAFT, low=1, key="num_speculative_tokens", doc=_V),
+            Move("-sc", DRAFT, low=1, key="num_speculative_tokens", doc=_V),
+            Move("--spec-tokens", DRAFT, low=1, doc=_V),
+        ),
+        advice=_ADVICE_SPEC,
+    ),
 }
 
 _SGLANG: dict[str, Knob] = {
@@ -212,7 +329,38 @@ _SGLANG: dict[str, Knob] = {
         "small decode batches launch kernel by kernel: capture CUDA graphs for larger batches",
         (Move("--disable-cuda-graph", "off", doc=_S), Move("--cuda-graph-max-bs", "mul", 2, high=1024, default=160, doc=_S)),
     ),
+    "serial_host_ceiling": Knob(
+        "strategy",
+        "one host thread at a core caps every step: the overlapped scheduler, CUDA graphs, more tokenizer processes",
+        (
+            Move("--disable-overlap-schedule", "off", doc=_S),
+            Move("--disable-cuda-graph", "off", doc=_S),
+            Move("--tokenizer-worker-num", "mul", 2, high=16, default=1, doc=_S),
+        ),
+    ),
+    "front_end_overhead": Knob(
+        "strategy",
+        "the tokenizer manager delays the first token: more tokenizer processes",
+        (Move("--tokenizer-worker-num", "mul", 2, high=16, default=1, doc=_S),),
+    ),
+    "low_acceptance": Knob(
+        "optimisation",
+        "most draft tokens are rejected: fewer draft steps, as many as the measured acceptance pays for",
+        (Move("--speculative-num-steps", DRAFT, low=1, doc=_S),),
+        advice=_ADVICE_SPEC,
+    ),
 }
+
+
+def _tgi_graphs(largest: int) -> str:
+    """TGI's --cuda-graphs list: its default sizes 1, 2, 4 … doubled up to ``largest``."""
+    return ",".join(str(1 << i) for i in range(largest.bit_length()))
+
+
+#: graphs on (from "0"), then each doubling of the largest captured batch; never a list smaller than the current
+_TGI_GRAPHS: tuple[Move, ...] = tuple(
+    Move("--cuda-graphs", "set", _tgi_graphs(n), default=_tgi_graphs(32), when=LARGER_CAPTURE, doc=_T) for n in (32, 64, 128, 256)
+)
 
 _TGI: dict[str, Knob] = {
     "context_reserved_not_used": Knob(
@@ -245,6 +393,26 @@ _TGI: dict[str, Knob] = {
             Move("--waiting-served-ratio", "mul", 0.5, low=0.05, default=0.3, doc=_T, integer=False),
             Move("--max-waiting-tokens", "mul", 0.5, low=1, default=20, doc=_T),
         ),
+    ),
+    "cuda_graphs_not_covering_batches": Knob(
+        "optimisation",
+        "the decode runs eager or above the largest captured graph: graphs on, capture larger batches",
+        _TGI_GRAPHS,
+    ),
+    "launch_bound_small_kernels": Knob(
+        "optimisation",
+        "small decode batches launch kernel by kernel: capture CUDA graphs, for larger batches too",
+        _TGI_GRAPHS,
+    ),
+    "serial_host_ceiling": Knob(
+        "optimisation",
+        "one host thread at a core caps every step: CUDA graphs on, so a step is one launch",
+        _TGI_GRAPHS[:1],
+    ),
+    "front_end_overhead": Knob(
+        "strategy",
+        "the router's tokenizer workers delay the first token: more of them",
+        (Move("--validation-workers", "mul", 2, high=32, default=2, doc=_T),),
     ),
 }
 
@@ -327,6 +495,13 @@ _LLAMACPP: dict[str, Knob] = {
         "attention runs as many small kernels: flash attention, a larger physical batch",
         (Move("-fa", "set", "on", default="auto", doc=_L), Move("-ub", "mul", 2, high=4096, default=512, doc=_L)),
     ),
+    "low_acceptance": Knob(
+        "optimisation",
+        "most draft tokens are rejected: draft only as many as the measured acceptance pays for",
+        # the first spelling on the command line is the one moved: the current name, then the older builds' three
+        tuple(Move(flag, DRAFT, low=1, doc=_L) for flag in ("--spec-draft-n-max", "--draft-max", "--draft", "--draft-n")),
+        advice=_ADVICE_SPEC,
+    ),
 }
 
 _SIMULATOR: dict[str, Knob] = {
@@ -380,10 +555,19 @@ _SIMULATOR: dict[str, Knob] = {
         "prefix-cache hits are copied over PCIe: keep the prefix cache on the GPU",
         (Move("--kv-offload", "set", "false", default="false", doc=_M),),
     ),
+    "launch_bound_small_kernels": Knob(
+        "optimisation",
+        "eager decode steps launch op by op: graphs on, larger capture sizes (the simulator's eager launch time)",
+        (
+            Move("--enforce-eager", "set", "false", default="false", doc=_M),
+            Move("--max-cudagraph-capture-size", "mul", 2, high=4096, default=512, doc=_M),
+        ),
+    ),
     "low_acceptance": Knob(
         "optimisation",
-        "most draft tokens are rejected: draft fewer",
-        (Move("--spec-tokens", "mul", 0.5, low=0, default=0, doc=_M),),
+        "most draft tokens are rejected: draft only as many as the measured acceptance pays for (0: off)",
+        (Move("--spec-tokens", DRAFT, low=0, default=0, doc=_M),),
+        advice=_ADVICE_SPEC,
     ),
 }
 
@@ -420,4 +604,22 @@ def group_rank(group: str) -> int:
     return GROUPS.index(group) if group in GROUPS else len(GROUPS)
 
 
-__all__ = ["ENGINES", "GROUPS", "HARDWARE_STOP", "LIMITS", "STOPS", "TABLES", "Knob", "Move", "group_rank", "lookup"]
+__all__ = [
+    "DRAFT",
+    "ENGINES",
+    "GROUPS",
+    "HARDWARE_STOP",
+    "LARGER_CAPTURE",
+    "LIMITS",
+    "NO_MOVE",
+    "NO_MOVE_STOP",
+    "QUOTE_GAP",
+    "STOPS",
+    "TABLES",
+    "Knob",
+    "Move",
+    "group_rank",
+    "lookup",
+    "no_move_stop",
+    "stop_sentence",
+]
