@@ -44,12 +44,14 @@ METRICS_P99_S, HEALTHZ_P99_S, MEDIAN_RATIO = 0.050, 0.020, 1.20
 SPRAYER = r"""
 import base64, http.client, json, os, sys, threading, time
 port, seconds, clients, user = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-counts, lock = {}, threading.Lock()
+counts, lock, stop = {}, threading.Lock(), threading.Event()
 deadline = time.monotonic() + seconds
+if sys.argv[5:] == ["until-stdin"]:  # spray until a line (or EOF) on stdin, ``seconds`` at most
+    threading.Thread(target=lambda: (sys.stdin.readline(), stop.set()), daemon=True).start()
 
 def spray(i):
     conn = None
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not stop.is_set():
         name = user if i % 2 else "user%d" % i
         token = base64.b64encode(("%s:%s" % (name, os.urandom(9).hex())).encode()).decode()
         try:
