@@ -161,23 +161,6 @@ def busy_loops(n: int) -> Iterator[str]:
             p.wait(10)
 
 
-def lower_autogroup(pid: int, nice: int = 19) -> bool:
-    """Give the session of ``pid`` the autogroup nice ``nice``; False where the kernel has no autogroups.
-
-    Why: with ``kernel.sched_autogroup_enabled`` (the default of most distributions and of
-    this VM) every session is one scheduling group and the groups share the CPU equally,
-    whatever the nice of their processes. The vLLM runs in its own session (its own process
-    group, to be stopped whole), so ``nice -n 19`` alone left it an equal share with the
-    exporter's session: it was not "at a lower priority". The autogroup's nice makes it so.
-    """
-    try:
-        with open(f"/proc/{pid}/autogroup", "w") as f:
-            f.write(str(nice))
-        return True
-    except OSError:
-        return False
-
-
 @contextlib.contextmanager
 def vllm_under_load(base: str, clients: int = 8) -> Iterator[ClosedLoop]:
     """A closed loop of ``clients`` on the CPU vLLM at ``base`` (served as ``tiny``), the cores busy once it yields."""
@@ -198,11 +181,11 @@ def vllm_under_load(base: str, clients: int = 8) -> Iterator[ClosedLoop]:
 @contextlib.contextmanager
 def cpu_vllm(clients: int = 8) -> Iterator[tuple[str, ClosedLoop]]:
     """The cached CPU vLLM of the integration tests at nice 19, under a closed loop of ``clients``: (its base URL, the load)."""
-    from tests.integration.integration_helpers import SMALL_KV_VLLM_ARGS, vllm_proc
+    from tests.integration.integration_helpers import SMALL_KV_VLLM_ARGS, set_autogroup_nice, vllm_proc
 
     proc, base = vllm_proc(["--served-model-name", "tiny", *SMALL_KV_VLLM_ARGS], "bench-vllm", prefix=["nice", "-n", "19"])
     proc.start_answering(base + "/health", float(os.environ.get("LLM_EXPORTER_VLLM_START_TIMEOUT", "600")))
-    lower_autogroup(proc.pid)
+    set_autogroup_nice(proc.pid, 19)
     try:
         with vllm_under_load(base, clients) as load:
             yield base, load

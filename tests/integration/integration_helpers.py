@@ -190,13 +190,21 @@ def vllm_engine_below_front_end(proc: Proc) -> int:
     return changed
 
 
-def _set_autogroup_nice(pid: int, nice: int) -> None:
-    """The nice of ``pid``'s session as a scheduling group (bench/serving_under_load.lower_autogroup says why)."""
+def set_autogroup_nice(pid: int, nice: int) -> bool:
+    """Give the session of ``pid`` the autogroup nice ``nice``; False where the kernel has no autogroups.
+
+    Why: with ``kernel.sched_autogroup_enabled`` (the default of most distributions and of
+    this VM) every session is one scheduling group and the groups share the CPU equally,
+    whatever the nice of their processes. An engine runs in its own session (its own process
+    group, to be stopped whole), so ``nice -n 19`` alone left it an equal share with the
+    exporter's session: it was not "at a lower priority". The autogroup's nice makes it so.
+    """
     try:
         with open(f"/proc/{pid}/autogroup", "w") as f:
             f.write(str(nice))
+        return True
     except OSError:
-        pass  # a kernel without autogroups: the threads' own nice is all there is
+        return False
 
 
 @contextmanager
@@ -219,7 +227,7 @@ def engine_priority(proc: Proc, nice: int, idle_engine: bool = False, autogroup:
             except OSError:
                 continue  # gone meanwhile, or not ours to raise
         if autogroup:
-            _set_autogroup_nice(proc.pid, level)
+            set_autogroup_nice(proc.pid, level)
 
     apply(nice, os.SCHED_OTHER)
     if idle_engine:

@@ -313,7 +313,7 @@ UNANSWERED_S = 5.0
 @pytest.mark.timeout(900)
 def test_every_read_answers_while_a_real_cpu_vllm_saturates_the_cores(cpu_vllm: CpuVllm) -> None:
     """The real tier's shared CPU vLLM (tests/conftest.py) at nice 19, its session's scheduling group
-    too (bench/serving_under_load.lower_autogroup says why), under eight clients."""
+    too (integration_helpers.set_autogroup_nice says why), under eight clients."""
     import psutil
 
     from bench.harness import replay_copies
