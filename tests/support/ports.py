@@ -16,6 +16,7 @@ before: correct on one worker, racy between workers.
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import socket
@@ -29,8 +30,9 @@ _recent: deque[int] = deque(maxlen=512)
 _rng = random.Random()
 
 
+@functools.cache
 def _ephemeral_low(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> int:
-    """The kernel's lowest ephemeral port (32768 where the file is unreadable: Linux's default)."""
+    """The kernel's lowest ephemeral port (32768 where the file is unreadable: Linux's default); read once."""
     try:
         return int(path.read_text().split()[0])
     except (OSError, ValueError, IndexError):
