@@ -20,37 +20,22 @@ from __future__ import annotations
 import statistics
 import sys
 
-from exporter.engines.config import EngineConfig
-from exporter.probe.config import ProbeConfig
-from exporter.probe.source import ProbeSource
-from exporter.store import SnapshotStore
-from tests.probe.probe_http import Behaviour, ProbeHTTPServer
+from tests.probe.probe_http import Behaviour, ProbeHTTPServer, outside_engine
 from tests.probe.proxies import SlowProxy
 
 DELAY_S = 0.6
 PROBES = 10
+PROBE_TIMEOUT_S = DELAY_S + 1.2
 #: the figure the gate asserted before issue 31, now this benchmark's target
 FORMER_GATE_S = 0.1
-
-
-def _outside(base: str, probe_url: str | None) -> list[float]:
-    probe = ProbeConfig(interval=2.0, timeout=DELAY_S + 1.2, url=probe_url)
-    src = ProbeSource(EngineConfig(url=base + "/metrics", name="fake", interval=1.0, timeout=0.5, probe=probe), SnapshotStore())
-    out = []
-    for _ in range(PROBES):
-        src.sample()
-        if src.last is None or src.last.result != "ok" or src.last_outside is None:
-            raise RuntimeError(f"a probe failed: {src.last and src.last.detail}")
-        out.append(src.last_outside)
-    return out
 
 
 def measure() -> dict[str, float]:
     """Median and worst overshoot (s) of the outside-engine figure over its truth, direct and through the proxy."""
     with ProbeHTTPServer(Behaviour(prompt_ms=0.0)) as server:
-        direct = _outside(server.url, None)
+        direct = [x for x, _ in outside_engine(server.url, None, PROBES, PROBE_TIMEOUT_S)]
         with SlowProxy(int(server.url.rsplit(":", 1)[1]), DELAY_S) as proxy:
-            through = [x - DELAY_S for x in _outside(server.url, proxy.url)]
+            through = [x - DELAY_S for x, _ in outside_engine(server.url, proxy.url, PROBES, PROBE_TIMEOUT_S)]
     return {
         "direct_median_s": statistics.median(direct),
         "direct_max_s": max(direct),

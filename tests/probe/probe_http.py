@@ -274,3 +274,24 @@ class ProbeHTTPServer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(5)
+
+
+def outside_engine(base: str, probe_url: str | None, n: int, timeout: float) -> list[tuple[float, float]]:
+    """(time outside the engine, client-seen TTFT) of ``n`` in-process probes of the fake engine at ``base``,
+    through ``probe_url`` when given; each must answer and be judged by the engine's own prefill report.
+    Shared by tests/probe/test_probe_front_end.py and bench/probe_accuracy.py."""
+    from exporter.engines.config import EngineConfig
+    from exporter.probe.config import ProbeConfig
+    from exporter.probe.source import ProbeSource
+    from exporter.store import SnapshotStore
+
+    probe = ProbeConfig(interval=2.0, timeout=timeout, url=probe_url)
+    src = ProbeSource(EngineConfig(url=base + "/metrics", name="fake", interval=1.0, timeout=0.5, probe=probe), SnapshotStore())
+    out = []
+    for _ in range(n):
+        src.sample()
+        assert src.last is not None and src.last.result == "ok", src.last and src.last.detail
+        assert src.last_method == "engine_reported"
+        assert src.last_outside is not None and src.last.ttft is not None
+        out.append((src.last_outside, src.last.ttft))
+    return out

@@ -27,7 +27,7 @@ from exporter.engines.config import EngineConfig
 from exporter.probe.config import ProbeConfig
 from exporter.probe.source import ProbeSource
 from exporter.store import SnapshotStore
-from tests.probe.probe_http import Behaviour, ProbeHTTPServer
+from tests.probe.probe_http import Behaviour, ProbeHTTPServer, outside_engine
 from tests.probe.proxies import SlowProxy
 from tests.support.ports import free_port
 
@@ -41,17 +41,7 @@ FAKE_PREFILL_S = 0.002
 
 def _outside(base: str, probe_url: str | None, n: int = 4) -> list[tuple[float, float]]:
     """(time outside the engine, client-seen TTFT) of ``n`` probes."""
-    probe = ProbeConfig(interval=2.0, timeout=PROBE_TIMEOUT_S, url=probe_url)
-    cfg = EngineConfig(url=base + "/metrics", name="fake", interval=1.0, timeout=0.5, probe=probe)
-    src = ProbeSource(cfg, SnapshotStore())
-    out = []
-    for _ in range(n):
-        src.sample()
-        assert src.last is not None and src.last.result == "ok", src.last and src.last.detail
-        assert src.last_method == "engine_reported"
-        assert src.last_outside is not None and src.last.ttft is not None
-        out.append((src.last_outside, src.last.ttft))
-    return out
+    return outside_engine(base, probe_url, n, PROBE_TIMEOUT_S)
 
 
 def test_outside_engine_time_equals_the_delay_a_slow_front_end_adds() -> None:
