@@ -23,6 +23,7 @@ from collections.abc import Callable
 import httpx
 
 from exporter.loadgen.client import discover_model, issue
+from exporter.loadgen.pacing import ArrivalClock, WallClock
 from exporter.loadgen.prompts import PromptFactory
 from exporter.loadgen.spec import LoadResult, LoadSpec, RequestRecord
 from exporter.loadgen.summary import summarize
@@ -55,12 +56,17 @@ async def run_load(
     *,
     stop: asyncio.Event | None = None,
     on_record: Callable[[RequestRecord], None] | None = None,
+    clock: ArrivalClock | None = None,
 ) -> LoadResult:
     """Run ``spec`` to its end (duration, request count or ``stop``) and return records + summary.
 
     With ``spec.drain`` the duration ends issuing, not the run: requests in
     flight then finish (bounded by ``spec.timeout_s``); ``stop`` still ends the
     run at once.
+
+    ``clock`` paces the open loop's arrivals (``spec.rate`` is per second of it);
+    the wall clock by default, the simulator's model time against the simulator
+    (``exporter/loadgen/pacing.py``). Durations and timeouts stay wall seconds.
 
     Raises ValueError for a bad spec or an unbounded run (no duration, no
     request limit, no stop event), and httpx errors if the model cannot be
@@ -133,14 +139,17 @@ async def run_load(
                 children.discard(child)
                 slots.release()
 
+            pace = clock or WallClock()
             try:
+                at = await pace.now()
                 while not done_issuing():
-                    gap = rng.expovariate(spec.rate)
+                    at += rng.expovariate(spec.rate)
                     # no arrival after the deadline: wake there (a draining run waits for this task)
-                    await asyncio.sleep(gap if deadline is None else min(gap, max(0.0, deadline - loop.time())))
+                    await pace.wait_until(at, deadline)
                     if done_issuing():
                         break
                     await slots.acquire()  # may wait past the deadline for a request to end
+                    at = max(at, await pace.now())  # a wait for a slot delays what follows, no burst to catch up
                     index = None if done_issuing() else next_index()
                     if index is None:
                         slots.release()

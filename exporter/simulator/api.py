@@ -213,6 +213,11 @@ def create_app(sim: Simulator) -> FastAPI:
     async def sim_gpu() -> JSONResponse:
         return JSONResponse({"gpus": engine.gpu_readings()})
 
+    @app.get("/sim/clock")
+    async def sim_clock() -> JSONResponse:
+        # cheap (no snapshot): load generators pace their arrivals on it (exporter/loadgen/pacing.py)
+        return JSONResponse({"model_time_s": engine.clock.now(), "time_scale": engine.clock.scale})
+
     @app.get("/sim/state")
     async def sim_state() -> JSONResponse:
         state = (await asyncio.to_thread(engine.snapshot)).state()

@@ -75,14 +75,19 @@ class Scenario:
         max_requests: int | None = None,
         seed: int = 0,
         model: str | None = None,
+        model_time_rate: bool = False,
     ) -> LoadSpec:
-        """The load generator settings for this scenario; wall-clock values follow ``time_scale``."""
+        """The load generator settings for this scenario; wall-clock values follow ``time_scale``.
+
+        ``model_time_rate``: the arrival rate stays per model second, for a load paced on the
+        simulator's model clock (``exporter/simulator/pacing.py``); otherwise it is per wall
+        second, the model rate times ``time_scale``."""
         p = self.load
         return LoadSpec(
             base_url=base_url,
             model=model,
             concurrency=p.concurrency,
-            rate=None if p.rate is None else p.rate * time_scale,
+            rate=None if p.rate is None else p.rate * (1.0 if model_time_rate else time_scale),
             prompt_tokens=p.prompt_tokens,
             max_tokens=p.max_tokens,
             shared_prefix_ratio=p.shared_prefix_ratio,

@@ -27,6 +27,7 @@ import requests
 
 from exporter.loadgen import run_load
 from exporter.simulator import scenarios
+from exporter.simulator.pacing import model_clock
 from tests.support.ports import free_port
 from tests.support.processes import ROOT, Child, exporter_argv
 
@@ -155,11 +156,12 @@ class LoadThread:
 
     def start(self, scenario: str, base_url: str, time_scale: float, seed: int = 0) -> None:
         """Add the scenario's load; earlier loads keep running until ``retire()``."""
-        spec = scenarios.get(scenario).load_spec(base_url, time_scale=time_scale, duration_s=None, seed=seed)
+        spec = scenarios.get(scenario).load_spec(base_url, time_scale=time_scale, duration_s=None, seed=seed, model_time_rate=True)
         stop = asyncio.Event()  # created here, only touched on the loop thread
 
         async def go() -> None:
-            await run_load(spec, stop=stop)
+            # arrivals on model time: a starved simulator is offered the scenario's load, not a backlog
+            await run_load(spec, stop=stop, clock=model_clock(base_url))
 
         self._runs.append((stop, asyncio.run_coroutine_threadsafe(go(), self.loop)))
 
