@@ -80,32 +80,37 @@ CASES = [
     # (long outputs: the engine, not the HTTP front end that tokenises on the same two cores, is the limit)
     Case("vllm-kv-small", "vllm", (), 10, 160, "memory/kv_cache_pressure"),
     Case("llamacpp-light", "llamacpp", ("-np", "4", "-c", "4096"), 1, 32, "healthy"),
-    Case("llamacpp-one-slot", "llamacpp", ("-np", "1", "-c", "4096"), 6, 512, "memory/kv_fragmentation_or_capacity_misjudged"),
+    # one slot, five clients waiting for it, and a slot context (2,048 tokens: the model's own) that would
+    # hold several of these ~250-token requests: the slots, not the memory, hold the queue
+    Case("llamacpp-one-slot", "llamacpp", ("-np", "1", "-c", "4096"), 6, 192, "memory/kv_fragmentation_or_capacity_misjudged"),
 ]
 
 
 @contextmanager
-def _engine(case: Case, request: pytest.FixtureRequest) -> Iterator[str]:
-    """The case's engine, below the exporter for the case's duration: its base URL."""
+def _engine(case: Case, request: pytest.FixtureRequest) -> Iterator[tuple[str, int]]:
+    """The case's engine, below the exporter for the case's duration: its base URL and process id."""
     if case.engine == "vllm":
         vllm: CpuVllm = request.getfixturevalue("cpu_vllm")
         with engine_priority(vllm.proc, nice=10, idle_engine=True):
-            yield vllm.base
+            yield vllm.base, vllm.proc.pid
         return
     args = ["-t", "1", "--threads-http", str(case.clients + 4), *case.args]
-    proc, base = llamacpp_proc(args, f"verdict-{case.name}", prefix=NICE)
+    proc, base = llamacpp_proc(args, f"verdict-{case.name}", prefix=NICE)  # nice execs: the pid is the server's
     proc.start_answering(base + "/health", 120.0)
     try:
-        yield base
+        yield base, proc.pid
     finally:
         proc.stop()
 
 
-def _start_exporter(case: Case, engine_base: str) -> tuple[Proc, str]:
+def _start_exporter(case: Case, engine_base: str, engine_pid: int) -> tuple[Proc, str]:
+    # deployed beside the engine as the README says: its metrics and its process (the sampler), no GPU
     return start_exporter_with(
         [
             "--engine",
             engine_base + "/metrics",
+            "--engine-pid",
+            str(engine_pid),
             "--gpu-source",
             "none",
             "--engine-interval",
@@ -150,6 +155,8 @@ def _record(case: Case, verdicts: list[dict[str, Any]], share: float, load: Clos
         "statuses": dict(load.statuses),
         "client_errors": dict(load.errors),
         "chains": [v["primary"]["chain"] for v in verdicts if v.get("primary")][:3],
+        "confidences": [v["primary"]["confidence"] for v in verdicts if v.get("primary")],
+        "last": {k: verdicts[-1].get(k) for k in ("primary", "symptoms", "notices", "signals")} if verdicts else None,
         "loadavg": os.getloadavg(),
         "story": story(verdicts).splitlines(),
     }
@@ -160,8 +167,8 @@ def _record(case: Case, verdicts: list[dict[str, Any]], share: float, load: Clos
 def test_verdict_on_a_real_engine_under_load(case: Case, request: pytest.FixtureRequest) -> None:
     skip_if_off(case.engine)
     with contextlib.ExitStack() as stack:
-        engine_base = stack.enter_context(_engine(case, request))
-        exporter, exporter_base = _start_exporter(case, engine_base)
+        engine_base, engine_pid = stack.enter_context(_engine(case, request))
+        exporter, exporter_base = _start_exporter(case, engine_base, engine_pid)
         stack.callback(exporter.stop)
         # each read has its own bound; the load outlives all of them, so no reading is taken after it stopped
         # (on a slow 2-core runner a verdict can take several seconds to change: the bounds are generous)
