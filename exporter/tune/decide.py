@@ -140,8 +140,23 @@ def _knee_step(report: dict[str, Any]) -> dict[str, Any] | None:
     return steps[-1] if steps else None
 
 
+def _from_the_knee(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The knee step and every step after it (more load than the knee's)."""
+    knee = _knee_step(report)
+    if knee is None:
+        return []
+    steps = [s for s in report.get("steps") or [] if s.get("index", -1) >= knee.get("index", 0)]
+    return steps or [knee]
+
+
 def slots_full(runs: Sequence[dict[str, Any]], cmd: EngineCommand, move: Move) -> bool:
-    """The running requests reached the slot count at the knee (unknown: assumed, so the move is tried)."""
+    """The running requests reached the slot count at or beyond the knee (unknown: assumed, so the move
+    is tried).
+
+    Why the steps beyond the knee count too: a step's gauges are a few samples, and on a
+    loaded host one of them can land in the instant a finished request hands its slot on
+    (a one-slot engine read "0 running, 1 waiting"); the steps after the knee carry more
+    load, so slots they fill were the limit at the knee as well."""
     value = cmd.get(move.flag) if cmd.has(move.flag) else engine_default(cmd, move)
     try:
         slots = float(value) if value is not None else None
@@ -149,10 +164,10 @@ def slots_full(runs: Sequence[dict[str, Any]], cmd: EngineCommand, move: Move) -
         slots = None
     seen = []
     for r in runs:
-        step = _knee_step(r)
-        gauge = (((step or {}).get("exporter") or {}).get("gauges") or {}).get("requests_running")
-        if gauge and gauge.get("max") is not None:
-            seen.append(float(gauge["max"]))
+        for step in _from_the_knee(r):
+            gauge = ((step.get("exporter") or {}).get("gauges") or {}).get("requests_running")
+            if gauge and gauge.get("max") is not None:
+                seen.append(float(gauge["max"]))
     if slots is None or not seen:
         return True
     return max(seen) >= 0.9 * slots
