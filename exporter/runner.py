@@ -32,7 +32,7 @@ from collections.abc import Callable
 from typing import Protocol, cast
 
 from exporter.samples import SourceError
-from exporter.sources import Source
+from exporter.sources import Source, attempt_bound
 from exporter.store import SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -196,7 +196,8 @@ class SourceRunner(LoopThread):
         self.transitions = TransitionLog(source.name, log_every)
         self.failures = 0
         self._crash_logged = False
-        store.register(source.name, source.interval, source.timeout)
+        self.bound = attempt_bound(source)
+        store.register(source.name, source.interval, self.bound)
 
     @property
     def name(self) -> str:
@@ -226,8 +227,8 @@ class SourceRunner(LoopThread):
             self._fail(crash, self._clock() - started)
             return False
         duration = self._clock() - started
-        if duration > self.source.timeout:
-            msg = f"sample took {duration:.2f}s, over the {self.source.timeout:.2f}s timeout"
+        if duration > self.bound:
+            msg = f"sample took {duration:.2f}s, over the {self.bound:.2f}s timeout"
             self._fail(SourceError("timeout", msg), duration)
             return False
         self.store.record_success(name, result.points, duration, result.partial_errors)

@@ -27,3 +27,16 @@ class Source(Protocol):
     def sample(self) -> SampleResult: ...
 
     def close(self) -> None: ...
+
+
+def attempt_bound(source: Source) -> float:
+    """The most one attempt of ``source`` may run in all before it counts as a ``timeout``.
+
+    ``timeout`` by default. A source whose ``timeout`` is the deadline of what another
+    party controls (an engine's answer: exporter/engines/fetch.py enforces it on the
+    wire) and whose own work after it is bounded by size, not time, declares an
+    ``attempt_bound`` beyond it: on a starved node (50 scrapers rendering a 2 MB
+    exposition hold the GIL) parsing a capped body may outlast the engine's deadline,
+    and that is not the engine answering late. A hang is still failed at the bound.
+    """
+    return float(getattr(source, "attempt_bound", None) or source.timeout)

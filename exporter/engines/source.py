@@ -86,7 +86,11 @@ class EngineSource:
         self.server = server
         self.name = f"engine:{server}"
         self.interval = cfg.interval
+        #: the engine's deadline: its whole answer, side fetches included (exporter/engines/fetch.py)
         self.timeout = cfg.timeout
+        #: our own work on a body capped in bytes and series may run one interval past it on a starved
+        #: node before the attempt counts as hung (exporter/sources.py attempt_bound; issue 37)
+        self.attempt_bound = cfg.timeout + cfg.interval
         #: family and generation of the last successful scrape (None before one)
         self.family: str | None = None
         self.generation: str | None = None
