@@ -102,13 +102,16 @@ run_tier() {
 # scraping every second: about 60 % of two cores busy with one test per core), so it runs one and
 # a half workers per core, at most 4: each worker hands out its own ports (tests/support/ports.py)
 # and temporary folders, and no test reads the host's speed, so a neighbour's load changes how long
-# a test takes, not what it finds. The real tier runs in one process: its engines take every core.
+# a test takes, not what it finds. The scenario stacks (a simulator, serve and a load generator
+# each, about 1.5 cores busy) run one after another on one worker (--dist loadgroup,
+# tests/support/tiers.py SCENARIO_STACK_PATHS): three at once starve one another and change the
+# scenario itself. The real tier runs in one process: its engines take every core.
 run_tier unit "not stack and not real" -n "$(nproc)" "$@"
 if [ "$quick" = 0 ]; then
   stack_workers=$(($(nproc) * 3 / 2))
   [ "$stack_workers" -ge 1 ] || stack_workers=1
   [ "$stack_workers" -le 4 ] || stack_workers=4
-  run_tier stack "stack" -n "$stack_workers" "$@"
+  run_tier stack "stack" -n "$stack_workers" --dist loadgroup "$@"
   run_tier real "real" "$@"
 fi
 .venv/bin/python -m tests.support.durations "$RESULTS"/*.json

@@ -51,6 +51,20 @@ def test_every_node_rule_names_a_test_that_exists_in_a_file_not_already_ruled_wh
         )
 
 
+def test_the_scenario_stacks_are_stack_files_run_in_one_group_by_the_test_command(request: pytest.FixtureRequest) -> None:
+    for rule in tiers.SCENARIO_STACK_PATHS:
+        assert (ROOT / rule).is_file() and tiers._under(rule, tiers.STACK_PATHS), f"{rule}: not a stack file"
+    # every collected test of those files (the run that collects them) is in the group, and no other
+    for item in request.session.items:
+        marker = item.get_closest_marker("xdist_group")
+        if tiers._relative(item) in tiers.SCENARIO_STACK_PATHS:
+            assert marker is not None and marker.args == (tiers.SCENARIO_GROUP,), item.nodeid
+        else:
+            assert marker is None, item.nodeid
+    # the group means something only where xdist distributes by group
+    assert '-n "$stack_workers" --dist loadgroup' in (ROOT / "scripts/test.sh").read_text()
+
+
 def test_the_tiers_are_the_only_markers_of_their_kind() -> None:
     """The old markers are gone for good: a file that writes one again would mean nothing."""
     for path in (ROOT / "tests").rglob("*.py"):

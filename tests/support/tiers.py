@@ -245,9 +245,27 @@ def tier_of(item: pytest.Item) -> tuple[str, str]:
     return "unit", "no rule: in-process"
 
 
+#: stack files whose tests each run a whole scenario stack (simulator, serve, a load generator) and
+#: read a verdict from it: one xdist worker runs them one after another (``--dist loadgroup``).
+#: Why: one such stack keeps about 1.5 cores busy (the simulator 0.75 of a core, its streaming
+#: load generator up to 0.9, measured on power_throttled), so three at once on a 2-core runner
+#: starve one another. Starved, a closed loop's clients come back late, the engine's queue runs
+#: short, and the scenario's own physics changes (a few requests waiting with the KV cache free
+#: is what the slots-full cause describes): the verdict then follows, rightly, a different
+#: scenario. Beside one such stack the other workers run the lighter stack tests.
+SCENARIO_STACK_PATHS: tuple[str, ...] = (
+    "tests/diagnosis/test_diagnosis_scenarios.py",
+    "tests/simulator/test_demo_tour.py",
+)
+SCENARIO_GROUP = "scenario_stacks"
+
+
 def assign(items: list[pytest.Item]) -> None:
-    """Mark each item with its tier (unit: no marker); a hand-written tier marker is an error."""
+    """Mark each item with its tier (unit: no marker) and, for the scenario stacks, their one xdist
+    group; a hand-written tier marker is an error."""
     for item in items:
+        if _relative(item) in SCENARIO_STACK_PATHS:
+            item.add_marker(pytest.mark.xdist_group(SCENARIO_GROUP))
         written = [m.name for m in item.iter_markers() if m.name in MARKED_TIERS]
         if written:
             raise pytest.UsageError(
