@@ -156,7 +156,9 @@ class LoadThread:
 
     def start(self, scenario: str, base_url: str, time_scale: float, seed: int = 0) -> None:
         """Add the scenario's load; earlier loads keep running until ``retire()``."""
-        spec = scenarios.get(scenario).load_spec(base_url, time_scale=time_scale, duration_s=None, seed=seed, model_time_rate=True)
+        spec = scenarios.get(scenario).load_spec(
+            base_url, time_scale=time_scale, duration_s=None, seed=seed, model_time_rate=True
+        )
         stop = asyncio.Event()  # created here, only touched on the loop thread
 
         async def go() -> None:

@@ -103,11 +103,19 @@ def test_slots_filled_beyond_the_knee_count_when_the_knee_step_sampled_a_handoff
     finished request handed its slot on), the step after it 1 of 1. More sequences is still the move."""
     cmd = EngineCommand.parse(["vllm", "serve", "m", "--max-num-seqs", "1"])
     cause = ("memory", "kv_fragmentation_or_capacity_misjudged")
-    steps = [step(1, 1.0, 0.1, running_max=1.0), step(2, 1.3, 0.9, running_max=0.0, primary=cause), step(4, 1.3, 2.0, running_max=1.0)]
+    steps = [
+        step(1, 1.0, 0.1, running_max=1.0),
+        step(2, 1.3, 0.9, running_max=0.0, primary=cause),
+        step(4, 1.3, 2.0, running_max=1.0),
+    ]
     d = decide("vllm", cmd, [report(steps, knee_index=1, cause=cause)], SLO_TTFT, set())
     assert [(c.flag, c.new) for c in d.changes] == [("--max-num-seqs", "2")]
     # no step at or beyond the knee ever filled the slots: the next move of the knob
-    steps = [step(1, 1.0, 0.1, running_max=1.0), step(2, 1.3, 0.9, running_max=0.0, primary=cause), step(4, 1.3, 2.0, running_max=0.0)]
+    steps = [
+        step(1, 1.0, 0.1, running_max=1.0),
+        step(2, 1.3, 0.9, running_max=0.0, primary=cause),
+        step(4, 1.3, 2.0, running_max=0.0),
+    ]
     d = decide("vllm", cmd.copy(), [report(steps, knee_index=1, cause=cause)], SLO_TTFT, set())
     assert d.changes[0].flag == "--max-num-batched-tokens"
 
