@@ -273,8 +273,7 @@ def kv_room(v: View, t: Thresholds) -> tuple[float, float, float, float] | None:
 
     Free blocks: (1 - usage, the window's max) x capacity / block size; llama.cpp's slots count
     context tokens (block = 1 token). A request needs its mean tokens (prompt + output over the
-    window's finished requests; else, for a slot engine, the most a busy slot held over the window,
-    the running ones counted at that size; else what the running ones hold each) in blocks. The head of the
+    window's finished requests; else what the running ones hold each) in blocks. The head of the
     queue is as many of the waiting requests as run now (all of them when fewer wait): room for
     them means the batch could at least double on the memory it has, so slots or the admission
     budget, not memory, hold the queue. A cache with room for a request or two more is well used.
@@ -289,13 +288,6 @@ def kv_room(v: View, t: Thresholds) -> tuple[float, float, float, float] | None:
     block, capacity = model
     running = running_seen(v, t)
     tokens = v.get(s.TOKENS_PER_REQUEST)
-    if tokens is None and v.get(s.SLOT_HELD_MAX, 0.0) > 0:
-        # a slot engine that counts no finished requests (llama.cpp): a request's size is the most a
-        # busy slot held over the window, and the running ones are counted at that size. The slots'
-        # context in use now depends on how far each request has got (a sample early in a request
-        # reads the cache nearly empty, one late reads it half full): the room must not.
-        tokens = v[s.SLOT_HELD_MAX]
-        usage = max(usage, min(1.0, ratio(tokens * max(running, 1.0), capacity) or 0.0))
     if tokens is None and running >= 1:
         tokens = ratio(usage * capacity, running)
     blocks = ratio(tokens, block) if tokens else None
