@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from exporter.basicauth import BasicAuthVerifier, Verdict
 from exporter.collector import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, ExpositionCache, wants_openmetrics
-from exporter.serving import ServingPaths, favour_the_event_loop
+from exporter.serving import NOT_READY, ServingPaths, favour_the_event_loop
 from exporter.store import SnapshotStore
 from exporter.webconfig import WebConfig
 
@@ -91,7 +91,7 @@ def create_app(store: SnapshotStore, routers: Iterable[APIRouter] = (), web_conf
         """Open without auth (OPEN_PATHS): ready once a GPU or engine source has sampled (store.ready)."""
         if store.ready():
             return PlainTextResponse("ready\n")
-        return PlainTextResponse("not ready: no GPU or engine source has sampled successfully yet\n", status_code=503)
+        return PlainTextResponse(NOT_READY, status_code=503)
 
     for router in routers:
         app.include_router(router)

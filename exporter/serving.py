@@ -43,7 +43,9 @@ SLOT_HOLD_S = 0.5
 #: the GIL switch interval while serving (Python's default is 5 ms; see ``favour_the_event_loop``)
 SWITCH_INTERVAL_S = 0.001
 _PLAIN = b"text/plain; charset=utf-8"
-_NOT_READY = b"not ready: no GPU or engine source has sampled successfully yet\n"
+#: /readyz's answer before a GPU or engine source has sampled (store.ready); server.py's route says the same
+NOT_READY = "not ready: no GPU or engine source has sampled successfully yet\n"
+_NOT_READY = NOT_READY.encode()
 
 
 def favour_the_event_loop() -> None:

@@ -237,6 +237,11 @@ def engine_default(cmd: EngineCommand, move: Move) -> float | str | None:
     return move.default
 
 
+def running_value(cmd: EngineCommand, move: Move) -> float | str | None:
+    """The value of ``move``'s flag the engine runs with: as the command line sets it, else ``engine_default``."""
+    return cmd.get(move.flag) if cmd.has(move.flag) else engine_default(cmd, move)
+
+
 def apply_move(cmd: EngineCommand, move: Move) -> tuple[EngineCommand, list[Change]] | None:
     """``cmd`` with ``move`` applied and the changes made; None when the move does not apply (at a bound, absent)."""
     out = cmd.copy()

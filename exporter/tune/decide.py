@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.diagnosis.thresholds import Thresholds
-from exporter.tune.argv import Change, EngineCommand, apply_move, engine_default
+from exporter.tune.argv import Change, EngineCommand, apply_move, running_value
 from exporter.tune.capacity import SLO, slo_holds_everywhere, step_meets
 from exporter.tune.knobs import DRAFT, LARGER_CAPTURE, SLOTS_FULL, Knob, Move, group_rank, lookup, no_move_stop, stop_sentence
 
@@ -157,7 +157,7 @@ def slots_full(runs: Sequence[dict[str, Any]], cmd: EngineCommand, move: Move) -
     loaded host one of them can land in the instant a finished request hands its slot on
     (a one-slot engine read "0 running, 1 waiting"); the steps after the knee carry more
     load, so slots they fill were the limit at the knee as well."""
-    value = cmd.get(move.flag) if cmd.has(move.flag) else engine_default(cmd, move)
+    value = running_value(cmd, move)
     try:
         slots = float(value) if value is not None else None
     except ValueError:
@@ -185,7 +185,7 @@ def _largest(value: float | str | None) -> int | None:
 def captures_larger(cmd: EngineCommand, move: Move) -> bool:
     """The move's list of captured batch sizes reaches past the one the engine runs with: a list the operator
     wrote is never shrunk (TGI --cuda-graphs); an unreadable one is left alone."""
-    current = cmd.get(move.flag) if cmd.has(move.flag) else engine_default(cmd, move)
+    current = running_value(cmd, move)
     now, new = _largest(current), _largest(move.by)
     return now is not None and new is not None and new > now
 
@@ -267,7 +267,7 @@ def draft_length(cmd: EngineCommand, move: Move) -> int | None:
     if move.key is not None:
         found = _json_object(cmd.get(move.flag)) if cmd.has(move.flag) else None
         return None if found is None else _whole(found.get(move.key))
-    return _whole(cmd.get(move.flag) if cmd.has(move.flag) else engine_default(cmd, move))
+    return _whole(running_value(cmd, move))
 
 
 def _with_draft_length(cmd: EngineCommand, move: Move, n: int) -> tuple[EngineCommand, list[Change]]:
