@@ -43,8 +43,8 @@ def _headroom_low(s: Settings) -> Alert:
         summary="Engine {{ $labels.engine }} runs near its measured capacity at SLO ({{ $labels.instance }})",
         description=(
             f"The live load of engine {{{{ $labels.engine }}}} on exporter {{{{ $labels.instance }}}} has taken more than "
-            f"{limit:.0%} of the capacity its profile measured within the SLO (llm_capacity_used_ratio: the larger of in-flight "
-            f"requests over the concurrency at SLO and finished requests per second over the requests/s at SLO) for {for_}. "
+            f"{limit:.0%} of the capacity its profile measured within the SLO (llm_capacity_used_ratio: the offered "
+            f"requests per second, finished plus queue growth, over the requests/s at SLO) for {for_}. "
             "The SLO still holds, but little more load breaks it: add replicas or move load now, and set the gateway's "
             "ceiling per replica to llm_capacity_recommended_max_concurrency. Confirm on 'LLM / Overview' (row Capacity at SLO)."
         ),

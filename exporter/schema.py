@@ -807,11 +807,20 @@ _SPECS: list[MetricSpec] = [
     _g(
         "llm_capacity_used_ratio",
         "ratio",
-        "Live load over the measured capacity at SLO: the larger of in-flight requests over llm_capacity_concurrency_at_slo and the finished-request rate over llm_capacity_requests_per_second_at_slo (1 = at the measured knee; above 1 = past it).",
+        "Live load over the measured capacity at SLO: the offered request rate (llm_capacity_offered_requests_per_second) over llm_capacity_requests_per_second_at_slo; for an engine without a finished-request counter, in-flight requests over llm_capacity_concurrency_at_slo (1 = at the measured knee; above 1 = past it).",
         "application",
         ("engine",),
         "derived",
         reduce="max",
+    ),
+    _g(
+        "llm_capacity_offered_requests_per_second",
+        "",
+        "Requests per second the clients offer the engine: its finished-request rate plus the growth of its requests in flight over the capacity window, so a queue the engine's own slowdown builds does not count as more load.",
+        "application",
+        ("engine",),
+        "derived",
+        reduce="sum",
     ),
     _g(
         "llm_capacity_recommended_max_concurrency",

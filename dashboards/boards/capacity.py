@@ -64,8 +64,8 @@ def overview_panels(s: Settings) -> list[Panel | Row]:
         Panel(
             "Capacity used (measured at SLO)",
             "Each engine's live load over the capacity its profile (tune or ramp, serve --capacity-profile) measured "
-            "within the SLO: the larger of in-flight requests over the concurrency at SLO and finished requests/s over the "
-            f"requests/s at SLO. 1 = at the measured knee, where latency starts to climb. Above {limit:g} (dashed) for "
+            "within the SLO: the offered requests/s (finished plus queue growth) over the requests/s at SLO (without a "
+            f"finished-request counter, in-flight requests over the concurrency at SLO). 1 = at the measured knee, where latency starts to climb. Above {limit:g} (dashed) for "
             f"{s.for_['capacity_headroom_low']} is LLMCapacityHeadroomLow: plan replicas now. No data: no profile configured.",
             [Target(used, per_engine)],
             unit="percentunit",

@@ -12,6 +12,12 @@ source already publishes it as ``llm_engine_setting`` and
 them from its exporter's ``/metrics``, ``tune`` adds the command line it launched),
 so both sides are compared in one vocabulary. Only settings known on both
 sides are compared: a setting one side does not know is not a change.
+
+The GPUs are part of it (issue 32): the same flags on another GPU model, or on
+another number of GPUs, carry another load. They are the GPUs the exporter
+reads (``llm_gpu_info``: its ``name`` labels and how many ``gpu`` labels), the
+node's as the measuring exporter saw them; a side that read none does not
+compare them.
 """
 
 from __future__ import annotations
@@ -27,12 +33,15 @@ from exporter.schema import ENGINE_LABELS, spec
 SETTING = "llm_engine_setting"
 CONFIG_INFO = "llm_engine_config_info"
 ENGINE_INFO = "llm_engine_info"
+GPU_INFO = "llm_gpu_info"
 #: the text settings llm_engine_config_info carries as labels (its labels beside the engine's own)
 CONFIG_LABELS: tuple[str, ...] = tuple(lbl for lbl in spec(CONFIG_INFO).labels if lbl not in ENGINE_LABELS)
 #: the most settings one fingerprint keeps (the vocabulary is closed; this bounds a garbled file)
 MAX_SETTINGS = 64
 #: the largest setting a profile may store (token budgets and sizes are far below; a 400-digit one is no setting)
 MAX_SETTING = 1e15
+#: the most GPUs a fingerprint may say it ran on (a node's; a garbled file says more)
+MAX_GPUS = 4096
 #: numbers closer than this (relative) are the same setting
 _REL_EPS = 1e-9
 
@@ -50,6 +59,9 @@ class Fingerprint:
     settings: Mapping[str, float | str] = field(default_factory=dict)
     #: the command line the profile's engine was started with, when the measuring tool knew it
     argv: tuple[str, ...] = ()
+    #: the GPU model names the exporter read ("NVIDIA H200"; several joined by " + "), and how many GPUs
+    gpu_model: str | None = None
+    gpu_count: int | None = None
 
     def known(self) -> bool:
         return bool(self.settings) or self.model is not None
@@ -58,6 +70,10 @@ class Fingerprint:
         out: dict[str, Any] = {"engine": self.engine, "model": self.model, "settings": dict(sorted(self.settings.items()))}
         if self.argv:
             out["argv"] = list(self.argv)
+        if self.gpu_model is not None:
+            out["gpu_model"] = self.gpu_model
+        if self.gpu_count is not None:
+            out["gpu_count"] = self.gpu_count
         return out
 
     def with_argv(self, argv: Sequence[str], family: str | None = None) -> Fingerprint:
@@ -71,7 +87,7 @@ class Fingerprint:
                 found.setdefault(name, number)
             for name, text in parsed.texts.items():
                 found.setdefault(name, text)
-        return Fingerprint(self.engine, self.model, found, tuple(argv))
+        return Fingerprint(self.engine, self.model, found, tuple(argv), self.gpu_model, self.gpu_count)
 
 
 def from_series(series: Series, server: str | None = None) -> Fingerprint | None:
@@ -100,13 +116,24 @@ def from_series(series: Series, server: str | None = None) -> Fingerprint | None
     for labels, _ in mine[ENGINE_INFO] or mine[SETTING] or mine[CONFIG_INFO]:
         engine = engine or labels.get("engine") or None
         model = model or labels.get("model") or None
-    fp = Fingerprint(engine, model, found)
+    gpu_model, gpu_count = gpus(series)
+    fp = Fingerprint(engine, model, found, (), gpu_model, gpu_count)
     return fp if fp.known() or engine else None
+
+
+def gpus(series: Series) -> tuple[str | None, int | None]:
+    """(the GPU model names, how many GPUs) in ``llm_gpu_info``; (None, None) when it has none."""
+    info = series.get(GPU_INFO, ())
+    ids = {lb.get("gpu", "") for lb, _ in info}
+    names = sorted({lb.get("name", "") for lb, _ in info} - {""})
+    if not ids:
+        return None, None
+    return (" + ".join(names)[:200] or None), len(ids)
 
 
 def from_snapshot(snap: Any, server: str) -> Fingerprint | None:
     """The live fingerprint of ``server`` in a store snapshot (exporter/store.py)."""
-    series = {name: [(p.labels, p.value) for p in snap.samples(name)] for name in (SETTING, CONFIG_INFO, ENGINE_INFO)}
+    series = {name: [(p.labels, p.value) for p in snap.samples(name)] for name in (SETTING, CONFIG_INFO, ENGINE_INFO, GPU_INFO)}
     return from_series(series, server)
 
 
@@ -134,7 +161,10 @@ def parse(raw: Any, where: str) -> Fingerprint | None:
         v = raw.get(key)
         return v[:200] if isinstance(v, str) and v else None
 
-    fp = Fingerprint(text("engine"), text("model"), found)
+    count = raw.get("gpu_count")
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or not 0 < count <= MAX_GPUS):
+        raise ValueError(f"fingerprint.gpu_count: expected a whole number from 1 to {MAX_GPUS}")
+    fp = Fingerprint(text("engine"), text("model"), found, (), text("gpu_model"), count)
     return fp.with_argv(argv_raw[: es.MAX_ARGS]) if argv_raw else fp
 
 
@@ -147,7 +177,12 @@ def _same(a: float | str, b: float | str) -> bool:
 def differences(measured: Fingerprint, live: Fingerprint) -> list[str]:
     """What differs between the profile's configuration and the live one ("slots 4 -> 2"); [] when the same."""
     out: list[str] = []
-    for key, a, b in (("engine", measured.engine, live.engine), ("model", measured.model, live.model)):
+    for key, a, b in (
+        ("engine", measured.engine, live.engine),
+        ("model", measured.model, live.model),
+        ("GPU model", measured.gpu_model, live.gpu_model),
+        ("GPUs", measured.gpu_count, live.gpu_count),
+    ):
         if a is not None and b is not None and a != b:
             out.append(f"{key} {a} -> {b}")
     for name in sorted(set(measured.settings) & set(live.settings)):
@@ -160,11 +195,12 @@ def differences(measured: Fingerprint, live: Fingerprint) -> list[str]:
 def comparable(measured: Fingerprint, live: Fingerprint) -> bool:
     """Whether the two share anything to compare (a model or a setting both know)."""
     both_model = measured.model is not None and live.model is not None
-    return both_model or bool(set(measured.settings) & set(live.settings))
+    both_gpus = measured.gpu_count is not None and live.gpu_count is not None
+    return both_model or both_gpus or bool(set(measured.settings) & set(live.settings))
 
 
 def _show(v: float | str) -> str:
     return f"{v:g}" if isinstance(v, float) else v
 
 
-__all__ = ["Fingerprint", "comparable", "differences", "from_series", "from_snapshot", "parse"]
+__all__ = ["Fingerprint", "comparable", "differences", "from_series", "from_snapshot", "gpus", "parse"]

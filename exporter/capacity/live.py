@@ -9,6 +9,12 @@ window's histogram arithmetic (exporter/diagnosis/window.py) work unfiltered.
   concurrency the clients hold, queued ones included (a queue is load the
   engine has not served yet, not load it does not have);
 * finished rate: ``rate(llm_requests_finished_total)`` over the window;
+* offered rate: the finished rate plus the growth of the requests in flight over
+  the window (issue 32): what the clients ask for, whether the engine serves it
+  or queues it. A bottleneck that slows the engine lowers the finished rate by
+  exactly what it adds to the queue's growth, so its own queue does not raise
+  the offered rate; only more arrivals do. A draining queue lowers it (never
+  below 0);
 * mean lengths: the engine's prompt / generation token histograms
   (``llm_request_prompt_tokens``, ``llm_request_generation_tokens``: sum over
   count), else its token counters over its finished requests. llama.cpp has
@@ -45,12 +51,21 @@ class LiveLoad:
     finished_per_second: float | None
     prompt_tokens_mean: float | None
     output_tokens_mean: float | None
+    #: finished per second plus the in-flight growth per second (None: no finished rate, or one snapshot)
+    offered_per_second: float | None = None
 
 
 def engine_snapshot(snap: Snapshot, server: str) -> Snapshot:
     """``snap`` cut to the series of ``server`` that the live figures read."""
     points = [p for p in snap.points if p.name in READS and p.labels.get("server") == server]
     return Snapshot(snap.timestamp, points, {}, monotonic=snap.monotonic)
+
+
+def _in_flight(snap: Snapshot) -> float | None:
+    """Running plus waiting in ``snap``; None where neither is published or the sum is not finite
+    (an engine's 1.7e308 running plus as many waiting overflows: unknown, never +Inf, issue 37)."""
+    parts = [reduce_series(name, snap.values(name)) for name in (RUNNING, WAITING)]
+    return total([p for p in parts if p is not None])
 
 
 class LiveWindow:
@@ -68,15 +83,26 @@ class LiveWindow:
         snap = w.latest
         if snap is None:
             return LiveLoad(None, None, None, None)
-        parts = [reduce_series(name, snap.values(name)) for name in (RUNNING, WAITING)]
-        # None where a figure is not a finite number (an engine's 1.7e308 running plus as many
-        # waiting overflows): the used ratio is then unknown, never +Inf (issue 37)
-        in_flight = total([p for p in parts if p is not None])
+        in_flight = _in_flight(snap)
         finished = finite_or_none(w.counter_delta(FINISHED))
         rate = finite_or_none(w.rate(FINISHED)) if finished is not None else None
         return LiveLoad(
-            in_flight, rate, self._mean(PROMPT_HIST, PROMPT_TOTAL, finished), self._mean(OUTPUT_HIST, OUTPUT_TOTAL, finished)
+            in_flight,
+            rate,
+            self._mean(PROMPT_HIST, PROMPT_TOTAL, finished),
+            self._mean(OUTPUT_HIST, OUTPUT_TOTAL, finished),
+            self._offered(rate),
         )
+
+    def _offered(self, finished_rate: float | None) -> float | None:
+        """The finished rate plus the in-flight growth over the window (growth 0 where in flight is unknown)."""
+        if finished_rate is None:
+            return None
+        known = [(s.monotonic, n) for s in self.window.snapshots if (n := _in_flight(s)) is not None]
+        growth = 0.0
+        if len(known) >= 2 and known[-1][0] > known[0][0]:
+            growth = (known[-1][1] - known[0][1]) / (known[-1][0] - known[0][0])
+        return finite_or_none(max(0.0, finished_rate + growth))
 
     def _mean(self, hist: str, counter: str, finished: float | None) -> float | None:
         """Tokens per request over the window: the histogram's sum over its count, else the counter over finished."""

@@ -14,11 +14,20 @@ labelled ``engine`` (its name, as the diagnosis series are):
   ``..._requests_per_second_at_slo``, ``..._tokens_per_second_at_slo``,
   ``llm_capacity_recommended_max_concurrency`` (floor(knee x (1 - headroom)), >= 1)
   and ``llm_capacity_profile_age_seconds``: always, from the last good profile;
-* ``llm_capacity_used_ratio``: max(in flight / concurrency, finished rate /
-  requests per second) over the parts the engine publishes; absent when none;
+* ``llm_capacity_offered_requests_per_second``: finished rate plus in-flight
+  growth (exporter/capacity/live.py);
+* ``llm_capacity_used_ratio``: offered rate / requests per second at SLO. Why not
+  in flight over the concurrency (the figure before issue 32): a throttled clock,
+  a hung step or prompts that grew build a queue under the same arrivals, the
+  in-flight count rises past the knee's, and the capacity cause then claimed the
+  slowdown its own symptom stood for. The offered rate does not move with the
+  engine's speed. An engine without a finished-request counter (llama.cpp) has no
+  rate: its ratio stays in flight / concurrency, and the ranking
+  (exporter/diagnosis/ranking.py) still lets any layer's cause outrank it;
 * ``llm_capacity_profile_stale``: 1 / 0 when the profile's fingerprint and the
-  live one share a setting or the model to compare; absent while unknown (a
-  profile from before fingerprints, an engine not read yet);
+  live one share a setting, the model or the GPUs to compare, or when the
+  workload drifted beyond ``DRIFT_TOLERANCE``; absent while unknown (a profile
+  from before fingerprints, an engine not read yet);
 * ``llm_capacity_workload_drift_ratio{dimension}``: live mean over the profile's,
   where both are known.
 """
@@ -50,6 +59,12 @@ RECOMMENDED = "llm_capacity_recommended_max_concurrency"
 AGE = "llm_capacity_profile_age_seconds"
 STALE = "llm_capacity_profile_stale"
 DRIFT = "llm_capacity_workload_drift_ratio"
+OFFERED = "llm_capacity_offered_requests_per_second"
+#: a live mean prompt or output length this far from the profile's (above 1 + it, below 1 / (1 + it))
+#: makes the profile stale: the capacity at SLO scales about inversely with the tokens a request
+#: costs, so past half as much again the measured knee is off by a third or more, more than the
+#: headroom (DEFAULT_HEADROOM) the gateway ceiling keeps
+DRIFT_TOLERANCE = 0.5
 #: the default share of the knee kept free by the recommended gateway ceiling
 DEFAULT_HEADROOM = 0.2
 
@@ -60,14 +75,19 @@ def recommended_max_concurrency(concurrency: int, headroom: float) -> int:
 
 
 def used_ratio(profile: Profile, live: LiveLoad) -> float | None:
-    """The larger of in flight over the concurrency and the finished rate over the requests/s (None: neither known)."""
-    parts = []
+    """The offered rate over the requests/s at SLO; without a rate, in flight over the concurrency
+    (None: neither known; an overflowed quotient is no reading, not +Inf)."""
+    if live.offered_per_second is not None and profile.requests_per_second > 0:
+        return ratio(live.offered_per_second, profile.requests_per_second)
     if live.in_flight is not None and profile.concurrency > 0:
-        parts.append(ratio(live.in_flight, profile.concurrency))
-    if live.finished_per_second is not None and profile.requests_per_second > 0:
-        parts.append(ratio(live.finished_per_second, profile.requests_per_second))
-    known = [p for p in parts if p is not None]  # an overflowed quotient is no reading, not +Inf
-    return max(known) if known else None
+        return ratio(live.in_flight, profile.concurrency)
+    return None
+
+
+def drifted(drifts: dict[str, float]) -> list[str]:
+    """The dimensions whose live mean is beyond ``DRIFT_TOLERANCE`` of the profile's ("prompt_tokens x2.4")."""
+    high = 1.0 + DRIFT_TOLERANCE
+    return [f"{dim} x{r:.2g}" for dim, r in sorted(drifts.items()) if r > high or r < 1.0 / high]
 
 
 def drift(profile: Profile, live: LiveLoad) -> dict[str, float]:
@@ -127,24 +147,29 @@ class CapacityProfileStep:
             Sample(RECOMMENDED, labels, float(recommended_max_concurrency(p.concurrency, self.headroom))),
             Sample(AGE, labels, max(0.0, self._clock() - p.measured_at)),
         ]
+        if live.offered_per_second is not None:
+            out.append(Sample(OFFERED, labels, live.offered_per_second))
         used = used_ratio(p, live)
         if used is not None:
             out.append(Sample(USED, labels, used))
-        stale = self._stale(e, p, now)
+        drifts = drift(p, live)
+        stale = self._stale(e, p, now, drifted(drifts))
         if stale is not None:
             out.append(Sample(STALE, labels, stale))
-        out += [Sample(DRIFT, {**labels, "dimension": dim}, ratio) for dim, ratio in drift(p, live).items()]
+        out += [Sample(DRIFT, {**labels, "dimension": dim}, ratio) for dim, ratio in drifts.items()]
         return out
 
-    def _stale(self, e: _Engine, p: Profile, now: fpr.Fingerprint | None) -> float | None:
+    def _stale(self, e: _Engine, p: Profile, now: fpr.Fingerprint | None, drifted: list[str]) -> float | None:
         """1 / 0, or None while it cannot be told; a change to stale is logged once with what differs."""
-        if p.fingerprint is None or now is None or not fpr.comparable(p.fingerprint, now):
+        comparable = p.fingerprint is not None and now is not None and fpr.comparable(p.fingerprint, now)
+        if not comparable and not drifted:
             return None
-        diffs = tuple(fpr.differences(p.fingerprint, now))
+        configured = fpr.differences(p.fingerprint, now) if comparable and p.fingerprint and now else []
+        diffs = tuple(configured + [f"workload {d}" for d in drifted])
         if diffs != e.logged:
             if diffs:
                 log.warning(
-                    "engine %s runs another configuration than its capacity profile %s measured (%s): re-measure it",
+                    "engine %s runs another configuration or workload than its capacity profile %s measured (%s): re-measure it",
                     e.name,
                     p.path,
                     "; ".join(diffs),
@@ -160,9 +185,11 @@ class CapacityProfileStep:
 
 __all__ = [
     "DEFAULT_HEADROOM",
+    "DRIFT_TOLERANCE",
     "NAME",
     "CapacityProfileStep",
     "drift",
+    "drifted",
     "recommended_max_concurrency",
     "used_ratio",
 ]

@@ -139,8 +139,16 @@ REFINES: dict[str, str] = {
 #: engine's frozen gauges can keep a full KV cache or a queue "holding" that are not the story)
 OUTAGE_CAUSES: frozenset[str] = frozenset({"engine_unresponsive"})
 #: load past the measured knee: when it explains a symptom (only past the knee, with a profile that
-#: is not stale) it is the primary over any layer at its limit, which is what overload looks like
+#: is not stale) it is the primary over the causes that load alone produces (LOAD_CONSEQUENCES)
 OVERLOAD_CAUSES: frozenset[str] = frozenset({"capacity_nearly_used"})
+#: what more load than the measured knee does by itself to a correctly set-up engine: the KV cache
+#: fills, the GPU's math or memory bandwidth saturate, the queue grows and clients give up. Where
+#: another cause holds beside the overload (a lowered clock, a host thread at a core, a link, a
+#: misjudged admission...) the measured knee no longer describes the engine, so capacity is not the
+#: primary (issue 32: the capacity override was triggered by its own symptom and hid the cause)
+LOAD_CONSEQUENCES: frozenset[str] = frozenset(
+    {"kv_cache_pressure", "compute_bound", "memory_bandwidth_bound", "retries_and_timeouts"} | SYMPTOM_CAUSES
+)
 
 #: what a symptom-only primary tells the user to do
 CAPACITY_ADVICE = (

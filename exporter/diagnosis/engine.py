@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from exporter.diagnosis import causality
@@ -183,8 +183,11 @@ class DiagnosisEngine:
         primary = pick_primary(scored, t, incumbent=self._primary) if state == "degraded" else None
         self._primary = primary.rule.cause if primary is not None else None
 
+        driven = _driven_by_overload(scored, primary)
         causes = [
-            c for item in scored if (c := self._report(item, explains[item[0].rule.cause], state, primary, symptoms)) is not None
+            c
+            for item in scored
+            if (c := self._report(item, explains[item[0].rule.cause], state, primary, symptoms, driven)) is not None
         ]
         causes.sort(key=lambda c: (c.role != "primary", -c.score, LAYERS.index(c.layer), c.cause))
         layers = self._layers(outcomes, causes)
@@ -306,9 +309,11 @@ class DiagnosisEngine:
         state: str,
         primary: Holding | None,
         symptoms: list[ObservedSymptom],
+        driven: Sequence[str] = (),
     ) -> Cause | None:
         """The cause as shown, or None when it is only headroom information. ``shown``: every
-        observed symptom it can explain (for a symptom-cause, also those a real cause explains)."""
+        observed symptom it can explain (for a symptom-cause, also those a real cause explains);
+        ``driven``: the layer causes an overload primary's load explains (named in its chain)."""
         t = self.thresholds
         h, explained, conf = item
         rule = h.rule
@@ -341,7 +346,8 @@ class DiagnosisEngine:
         if role == "primary":
             if rule.cause in causality.SYMPTOM_CAUSES:
                 advice = causality.symptom_advice(advice, h.view, explained, t)
-            chain = _chain(symptoms, explained, summary, rule.cause)
+            because = f"{summary}, which drives {', '.join(driven)}" if driven else summary
+            chain = _chain(symptoms, explained, because, rule.cause)
         return Cause(
             rule.layer,
             rule.cause,
@@ -398,6 +404,19 @@ def _headroom(outcomes: list[_Judged]) -> tuple[float | None, str]:
     near, what = max(measured, key=lambda m: m[0])
     room = _short(1.0 - near)
     return room, f"{what} {100 * near:.0f} % of its limit; {100 * room:.0f} % headroom"
+
+
+def _driven_by_overload(scored: Sequence[tuple[Holding, frozenset[str], float]], primary: Holding | None) -> list[str]:
+    """With an overload cause as the primary, the layer causes that explain a symptom beside it: what the
+    load past the measured knee drives (ranking.pick_primary makes it the primary only when every one of
+    them is a consequence of load, causality.LOAD_CONSEQUENCES)."""
+    if primary is None or primary.rule.cause not in causality.OVERLOAD_CAUSES:
+        return []
+    return sorted(
+        h.rule.cause
+        for h, explained, _ in scored
+        if explained and h is not primary and h.rule.cause not in causality.SYMPTOM_CAUSES
+    )
 
 
 def _chain(symptoms: list[ObservedSymptom], explained: frozenset[str], summary: str, cause: str) -> str:

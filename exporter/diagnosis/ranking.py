@@ -153,6 +153,12 @@ def amount(h: Holding, explained: frozenset[str], t: Thresholds) -> float:
     return sum(shares(h, explained, t).values())
 
 
+def unexplained_by_load(causes: Iterable[str]) -> list[str]:
+    """The causes among ``causes`` that load past the measured knee does not produce by itself
+    (``causality.LOAD_CONSEQUENCES``): while one holds, the capacity cause is not the primary."""
+    return [c for c in causes if c not in causality.LOAD_CONSEQUENCES]
+
+
 def pick_primary(
     candidates: Sequence[tuple[Holding, frozenset[str], float]], t: Thresholds, incumbent: str | None = None
 ) -> Holding | None:
@@ -174,10 +180,13 @@ def pick_primary(
         return None
     outages = [c for c in pool if c[0].rule.cause in causality.OUTAGE_CAUSES]
     overload = [c for c in pool if c[0].rule.cause in causality.OVERLOAD_CAUSES]
+    layer_causes = [c for c in pool if c[0].rule.cause not in causality.OVERLOAD_CAUSES]
     if outages:  # an outage outranks every slowdown (causality.OUTAGE_CAUSES)
         pool = outages
-    elif overload:  # load past the measured knee explains the layers at their limits (OVERLOAD_CAUSES)
-        pool = overload
+    elif overload and not unexplained_by_load(c[0].rule.cause for c in layer_causes):
+        pool = overload  # load past the measured knee explains every layer at its limit
+    elif overload:  # a cause load does not produce holds: it, not the knee it moved, is the story
+        pool = layer_causes
     amounts = [amount(c[0], c[1], t) for c in pool]
     most = max(amounts)
     widest = [c for c, a in zip(pool, amounts, strict=True) if a >= most - _AMOUNT_EPS]

@@ -4,8 +4,10 @@ A real ``serve`` watches a real simulator (tests/support/stack.py) with ``--capa
 The profile starts as a tune.json from before fingerprints (no stale series: unknown); the
 fingerprint is then read the way ``ramp`` and ``tune`` read it (``ExporterProbe.check`` on the
 exporter's /metrics) and written into the file, which serve re-reads while it runs. A closed
-loop at 9 clients, 90 % of the profile's 10, raises the used ratio and the warning; the
-simulator restarted with another KV block size flips ``llm_capacity_profile_stale`` to 1.
+loop at 9 clients offers a rate this host sets; the profile is then rewritten to say the engine
+carries only 0.8 of that rate within its SLO, with the workload's lengths as served, and the used
+ratio must read the offered rate over the profile's (past the warning line, whatever the host's
+speed); the simulator restarted with another KV block size flips ``llm_capacity_profile_stale`` to 1.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from exporter.exposition import read_metrics
 from exporter.ramp.probe import ExporterProbe
@@ -25,8 +28,10 @@ from tests.support.processes import ROOT, exporter_argv
 from tests.support.stack import START_TIMEOUT_S, ProcessStack
 from tests.support.waiting import wait_until
 
-#: the profile: knee at 10 concurrent; its requests/s set high so the in-flight half decides the ratio
+#: the profile: knee at 10 concurrent; its requests/s is rewritten from the offered rate the loop reaches
 CAP = {"concurrency": 10, "requests_per_second": 500.0, "tokens_per_second": 5000.0}
+#: the share of the offered rate the rewritten profile says the engine carries within its SLO
+CARRIED = 0.8
 
 
 def _gauges(url: str) -> dict[str, float]:
@@ -82,11 +87,35 @@ def test_capacity_gauges_used_ratio_warning_and_stale_through_serve(tmp_path: Pa
         (tmp_path / "next.json").replace(profile)
         wait_until(lambda: _gauges(stack.exp_url).get("llm_capacity_profile_stale") == 0.0, 30, "stale 0 after re-read")
 
-        with ClosedLoop(_send(stack.sim_url), clients=9, deadline_s=90):
-            used = wait_until(
-                lambda: (u := _gauges(stack.exp_url).get("llm_capacity_used_ratio", 0.0)) > 0.7 and u, 45, "used ratio > 0.7"
+        with ClosedLoop(_send(stack.sim_url), clients=9, deadline_s=120):
+            live = wait_until(
+                lambda: (
+                    (g := _gauges(stack.exp_url)).get("llm_capacity_offered_requests_per_second", 0.0) > 0
+                    and "llm_capacity_workload_drift_ratio{output_tokens}" in g
+                    and g
+                ),
+                45,
+                "an offered rate and the workload's lengths",
             )
-            assert used > 0.7
+            offered = live["llm_capacity_offered_requests_per_second"]
+            doc["baseline"]["capacity"] = {**CAP, "requests_per_second": CARRIED * offered}
+            doc["baseline"]["workload"] = {
+                "prompt_tokens_mean": 200.0 * live["llm_capacity_workload_drift_ratio{prompt_tokens}"],
+                "output_tokens_mean": 48.0 * live["llm_capacity_workload_drift_ratio{output_tokens}"],
+            }
+            (tmp_path / "next.json").write_text(json.dumps(doc))
+            (tmp_path / "next.json").replace(profile)
+
+            def past_the_line() -> dict[str, float] | None:
+                g = _gauges(stack.exp_url)
+                re_read = g.get("llm_capacity_requests_per_second_at_slo") == CARRIED * offered
+                return g if re_read and g.get("llm_capacity_used_ratio", 0.0) >= 0.9 else None
+
+            g = wait_until(past_the_line, 45, "used ratio at or past 0.9 after the re-read")
+            # one scrape: the ratio is the offered rate over the profile's, not the requests in flight
+            assert g["llm_capacity_used_ratio"] == pytest.approx(
+                g["llm_capacity_offered_requests_per_second"] / g["llm_capacity_requests_per_second_at_slo"], rel=1e-6
+            )
 
             def warned() -> dict[str, Any] | None:
                 body = _diagnosis(stack.exp_url)
@@ -99,10 +128,7 @@ def test_capacity_gauges_used_ratio_warning_and_stale_through_serve(tmp_path: Pa
             if body["state"] == "healthy":
                 assert body["primary"] is None and cause["role"] == "warning"
             assert body["capacity"]["concurrency_at_slo"] == 10 and "of measured capacity at SLO" in body["capacity"]["text"]
-            drift = wait_until(
-                lambda: _gauges(stack.exp_url).get("llm_capacity_workload_drift_ratio{output_tokens}"), 30, "drift"
-            )
-            assert 0.2 < drift <= 1.05  # the engine's own count of output tokens over the profile's 48
+            assert body["capacity"]["stale"] is False  # the workload as the profile now states it
 
         # another KV block size: the engine serves another configuration than the one measured
         sim = stack.procs[0]

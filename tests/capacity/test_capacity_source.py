@@ -19,7 +19,7 @@ from exporter.diagnosis.rules import RULES
 from exporter.samples import HistogramSample, Point, Sample
 from exporter.store import SnapshotStore
 from tests.capacity.profiles import FINGERPRINT, tune_doc, write
-from tests.diagnosis.diag_points import engine, healthy_gpu, run
+from tests.diagnosis.diag_points import engine, gpu, healthy_gpu, run
 from tests.diagnosis.test_diagnosis_verdict import latency
 
 ENG = {"server": "a", "engine": "llamacpp", "model": "tiny", "rank": ""}
@@ -79,9 +79,55 @@ def test_gauges_used_ratio_drift_and_recommended_ceiling(tmp_path: Path) -> None
     clock.now += 10
     store.record_success("engine:a", _engine(running=6, finished=150, prompt=1000, output=50), 0.0)
     later = _values(store, src)
-    assert later["llm_capacity_used_ratio"] == 2.5  # 50 finished in 10 s = 5/s over 2/s
+    # 50 finished in 10 s with as many in flight as before: 5/s offered, over 2/s
+    assert later["llm_capacity_offered_requests_per_second"] == 5.0 and later["llm_capacity_used_ratio"] == 2.5
     assert later["llm_capacity_workload_drift_ratio{prompt_tokens}"] == 2.0  # 1000 over 500
     assert later["llm_capacity_workload_drift_ratio{output_tokens}"] == 1.0
+    # prompts twice the profile's (beyond DRIFT_TOLERANCE): the measured knee no longer holds
+    assert later["llm_capacity_profile_stale"] == 1.0
+
+
+def test_a_queue_the_engine_builds_itself_is_not_more_load(tmp_path: Path) -> None:
+    """Arrivals stay at 2/s while the engine slows from 2/s to 0.5/s: the queue grows by exactly what
+    it no longer finishes, so the offered rate (and the used ratio) stays where the arrivals are."""
+    store, src, _, clock = _source(tmp_path, tune_doc({**CAP, "requests_per_second": 4.0}, None, workload=WORKLOAD))
+    finished, waiting = 0.0, 1.0
+    readings = []
+    for second in range(40):
+        served = 2.0 if second < 10 else 0.5
+        finished += served
+        waiting += 2.0 - served  # what arrives and is not served waits
+        points = [
+            p for p in _engine(running=4, finished=finished, prompt=500, output=50) if p.name != "llm_scheduler_requests_waiting"
+        ]
+        points.append(Sample("llm_scheduler_requests_waiting", ENG, waiting))
+        store.record_success("engine:a", points, 0.0)
+        readings.append(_values(store, src))
+        clock.now += 1.0
+    last = readings[-1]
+    assert last["llm_capacity_offered_requests_per_second"] == pytest.approx(2.0)
+    assert last["llm_capacity_used_ratio"] == pytest.approx(0.5)  # 2/s offered over 4/s at SLO
+    # in flight over the concurrency (the figure before issue 32) would read past the knee
+    assert (4 + waiting) / CAP["concurrency"] > 3
+
+
+def test_the_gpus_are_part_of_what_the_profile_measured(tmp_path: Path) -> None:
+    """The same flags on another GPU model, or on fewer GPUs, make the profile stale."""
+    measured = {**FINGERPRINT, "gpu_model": "NVIDIA H200", "gpu_count": 2}
+    store, src, _, _ = _source(tmp_path, tune_doc(CAP, None, fingerprint=measured))
+
+    def gpus(name: str, count: int) -> list[Point]:
+        return [
+            Sample("llm_gpu_info", {"gpu": str(i), "uuid": f"GPU-{i}", "name": name, "source": "nvml"}, 1.0) for i in range(count)
+        ]
+
+    base = _engine(running=1, finished=1, prompt=500, output=50)
+    store.record_success("engine:a", base + gpus("NVIDIA H200", 2), 0.0)
+    assert _values(store, src)["llm_capacity_profile_stale"] == 0.0
+    store.record_success("engine:a", base + gpus("NVIDIA H100 80GB HBM3", 2), 0.0)
+    assert _values(store, src)["llm_capacity_profile_stale"] == 1.0
+    store.record_success("engine:a", base + gpus("NVIDIA H200", 1), 0.0)
+    assert _values(store, src)["llm_capacity_profile_stale"] == 1.0
 
 
 def test_recommended_ceiling_is_at_least_one() -> None:
@@ -173,8 +219,23 @@ def test_a_symptom_past_the_measured_knee_is_explained_as_capacity() -> None:
     assert "past the measured knee" in past.primary.chain and past.primary.chain.startswith("TTFT p95 ")
     roles = {c.cause: c.role for c in past.bottlenecks}
     assert roles["kv_cache_pressure"] == "contributing"
+    assert "which drives kv_cache_pressure" in past.primary.chain  # what the load past the knee drives
     short = run([overloaded(i, 0.95) for i in range(6)])[-1]  # short of the knee: the layer's own cause
     assert short.primary is not None and short.primary.cause == "kv_cache_pressure"
+
+
+def test_past_the_knee_a_cause_load_does_not_produce_stays_the_primary() -> None:
+    """A GPU held at half its clock past the measured knee: the throttle, not "add a replica"
+    (issue 32: the capacity override hid the real cause exactly when a profile was configured)."""
+    capped = {"power": 400.0, "power_limit": 400.0, "reasons": ("sw_power_cap",)}
+
+    def throttled(i: int) -> list[Point]:
+        g = gpu(util=0.95, sm=0.88, tensor=0.7, dram=0.3, clock=0.52 * 1980e6, **capped)  # type: ignore[arg-type]
+        return g + engine(waiting=30, running=64, kv=0.7) + latency(i, ttft=0.9, queue=0.9) + _capacity(1.4)
+
+    v = run([throttled(i) for i in range(6)])[-1]
+    assert v.primary is not None and v.primary.cause == "power_or_thermal_throttling", v.bottlenecks
+    assert {c.cause: c.role for c in v.bottlenecks}.get("capacity_nearly_used") == "contributing"
 
 
 def test_the_rule_is_declared_once() -> None:
@@ -193,3 +254,4 @@ def test_a_live_figure_that_overflows_against_the_profile_is_no_reading_not_infi
     assert used_ratio(profile, huge) == 0.5  # the in-flight half still reads
     assert drift(profile, huge) == {"output_tokens": 4.0}  # 1e308 / 1e-300 is not a ratio
     assert used_ratio(profile, LiveLoad(None, 1e308, None, None)) is None
+    assert used_ratio(profile, LiveLoad(5.0, 1e308, None, None, offered_per_second=1e308)) is None
