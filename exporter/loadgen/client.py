@@ -12,7 +12,7 @@ import asyncio
 import json
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,9 +89,11 @@ async def _sse_lines(resp: httpx.Response) -> AsyncIterator[str]:
         yield pending
 
 
-async def _streamed(client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> _Attempt:
+async def _streamed(
+    client: httpx.AsyncClient, path: str, body: dict[str, Any], headers: Mapping[str, str] | None = None
+) -> _Attempt:
     start = time.perf_counter()
-    async with client.stream("POST", path, json=body) as resp:
+    async with client.stream("POST", path, json=body, headers=headers) as resp:
         if resp.status_code != 200:
             raw = await resp.aread()
             status = "rejected" if resp.status_code == 429 else "http_error"
@@ -139,9 +141,11 @@ async def _streamed(client: httpx.AsyncClient, path: str, body: dict[str, Any]) 
         )
 
 
-async def _plain(client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> _Attempt:
+async def _plain(
+    client: httpx.AsyncClient, path: str, body: dict[str, Any], headers: Mapping[str, str] | None = None
+) -> _Attempt:
     start = time.perf_counter()
-    resp = await client.post(path, json=body)
+    resp = await client.post(path, json=body, headers=headers)
     end = time.perf_counter()
     if resp.status_code != 200:
         status = "rejected" if resp.status_code == 429 else "http_error"
@@ -169,12 +173,14 @@ async def issue(
     run_start: float,
     rng: random.Random | None = None,
     may_retry: Callable[[], bool] = lambda: True,
+    headers: Mapping[str, str] | None = None,
 ) -> RequestRecord:
     """Send request ``index`` with retries; never raises except on cancellation.
 
     Backoff waits are jittered (x0.5-1.5) so that clients which failed together
     do not retry in lock-step. A retry starts only while ``may_retry()`` holds
-    (a draining run starts none: the final attempt's outcome is kept).
+    (a draining run starts none: the final attempt's outcome is kept). ``headers``: added to
+    this request's (a closed-loop client's identity, ``LoadSpec.client_header``).
     """
     rng = rng or random.Random(index)
     path, body = request_body(spec, model, prompt, max_tokens)
@@ -184,7 +190,7 @@ async def issue(
     for n in range(spec.retries + 1):
         attempts = n + 1
         try:
-            coro = _streamed(client, path, body) if spec.stream else _plain(client, path, body)
+            coro = _streamed(client, path, body, headers) if spec.stream else _plain(client, path, body, headers)
             attempt = await asyncio.wait_for(coro, spec.timeout_s)
         except asyncio.TimeoutError:
             attempt = _Attempt("timeout", error=f"no complete answer within {spec.timeout_s:g} s")

@@ -18,7 +18,7 @@ import itertools
 import random
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import httpx
 
@@ -106,13 +106,13 @@ async def run_load(
             if on_record is not None:
                 on_record(rec)
 
-        async def one(index: int) -> None:
+        async def one(index: int, headers: Mapping[str, str] | None = None) -> None:
             prompt, n_prompt, n_max = prompts.make(index)
             task = asyncio.current_task()
             assert task is not None
             in_flight[task] = (index, n_prompt, n_max, time.perf_counter())
             try:
-                record(await issue(client, spec, model, index, prompt, n_prompt, n_max, run_start, rng, may_retry))
+                record(await issue(client, spec, model, index, prompt, n_prompt, n_max, run_start, rng, may_retry, headers))
             finally:
                 in_flight.pop(task, None)
 
@@ -123,13 +123,15 @@ async def run_load(
             return index
 
         async def closed_client(number: int) -> None:
+            # who this client is, per run (the prompts' salt is random per run): a simulator waits for it
+            named = {spec.client_header: f"{prompts.salt}-{number}"} if spec.client_header else None
             if spec.ramp_up_s:
                 await asyncio.sleep(spec.ramp_up_s * number / spec.concurrency)
             while not done_issuing():
                 index = next_index()
                 if index is None:
                     return
-                await one(index)
+                await one(index, named)
 
         async def open_arrivals() -> None:
             assert spec.rate is not None

@@ -71,6 +71,10 @@ class LoadSpec:
     #: newest records kept (the summary's counters still cover every request)
     max_records: int = 100_000
     headers: dict[str, str] = field(default_factory=dict)
+    #: closed loop: a header naming each client on its requests (per run and client), so a simulator
+    #: can hold its model clock until an answered client is back (exporter/simulator/lockstep.py);
+    #: None: requests carry no client identity (real engines, open loops)
+    client_header: str | None = None
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad field."""

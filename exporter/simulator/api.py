@@ -25,6 +25,7 @@ from exporter.simulator import dialects, scenarios, tokenizer
 from exporter.simulator.delivery import LoopSink
 from exporter.simulator.engine import EngineStopped, QueueFull
 from exporter.simulator.instance import Simulator
+from exporter.simulator.lockstep import HEADER, client_id
 from exporter.simulator.requests import TokenEvent
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -307,7 +308,8 @@ def create_app(sim: Simulator) -> FastAPI:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
         try:
-            req = engine.submit(ids, max_tokens, stream, LoopSink(loop, queue))
+            client = client_id(request.headers.get(HEADER))  # a closed-loop client (exporter/simulator/lockstep.py)
+            req = engine.submit(ids, max_tokens, stream, LoopSink(loop, queue), client)
         except QueueFull as err:
             return error_response(429, f"The server is overloaded: {err}. Retry later.", "rate_limit_exceeded", code="queue_full")
         except EngineStopped as err:

@@ -6,7 +6,8 @@ depend on ``--time-scale`` or on how busy the test machine is. Model time
 advances by each step's modelled duration while the engine steps, by wall time
 times the scale while it truly idles (nothing to run, or a batching window),
 and not at all during the simulator's own Python bookkeeping between two
-back-to-back steps. If the host machine cannot keep up, the engine falls
+back-to-back steps, nor while it waits for a closed-loop client to come back
+(``hold``, exporter/simulator/lockstep.py). If the host machine cannot keep up, the engine falls
 behind the wall clock; the model stays self-consistent.
 """
 
@@ -66,6 +67,17 @@ class SimClock:
         """Finish the step in progress: model time jumps to its end and holds there."""
         with self._lock:
             if self._state == _STEP:
+                self._model += self._step
+            self._state = _GAP
+            return self._model
+
+    def hold(self) -> float:
+        """Stop model time where it is (a closed-loop client is due back, exporter/simulator/lockstep.py):
+        a step in progress ends first; the next ``begin_step`` or ``begin_idle`` resumes it."""
+        with self._lock:
+            if self._state == _IDLE:
+                self._model += (self._wall() - self._mark) * self.scale
+            elif self._state == _STEP:
                 self._model += self._step
             self._state = _GAP
             return self._model

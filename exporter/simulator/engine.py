@@ -14,7 +14,10 @@ new requests between steps), HTTP-level counts go to a counter of their own, and
 an idle scheduler is woken by an event, not by the lock's condition. Before this,
 the event loop waited for the scheduler's bookkeeping on every request and every
 count; on a short CPU its clients fell behind and the simulated queue emptied,
-so a scenario stopped being its scenario for reasons of the host.
+so a scenario stopped being its scenario for reasons of the host. For the same
+reason the engine holds its model clock while a named closed-loop client it
+answered has not sent its next request (exporter/simulator/lockstep.py): a slow
+load generator then slows the simulation down, it does not lighten the load.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from exporter.simulator.clock import SimClock
 from exporter.simulator.delivery import deliver
 from exporter.simulator.gpu import GpuTelemetry
 from exporter.simulator.hostwork import burn_cpu
+from exporter.simulator.lockstep import ClientLedger
 from exporter.simulator.requests import SimRequest, TokenEvent
 from exporter.simulator.roofline import GpuParams, StepWork, step_cost
 from exporter.simulator.scheduler import Plan, QueueFull, Scheduler
@@ -45,6 +49,8 @@ log = logging.getLogger(__name__)
 
 #: Model seconds over which windowed gauges (throughputs, hit rates) are computed.
 RATE_WINDOW_S = 10.0
+#: wall seconds between two looks while a closed-loop client is due back (its submission wakes it sooner)
+CLIENT_POLL_S = 0.01
 #: Memory the driver and CUDA context hold before the model loads (trace ``idle``: 615-619 MiB).
 BASE_FB_MIB = 617.0
 #: Activations and CUDA graphs, per GPU.
@@ -273,6 +279,8 @@ class Engine:
         #: submissions the front end made since the scheduler last looked (deque: atomic append/popleft)
         self._inbox: deque[SimRequest] = deque()
         self._front = FrontCounts()
+        #: named closed-loop clients answered and due back: the model clock waits for them
+        self.clients = ClientLedger()
         #: set by whatever gives an idle scheduler work: a submission, an abort, a reconfigure, stop
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sim-scheduler", daemon=True)
@@ -306,17 +314,29 @@ class Engine:
         return self._thread.is_alive()
 
     # ------------------------------------------------------------------ requests
-    def submit(self, prompt_ids: list[int], max_tokens: int, streaming: bool, sink: Callable[[TokenEvent], None]) -> SimRequest:
+    def submit(
+        self,
+        prompt_ids: list[int],
+        max_tokens: int,
+        streaming: bool,
+        sink: Callable[[TokenEvent], None],
+        client: str | None = None,
+    ) -> SimRequest:
         """Queue a request without the engine lock; raises QueueFull (-> 429) or EngineStopped (-> 503).
 
         The queue bound is read without the lock: the scheduler only ever shortens the
         waiting list behind the front end's back, and one event loop submits in turn.
+        ``client``: the closed-loop client that sent it (exporter/simulator/lockstep.py),
+        recorded before the request enters the inbox, so a scheduler that sees the
+        inbox also sees the client back.
         """
         if self._stopping.is_set() or not self._thread.is_alive():
             raise EngineStopped("the simulated engine is not running")
         waiting = len(self.scheduler.waiting) + len(self._inbox)
         if waiting >= self.config.max_queue_len:
             self._front.inc("rejected", {"reason": "queue_full"})
+            if client is not None:
+                self.clients.forget(client)
             raise QueueFull(f"{waiting} requests waiting (max_queue_len {self.config.max_queue_len})")
         rid = next(self._ids)
         req = SimRequest(
@@ -327,7 +347,10 @@ class Engine:
             sink=sink,
             arrival=self.clock.now(),
             seed=rid,
+            client=client,
         )
+        if client is not None:
+            self.clients.arrived(client, req.id)
         self._inbox.append(req)
         self._wake.set()
         return req
@@ -418,10 +441,14 @@ class Engine:
                 with self._cond:
                     self._take_inbox()
                     now = self.clock.now()
-                    self.scheduler.reap_aborted(now)
-                    plan = self.scheduler.schedule(now)
+                    for gone in self.scheduler.reap_aborted(now):
+                        self._answered(gone)
                     idle_wait: float | None = None
-                    if plan.empty:
+                    if self.clients.awaited():  # a closed-loop client is due back: model time waits for it
+                        self.clock.hold()
+                        idle_wait = CLIENT_POLL_S
+                        self._cpu = time.thread_time() - cpu0
+                    elif (plan := self.scheduler.schedule(now)).empty:
                         self.clock.begin_idle()
                         self.telemetry.idle(self.clock.scale)
                         hold = self.scheduler.hold_remaining(now)
@@ -449,6 +476,9 @@ class Engine:
                 with self._cond:
                     t1 = self.clock.end_step()
                     events = self.scheduler.apply(plan, t1)
+                    for req, event in events:
+                        if event.finish_reason:
+                            self._answered(req)
                     self._account(plan, work.prefill_tokens, work.decode_tokens, duration, host_s, gpu_s, t1)
                     self._cpu = time.thread_time() - cpu0
                 deliver(events, self.abort)
@@ -456,6 +486,11 @@ class Engine:
             self.fatal = err
             log.exception("simulated engine stopped")
             raise
+
+    def _answered(self, req: SimRequest) -> None:
+        """``req`` finished or was aborted: its closed-loop client, if named, is due back."""
+        if req.client is not None:
+            self.clients.answered(req.client, req.id)
 
     def _account(self, plan: Plan, prefill: int, decode: int, duration: float, host_s: float, gpu_s: float, t1: float) -> None:
         st = self.stats

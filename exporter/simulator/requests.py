@@ -61,6 +61,8 @@ class SimRequest:
     #: True while the request is in the scheduler's running batch
     running: bool = False
     prompt_len: int = 0
+    #: the closed-loop client that sent it (exporter/simulator/lockstep.py); None: not a named client
+    client: str | None = None
 
     def __post_init__(self) -> None:
         self.prompt_len = len(self.prompt_ids)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.loadgen.spec import LoadSpec
+from exporter.simulator import lockstep
 from exporter.simulator.settings import SimConfig, apply_overrides
 
 
@@ -35,6 +36,11 @@ class LoadProfile:
     #: closed loop: spread the clients' first requests over this many model seconds
     ramp_up_s: float = 0.0
     stream: bool = True
+    #: closed loop driven in model time: the simulator holds its clock until an answered client is back
+    #: (exporter/simulator/lockstep.py). Off where the scenario's evidence is the scheduler thread's real
+    #: CPU (host_bound: a thread that waits for clients is not at a full core, whatever the model says)
+    #: or the clients' wall-clock timeouts (queue_backlog)
+    lockstep: bool = True
 
 
 @dataclass(frozen=True)
@@ -79,9 +85,11 @@ class Scenario:
     ) -> LoadSpec:
         """The load generator settings for this scenario; wall-clock values follow ``time_scale``.
 
-        ``model_time_rate``: the arrival rate stays per model second, for a load paced on the
-        simulator's model clock (``exporter/simulator/pacing.py``); otherwise it is per wall
-        second, the model rate times ``time_scale``."""
+        ``model_time_rate``: the load is driven in the simulator's model time: the arrival rate
+        stays per model second, for a load paced on the simulator's model clock
+        (``exporter/simulator/pacing.py``; otherwise it is per wall second, the model rate times
+        ``time_scale``), and closed-loop clients name themselves so the simulator holds its model
+        clock until an answered client is back (``exporter/simulator/lockstep.py``)."""
         p = self.load
         return LoadSpec(
             base_url=base_url,
@@ -101,6 +109,7 @@ class Scenario:
             duration_s=duration_s,
             max_requests=max_requests,
             seed=seed,
+            client_header=lockstep.HEADER if model_time_rate and p.rate is None and p.lockstep else None,
         )
 
 
@@ -152,7 +161,9 @@ _SCENARIOS: list[Scenario] = [
         "a serial scheduler loop with heavy per-request CPU work (the serving.csv decode phases)",
         "one scheduler thread near 100 % of a core, SM active < 30 %, queue growing",
         {"host_base_s": 0.002, "host_per_seq_s": 0.0004, "max_num_seqs": 64},
-        LoadProfile(concurrency=96, prompt_tokens=((128, 1.0),), max_tokens=((256, 1.0),), shared_prefix_ratio=0.0),
+        LoadProfile(
+            concurrency=96, prompt_tokens=((128, 1.0),), max_tokens=((256, 1.0),), shared_prefix_ratio=0.0, lockstep=False
+        ),
     ),
     Scenario(
         "memory_bandwidth_bound",
@@ -240,6 +251,10 @@ _SCENARIOS: list[Scenario] = [
             timeout_s=6.0,
             retries=2,
             ramp_up_s=3.0,
+            # its evidence is the clients' timeouts and retries, waits the load generator keeps in wall
+            # time (timeout_s / time_scale): with the model clock held for returning clients they fire
+            # early in model time, and the timeouts, not the backlog, become the story
+            lockstep=False,
         ),
     ),
 ]
