@@ -173,6 +173,19 @@ def symptom_advice(advice: str, view: Mapping[str, float], explained: frozenset[
     )
 
 
+#: the last link of a symptom-only primary's chain when every cause that could explain it was judged
+NO_LAYER_LINK = "no layer at its limit: more load arrives than the service serves"
+
+
+def symptom_link(view: Mapping[str, float], explained: frozenset[str], t: Thresholds) -> str:
+    """What stands behind a symptom-only primary, as the chain's last link: no layer at its limit, or
+    which inputs are missing behind which a cause could be (the same test as ``symptom_advice``)."""
+    blockers = [m for m in missing_inputs(view, t) if any(EXPLAINS.get(c, frozenset()) & explained for c in m.causes)]
+    if not blockers:
+        return NO_LAYER_LINK
+    return f"not judged: {', '.join(m.what for m in blockers)} missing"
+
+
 def causal_rank(cause: str) -> int:
     return CAUSAL_ORDER.index(cause) if cause in CAUSAL_ORDER else len(CAUSAL_ORDER)
 

@@ -346,7 +346,9 @@ class DiagnosisEngine:
         if role == "primary":
             if rule.cause in causality.SYMPTOM_CAUSES:
                 advice = causality.symptom_advice(advice, h.view, explained, t)
-            because = f"{summary}, which drives {', '.join(driven)}" if driven else summary
+                because = causality.symptom_link(h.view, explained, t)
+            else:
+                because = f"{summary}, which drives {', '.join(driven)}" if driven else summary
             chain = _chain(symptoms, explained, because, rule.cause)
         return Cause(
             rule.layer,
@@ -419,11 +421,14 @@ def _driven_by_overload(scored: Sequence[tuple[Holding, frozenset[str], float]],
     )
 
 
-def _chain(symptoms: list[ObservedSymptom], explained: frozenset[str], summary: str, cause: str) -> str:
-    """ "TTFT p95 3.3 s > SLO 2 s ← 39 requests waiting, queue p95 9.7 s ← KV cache 100 % full, …"."""
+def _chain(symptoms: list[ObservedSymptom], explained: frozenset[str], because: str, cause: str) -> str:
+    """ "TTFT p95 3.3 s > SLO 2 s ← 39 requests waiting, queue p95 9.7 s ← KV cache 100 % full, …".
+
+    ``because`` is the last link: the cause's own summary, or for a symptom-only primary what stands
+    behind the symptom (no layer at its limit, or the inputs missing): a chain whose only link is the
+    queue named no reason (found on queue_backlog with TTFT inside its SLO)."""
     felt = [x.text for x in symptoms if x.id in explained and x.id in ("ttft_high", "itl_high", "failures")]
     queue = [x.text for x in symptoms if x.id in explained and x.id in ("queueing", "throughput_saturated")]
     links = [part for part in ("; ".join(felt), "; ".join(queue)) if part]
-    if cause not in causality.SYMPTOM_CAUSES or not links:
-        links.append(summary)
+    links.append(because)
     return " ← ".join(links)

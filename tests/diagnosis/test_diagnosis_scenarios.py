@@ -36,13 +36,18 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from exporter.demo.plan import TOUR_SECONDS
 from exporter.demo.summary import conclude
+from exporter.exposition import read_metrics
+from tests.capacity.profiles import tune_doc, write
 from tests.support.stack import ScenarioStack, causes
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.timeout(900)]
 
@@ -68,11 +73,36 @@ HEALTHY_SECONDS = 25.0
 DEMO_DWELL_S = TOUR_SECONDS / 2
 
 
+#: the capacity profile the stack's exporter watches: a capacity no scenario's load approaches, so
+#: capacity_nearly_used never holds until a test rewrites it (test_capacity_is_the_primary_...)
+ROOMY = {"concurrency": 100_000, "requests_per_second": 1e6, "tokens_per_second": 1e8}
+#: the share of the offered rate a rewritten profile says the engine carries: the load is twice its capacity
+CARRIED = 0.5
+PROFILE_READ_CYCLES = 8
+
+
+def _profile(requests_per_second: float) -> dict[str, Any]:
+    """A tune.json with no fingerprint (staleness unknown: the figures are the test's, not a measurement)."""
+    doc = tune_doc({**ROOMY, "requests_per_second": requests_per_second})
+    del doc["baseline"]["argv"]
+    return doc
+
+
+def _rewrite(profile: Path, requests_per_second: float) -> None:
+    """Replace the watched profile in one rename (the exporter never reads half a file)."""
+    write(profile.with_suffix(".next"), _profile(requests_per_second)).replace(profile)
+
+
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ScenarioStack]:
+def profile_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write(tmp_path_factory.mktemp("capacity") / "tune.json", _profile(ROOMY["requests_per_second"]))
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, profile_path: Path) -> Iterator[ScenarioStack]:
     cfg = tmp_path_factory.mktemp("diagnosis") / "exporter.yaml"
     cfg.write_text("diagnosis:\n  window_seconds: 10\n")
-    with ScenarioStack(gpus=4, time_scale=4.0, config=cfg) as s:
+    with ScenarioStack(gpus=4, time_scale=4.0, config=cfg, exp_args=["--capacity-profile", str(profile_path)]) as s:
         yield s
 
 
@@ -155,6 +185,50 @@ def test_scenario_is_named_as_the_primary(stack: ScenarioStack, scenario: str, l
     assert "←" in named["primary"]["chain"] and named["primary"]["explains"]
     assert named["layers"][layer]["status"] == "bottleneck"
     assert sum(1 for x in named["layers"].values() if x["status"] == "bottleneck") == 1, _story([named])
+
+
+def _capacity_gauges(stack: ScenarioStack) -> dict[str, float]:
+    text = requests.get(stack.exp_url + "/metrics", timeout=5).text
+    return {
+        name: value
+        for name, series in read_metrics(text).scalars().items()
+        if name.startswith("llm_capacity_")
+        for _, value in series
+    }
+
+
+def _past_the_knee(stack: ScenarioStack, profile: Path, scenario: str, layer: str, cause: str) -> list[dict[str, Any]]:
+    """``scenario`` named, then its profile rewritten to carry ``CARRIED`` of the rate it is offered:
+    the verdicts that follow, read once the exporter publishes the load as past the knee."""
+    assert stack.back_to_healthy(quiet_cycles=3, timeout=90)
+    cycles, seen = stack.switch_and_count(scenario, layer, cause, max_cycles=MAX_CYCLES, primary_only=True)
+    assert cycles is not None, f"{scenario}: not named within {MAX_CYCLES} cycles\n{_story(seen)}"
+    offered = wait_until(lambda: _capacity_gauges(stack).get("llm_capacity_offered_requests_per_second"), 30, "an offered rate")
+    _rewrite(profile, CARRIED * offered)
+    wait_until(lambda: _capacity_gauges(stack).get("llm_capacity_used_ratio", 0.0) >= 1.0, 30, "the load published past the knee")
+    stack.next_verdicts(SKIP_CYCLES)  # the diagnosis window reads the ratio a cycle later
+    return stack.next_verdicts(PROFILE_READ_CYCLES)
+
+
+def test_capacity_is_the_primary_only_where_no_layer_cause_holds(stack: ScenarioStack, profile_path: Path) -> None:
+    """Issue 32: twice the load the profile carries. Beside a throttled clock the throttle stays the
+    primary (capacity contributing: the measured knee no longer describes the engine); a server sized
+    right under more clients than it serves (queue_backlog: no layer at its limit) is past its capacity."""
+    try:
+        throttled = _past_the_knee(stack, profile_path, "power_throttled", "hardware", "power_or_thermal_throttling")
+        assert len(throttled) == PROFILE_READ_CYCLES
+        wrong = [v for v in throttled if primary(v) != ("hardware", "power_or_thermal_throttling")]
+        assert not wrong, _story(wrong)
+        roles = [{c["cause"]: c["role"] for c in v["bottlenecks"]}.get("capacity_nearly_used") for v in throttled]
+        assert "contributing" in roles, roles
+        _rewrite(profile_path, ROOMY["requests_per_second"])
+        backlog = _past_the_knee(stack, profile_path, "queue_backlog", "scheduler", "queue_backlog")
+        assert len(backlog) == PROFILE_READ_CYCLES
+        wrong = [v for v in backlog if primary(v) != ("application", "capacity_nearly_used")]
+        assert not wrong, _story(wrong)
+        assert "past the measured knee" in backlog[-1]["primary"]["chain"]
+    finally:
+        _rewrite(profile_path, ROOMY["requests_per_second"])
 
 
 SATURATED_READINGS = 45

@@ -124,6 +124,8 @@ def test_first_party_waiting_reason_decides_memory_versus_other_waits() -> None:
     v = run(cycles(6, build(0, 9)))[-1]
     assert "kv_fragmentation_or_capacity_misjudged" not in v.holding
     assert primary(v) == "queue_backlog" and v.primary is not None and "Capacity" in v.primary.advice
+    # TTFT inside its SLO: the chain still says what stands behind the queue, not the queue alone
+    assert v.primary.chain.endswith(" ← no layer at its limit: more load arrives than the service serves"), v.primary.chain
 
 
 def test_a_busy_host_thread_outranks_the_queue_it_causes() -> None:

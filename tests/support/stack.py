@@ -190,12 +190,18 @@ class ScenarioStack(ProcessStack):
     """simulator + exporter + load, starting in ``healthy``; ``with ScenarioStack() as s: s.switch("kv_pressure")``."""
 
     def __init__(
-        self, gpus: int = 4, time_scale: float = 4.0, interval: float = 1.0, dialect: str = "vllm", config: Path | None = None
+        self,
+        gpus: int = 4,
+        time_scale: float = 4.0,
+        interval: float = 1.0,
+        dialect: str = "vllm",
+        config: Path | None = None,
+        exp_args: Sequence[str] = (),
     ) -> None:
         super().__init__(
             "healthy",
             ["--gpus", str(gpus)],
-            ["--config", str(config)] if config else [],
+            [*(["--config", str(config)] if config else []), *exp_args],
             time_scale=time_scale,
             interval=interval,
             dialect=dialect,
