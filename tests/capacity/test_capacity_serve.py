@@ -88,15 +88,13 @@ def test_capacity_gauges_used_ratio_warning_and_stale_through_serve(tmp_path: Pa
         wait_until(lambda: _gauges(stack.exp_url).get("llm_capacity_profile_stale") == 0.0, 30, "stale 0 after re-read")
 
         with ClosedLoop(_send(stack.sim_url), clients=9, deadline_s=120):
-            live = wait_until(
-                lambda: (
-                    (g := _gauges(stack.exp_url)).get("llm_capacity_offered_requests_per_second", 0.0) > 0
-                    and "llm_capacity_workload_drift_ratio{output_tokens}" in g
-                    and g
-                ),
-                45,
-                "an offered rate and the workload's lengths",
-            )
+
+            def measured() -> dict[str, float] | None:
+                g = _gauges(stack.exp_url)
+                rate = g.get("llm_capacity_offered_requests_per_second", 0.0) > 0
+                return g if rate and "llm_capacity_workload_drift_ratio{output_tokens}" in g else None
+
+            live = wait_until(measured, 45, "an offered rate and the workload's lengths")
             offered = live["llm_capacity_offered_requests_per_second"]
             doc["baseline"]["capacity"] = {**CAP, "requests_per_second": CARRIED * offered}
             doc["baseline"]["workload"] = {
