@@ -78,7 +78,7 @@ def long_context_notices(v: Mapping[str, float], snap: Snapshot | None, t: Thres
         if row is not None:
             seen.setdefault((row.family, backend), row)
     return [
-        f"long-context requests (prompt p90 {p90:.0f} tokens, diagnosis.long_context_prompt_p90_tokens "
+        f"long-context requests ({sig.prompt_p90_text(v)}, diagnosis.long_context_prompt_p90_tokens "
         f"{t.long_context_prompt_p90_tokens:.0f}) run on attention backend {backend}, which {row.family} documents "
         f"as the slower choice for them: try {row.instead} ({row.source})"
         for (_, backend), row in sorted(seen.items())

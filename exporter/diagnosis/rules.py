@@ -635,8 +635,9 @@ def _chunks(v: View) -> float:
 
 def _describe_chunks(v: View, t: Thresholds) -> str:
     return (
-        f"prompt p90 {v[s.PROMPT_P90]:.0f} tokens over a {v[s.STEP_BUDGET]:.0f}-token step budget: "
-        f"{math.ceil(_chunks(v)):.0f} prefill steps before the first token"
+        f"{s.prompt_p90_text(v)} over a {v[s.STEP_BUDGET]:.0f}-token step budget: "
+        f"{'at least ' if v.get(s.PROMPT_P90_FLOOR) == 1.0 else ''}{math.ceil(_chunks(v)):.0f} prefill steps "
+        "before the first token"
     )
 
 

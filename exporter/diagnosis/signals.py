@@ -141,6 +141,8 @@ BATCH_P50 = "p50(llm_scheduler_batch_size)"
 #: captured graph), 0 when the graphs are known to cover it; absent when that cannot be told
 GRAPHS_UNCOVERED = "cuda_graphs_uncovered"
 PROMPT_P90 = "p90(llm_request_prompt_tokens)"
+#: 1 when the prompt p90 lies past the histogram's last finite bound: PROMPT_P90 is that bound, a floor
+PROMPT_P90_FLOOR = "p90(llm_request_prompt_tokens) beyond the last bucket"
 LENGTH_P99 = "p99(llm_request_prompt_tokens) + p99(llm_request_generation_tokens)"
 #: llama.cpp has neither length histograms nor finished-request counters: the most context one
 #: busy slot held on average at any scrape of the window (/slots), a lower bound of what requests use
@@ -507,6 +509,8 @@ def _settings(window: Window, v: dict[str, float]) -> None:
     elif CUDA_GRAPH_MAX in v and BATCH_P50 in v:
         v[GRAPHS_UNCOVERED] = 1.0 if v[BATCH_P50] > v[CUDA_GRAPH_MAX] else 0.0
     _put(v, PROMPT_P90, window.quantile("llm_request_prompt_tokens", 0.9))
+    if PROMPT_P90 in v and window.quantile_beyond_bounds("llm_request_prompt_tokens", 0.9):
+        v[PROMPT_P90_FLOOR] = 1.0
     prompt99 = window.quantile("llm_request_prompt_tokens", 0.99)
     output99 = window.quantile("llm_request_generation_tokens", 0.99)
     if prompt99 is not None and output99 is not None:
@@ -567,6 +571,13 @@ def _divide(numerator: float, denominator: float) -> float | None:
     if denominator == 0:
         return None
     return numerator / denominator if math.isfinite(denominator) else math.nan
+
+
+def prompt_p90_text(v: Mapping[str, float]) -> str:
+    """ "prompt p90 1200 tokens", or "prompt p90 above 5000 tokens" where the percentile is past the
+    histogram's last finite bound (the figure is then that bound, not the p90: issue 32)."""
+    above = "above " if v.get(PROMPT_P90_FLOOR) == 1.0 else ""
+    return f"prompt p90 {above}{v[PROMPT_P90]:.0f} tokens"
 
 
 def _put(d: dict[str, float], key: str, value: float | None) -> None:

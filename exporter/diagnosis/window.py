@@ -197,6 +197,12 @@ class Window:
         found = [v for bounds, counts in merged.items() if (v := bucket_quantile(q, list(zip(bounds, counts)))) is not None]
         return max(found) if found else None
 
+    def quantile_beyond_bounds(self, name: str, q: float, seconds: float | None = None) -> bool:
+        """Whether the q-quantile of the window lies past the last finite bucket bound of a series: the
+        figure ``quantile`` gives is then that bound, a floor ("above 5,000"), not the percentile."""
+        deltas = self._histogram_deltas(name, seconds)
+        return any(beyond_bounds(q, buckets) for buckets in deltas or ())
+
     def recent_quantile(self, name: str, q: float, min_count: float, seconds: float = 0.0) -> tuple[float, float] | None:
         """The q-quantile of the most recent observations: over the shortest look-back (at least
         ``seconds``, then one snapshot further at a time, up to the whole window) that holds at least
@@ -273,6 +279,14 @@ class Window:
 
 def _counter_values(snap: Snapshot, name: str, where: LabelFilter | None) -> dict[SeriesKey, float]:
     return {_key(p.labels): p.value for p in snap.samples(name) if isinstance(p, Sample) and (where is None or where(p.labels))}
+
+
+def beyond_bounds(q: float, buckets: Iterable[tuple[float, float]]) -> bool:
+    """Whether the q-quantile's rank falls in the +Inf bucket of cumulative (le, count) buckets."""
+    pairs = sorted(buckets)
+    if len(pairs) < 2 or not math.isinf(pairs[-1][0]) or pairs[-1][1] <= 0:
+        return False
+    return pairs[-2][1] < q * pairs[-1][1]
 
 
 def bucket_quantile(q: float, buckets: Iterable[tuple[float, float]]) -> float | None:

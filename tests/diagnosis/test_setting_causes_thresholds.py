@@ -7,7 +7,7 @@ Inputs are built from schema names, as in test_decision_table.py (whose builders
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import pytest
 
@@ -131,3 +131,31 @@ def test_every_operator_and_memory_finding_names_the_attention_backend() -> None
         assert r.describe(_Everything(), Thresholds()).endswith("(attention backend XYZ_ATTN)"), r.cause
     others = [r.describe for r in RULES if r.layer not in ("operator", "memory") and r.describe is not None]
     assert not any("attention backend" in describe(_Everything(), Thresholds()) for describe in others)
+
+
+def test_a_prompt_p90_past_the_last_finite_bucket_reads_above_it() -> None:
+    """12k-token prompts in a histogram whose last finite bound is 5,000: the p90 is "above 5000", a
+    floor, never "5000" (issue 32: the prompts' p90 was reported as the top bound)."""
+    from tests.diagnosis.diag_points import histogram
+
+    def build(top: float) -> Callable[[int], list[Point]]:
+        bounds = (256.0, 1024.0, top, float("inf"))
+
+        def one(i: int) -> list[Point]:
+            return (
+                gpu(**BUSY)
+                + engine(waiting=0, running=4, kv=0.4)
+                + [setting("max_num_batched_tokens", 512)]
+                + [histogram("llm_request_prompt_tokens", [12000.0] * (30 * i), bounds)]
+                + [histogram("llm_request_generation_tokens", [200.0] * (30 * i), bounds)]
+                + latency(i, ttft=3.0, itl=0.03)
+            )
+
+        return one
+
+    v = _verdict(build(5000.0))
+    assert v.primary is not None and v.primary.cause == "prefill_chunk_too_small"
+    assert "prompt p90 above 5000 tokens over a 512-token step budget: at least 10 prefill steps" in v.primary.summary
+    within = _verdict(build(16384.0))  # a finite bound past 12k: the p90 is interpolated, a figure, not a floor
+    assert within.primary is not None and "prompt p90 above" not in within.primary.summary
+    assert "at least" not in within.primary.summary

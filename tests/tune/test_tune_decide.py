@@ -164,12 +164,20 @@ def test_reject_reasons_failures_and_breakage_under_load() -> None:
     assert "of its requests failed" in judge(_runs(5.0, 5.0, errors=5), best, SLO_TTFT, None).why
     # one failed request in a hundred is the host's noise, not the candidate's doing
     assert judge(_runs(5.0, 5.0, errors=1) + _runs(5.0) * 8, best, SLO_TTFT, None).accepted
-    # where the best failed some too, only a failure share past the knee's (5 %) rejects
-    assert judge(_runs(5.0, 5.0, errors=2), _runs(3.0, 3.1, errors=1), SLO_TTFT, None).accepted
+    # where the best failed some too, the candidate is judged against the best's own share (+1 point)
+    assert judge(_runs(5.0, 5.0, errors=2), _runs(3.0, 3.1, errors=1), SLO_TTFT, None).accepted  # 3.2 % vs 2.4 %
     assert "of its requests failed" in judge(_runs(5.0, 5.0, errors=9), _runs(3.0, 3.1, errors=1), SLO_TTFT, None).why
+    # 0.1 % -> 4.9 % failed: under the old "over 5 %" line, yet forty-nine times the best's share
+    few = _runs(3.0, 3.1) * 8 + _runs(3.0, errors=1)
+    many = _runs(5.0, 5.0, errors=3)
+    assert "of its requests failed" in judge(many, few, SLO_TTFT, None).why
     assert "preemptions" in judge(_runs(5.0, 5.0, preemptions=3), best, SLO_TTFT, None).why
     # where the best preempted too, a candidate that preempts less may still win
     assert judge(_runs(5.0, 5.0, preemptions=3), _runs(3.0, 3.1, preemptions=9), SLO_TTFT, None).accepted
+    # one preemption in the best's run no longer switches the check off: twice its rate and a point more rejects
+    assert "preemptions" in judge(_runs(5.0, 5.0, preemptions=6), _runs(3.0, 3.1, preemptions=0.5), SLO_TTFT, None).why
+    # and one preemption in a long candidate run is not a memory setting that breaks
+    assert judge(_runs(5.0, 5.0, preemptions=0.5) + _runs(5.0) * 8, best, SLO_TTFT, None).accepted
 
 
 def test_verdict_diff() -> None:
