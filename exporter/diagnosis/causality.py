@@ -135,6 +135,13 @@ REFINES: dict[str, str] = {
     "cuda_graphs_not_covering_batches": "launch_bound_small_kernels",
 }
 
+#: consequence -> the symptom-cause it follows: clients time out, abort and are turned away (429) because
+#: the queue in front of them is long (CAUSAL_ORDER's reason). While the leader explains a symptom of its
+#: own (a queue no layer's cause explains), the follower is not the primary, whatever the two severities:
+#: ranked on severity, a queue that dipped under its line for a cycle handed the primary to its own
+#: timeouts, and hysteresis kept it there (found on the simulator's queue_backlog beside busy loops)
+FOLLOWS: dict[str, str] = {"retries_and_timeouts": "queue_backlog"}
+
 #: outages: when one holds and explains a symptom it is the primary, whatever else holds (a hung
 #: engine's frozen gauges can keep a full KV cache or a queue "holding" that are not the story)
 OUTAGE_CAUSES: frozenset[str] = frozenset({"engine_unresponsive"})

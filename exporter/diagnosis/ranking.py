@@ -187,6 +187,8 @@ def pick_primary(
         pool = overload  # load past the measured knee explains every layer at its limit
     elif overload:  # a cause load does not produce holds: it, not the knee it moved, is the story
         pool = layer_causes
+    leading = {c[0].rule.cause for c in pool}
+    pool = [c for c in pool if causality.FOLLOWS.get(c[0].rule.cause) not in leading] or pool
     amounts = [amount(c[0], c[1], t) for c in pool]
     most = max(amounts)
     widest = [c for c, a in zip(pool, amounts, strict=True) if a >= most - _AMOUNT_EPS]

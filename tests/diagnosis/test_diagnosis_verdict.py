@@ -248,3 +248,27 @@ def test_a_one_cycle_blip_does_not_degrade_the_state() -> None:
 
     states = [v.state for v in run(cycles(5, build), thresholds=Thresholds(symptom_persistence_cycles=2))]
     assert states[3] == "healthy"  # one cycle over the SLO is not yet a symptom
+
+
+def test_a_queue_that_dips_under_its_line_keeps_the_primary_from_its_own_timeouts() -> None:
+    """Clients time out and are turned away because the queue is long (causality.FOLLOWS): a cycle in
+    which the waiting count dips under the backlog line (the queueing symptom still held) must not hand
+    the primary to the timeouts, nor hysteresis keep it there once the queue is back."""
+
+    def build(waiting: float) -> Callable[[int], list[Point]]:
+        def one(i: int) -> list[Point]:
+            finished = {"length": 10.0 * i, "abort": 30.0 * i}
+            return (
+                gpu(util=0.9, sm=0.5, tensor=0.2, dram=0.3)
+                + engine(waiting=waiting, running=8, kv=0.7, finished=finished, rejected=10.0 * i)
+                + latency(i, queue=1.5, itl=0.03)
+            )
+
+        return one
+
+    depths = [40.0] * 6 + [4.0] * 3 + [40.0] * 6
+    verdicts = run([build(w)(i) for i, w in enumerate(depths)])
+    named = [primary(v) for v in verdicts if v.state == "degraded"]
+    assert named and set(named) == {"queue_backlog"}, named
+    roles = {c.cause: c.role for c in verdicts[-1].bottlenecks}
+    assert roles["retries_and_timeouts"] == "contributing"
