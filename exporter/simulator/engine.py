@@ -49,8 +49,6 @@ log = logging.getLogger(__name__)
 
 #: Model seconds over which windowed gauges (throughputs, hit rates) are computed.
 RATE_WINDOW_S = 10.0
-#: wall seconds between two looks while a closed-loop client is due back (its submission wakes it sooner)
-CLIENT_POLL_S = 0.01
 #: Memory the driver and CUDA context hold before the model loads (trace ``idle``: 615-619 MiB).
 BASE_FB_MIB = 617.0
 #: Activations and CUDA graphs, per GPU.
@@ -446,7 +444,7 @@ class Engine:
                     idle_wait: float | None = None
                     if self.clients.awaited():  # a closed-loop client is due back: model time waits for it
                         self.clock.hold()
-                        idle_wait = CLIENT_POLL_S
+                        idle_wait = self.clients.wait_s()
                         self._cpu = time.thread_time() - cpu0
                     elif (plan := self.scheduler.schedule(now)).empty:
                         self.clock.begin_idle()

@@ -38,6 +38,8 @@ FORGET_AFTER_S = 0.5
 MAX_CLIENTS = 4096
 #: the longest identity kept (a longer header is cut)
 MAX_ID = 80
+#: the shortest sleep ``wait_s`` gives (a client at its forget deadline is dropped at the next look)
+MIN_WAIT_S = 0.001
 
 
 class ClientLedger:
@@ -86,6 +88,17 @@ class ClientLedger:
             while self._out and next(iter(self._out.values())) < limit:
                 self._out.popitem(last=False)
             return len(self._out)
+
+    def wait_s(self) -> float:
+        """Wall seconds until the longest-awaited client would be forgotten: how long the engine may sleep
+        waiting for the clients (a returning client's submission wakes it sooner). Never a poll: a
+        scheduler thread that wakes every few milliseconds on a contended node reads as a thread that
+        wants a full core (the process sampler's run-queue demand), a false serial host ceiling."""
+        with self._lock:
+            if not self._out:
+                return 0.0
+            oldest = next(iter(self._out.values()))
+            return max(MIN_WAIT_S, oldest + self.forget_after_s - self._wall())
 
 
 def client_id(raw: str | None) -> str | None:

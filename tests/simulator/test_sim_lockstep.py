@@ -43,8 +43,11 @@ def test_an_answered_client_is_awaited_until_it_returns_or_is_forgotten() -> Non
     ledger.arrived("a", "r3")  # back with its next request
     assert ledger.awaited() == 0
     ledger.answered("b", "r2")
-    wall.now += 0.6  # b never came back (its load was retired): forgotten, not waited for forever
-    assert ledger.awaited() == 0
+    assert ledger.wait_s() == 0.5  # the engine sleeps until b's forget deadline unless b's request wakes it
+    wall.now += 0.4
+    assert abs(ledger.wait_s() - 0.1) < 1e-9
+    wall.now += 0.2  # b never came back (its load was retired): forgotten, not waited for forever
+    assert ledger.awaited() == 0 and ledger.wait_s() == 0.0
 
 
 def test_a_stale_answer_or_a_rejection_is_not_waited_for() -> None:
