@@ -1,20 +1,18 @@
 """A named closed-loop client has no think time in model time, however late it comes back in wall time.
 
 The ledger and the clock are driven with fake wall clocks; the engine test runs the real
-scheduler thread in-process with a client that comes back 0.3 s (wall) after each answer,
-and reads model time only: with a name, each request arrives at the model time the
-previous one finished; without one, the engine idles on and model time runs through the
-client's absence (at least the wall delay times the scale, a lower bound a slow host only
-raises). The ledger's forget window is set far beyond the delay, so a starved host that
-fires the client's timer late still finds it awaited.
+scheduler thread in-process with a named client that comes back 0.3 s (wall) after each
+answer, and reads model time only: each request arrives at the model time the previous
+one finished. (An unnamed client is not compared: when the engine goes idle relative to
+the client's timer depends on the host, so its gap has no bound a test could hold.) The
+ledger's forget window is set far beyond the delay, so a starved host that fires the
+client's timer late still finds it awaited.
 """
 
 from __future__ import annotations
 
 import threading
 from typing import Any
-
-import pytest
 
 from exporter.simulator.clock import SimClock
 from exporter.simulator.engine import Engine
@@ -116,14 +114,12 @@ def _closed_loop(named: bool, answers: int) -> list[SimRequest]:
     return sent
 
 
-@pytest.mark.parametrize("named", [True, False], ids=["named", "anonymous"])
-def test_a_named_client_comes_back_at_the_model_time_it_left(named: bool) -> None:
-    sent = _closed_loop(named, answers=3)
+def test_a_named_client_comes_back_at_the_model_time_it_left() -> None:
+    """Without the hold the engine would idle on (model time = wall x scale) through the client's 0.3 s
+    absence, or step on without it; with it, each request arrives exactly where the last one finished."""
+    sent = _closed_loop(named=True, answers=3)
     gaps: list[Any] = []
     for before, after in zip(sent, sent[1:], strict=False):
         assert before.finished_at is not None
         gaps.append(after.arrival - before.finished_at)
-    if named:
-        assert gaps == [0.0, 0.0], gaps  # the engine held its model clock until the client was back
-    else:
-        assert all(g >= 0.3 * 4.0 for g in gaps), gaps  # idle model time ran through the absence
+    assert gaps == [0.0, 0.0], gaps  # the engine held its model clock until the client was back
