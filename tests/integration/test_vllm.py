@@ -59,6 +59,10 @@ pytestmark = [pytest.mark.timeout(900)]
 
 MODEL_NAME = "tiny"
 N_REQUESTS = 48  # enough that requests queue for several seconds even on a quiet machine
+#: rounds of N_REQUESTS at most, sent until the poller has read a queue, a running batch and a used cache:
+#: the engine's /metrics answers slowly under load on two busy cores (4 scrapes in a 8.7 s round, all
+#: between batches, in one full run), so how many rounds that takes is the host's, what is read is not
+MAX_ROUNDS = 4
 CONCURRENCY = 32  # above --max-num-seqs 8 and far above what 10 blocks hold
 PREFIX_TOKENS = 64  # two 32-token blocks shared by every request
 MAX_TOKENS = 128  # prompt <= 104 + 128 <= --max-model-len 256; long outputs keep the
@@ -94,7 +98,8 @@ def _gauge(raw: Mapping[str, Mapping[LabelKey, float]], name: str) -> float:
 
 @pytest.fixture(scope="module")
 def load(vllm: Vllm) -> LoadReport:
-    """Bounded load: N_REQUESTS completions, CONCURRENCY at a time, shared prefix."""
+    """Bounded load: rounds of N_REQUESTS completions, CONCURRENCY at a time, shared prefix, until the
+    poller has read requests waiting, running and a used cache (at most MAX_ROUNDS)."""
     rng = random.Random(7)
     prefix = [rng.randrange(10, 500) for _ in range(PREFIX_TOKENS)]
     prompts = [prefix + [rng.randrange(10, 500) for _ in range(16 + (i % 4) * 8)] for i in range(N_REQUESTS)]
@@ -133,7 +138,10 @@ def load(vllm: Vllm) -> LoadReport:
     poller.start()
     try:
         with client, ThreadPoolExecutor(CONCURRENCY) as pool:
-            report.statuses = list(pool.map(one, prompts))
+            for _ in range(MAX_ROUNDS):
+                report.statuses += list(pool.map(one, prompts))
+                if report.max_waiting > 0 and report.max_running > 0 and report.max_kv_usage > 0:
+                    break
     finally:
         done.set()
         poller.join(30)
@@ -268,12 +276,12 @@ def test_load_made_requests_wait_and_get_preempted(
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     (LOG_DIR / "vllm-figures.json").write_text(json.dumps(figures, indent=2))
     print("vLLM load figures:", figures)
-    assert load.statuses == [200] * N_REQUESTS
+    assert load.statuses and set(load.statuses) == {200} and len(load.statuses) % N_REQUESTS == 0
     assert figures["max_waiting"] > 0, "no request ever waited: the load did not exceed the KV cache"
     assert figures["preemptions"] > 0, "no preemption: the KV cache was never exhausted mid-decode"
     assert figures["prefix_hits"] > 0, "the shared prefix never hit the prefix cache"
     assert figures["spec_drafts"] > 0, "n-gram speculative decoding proposed nothing"
-    assert figures["generated_tokens"] == N_REQUESTS * MAX_TOKENS
+    assert figures["generated_tokens"] == len(load.statuses) * MAX_TOKENS
 
 
 def test_adapter_equals_raw_values_scraped_at_the_same_moment(load: LoadReport) -> None:
