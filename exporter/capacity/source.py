@@ -161,10 +161,11 @@ class CapacityProfileStep:
 
     def _stale(self, e: _Engine, p: Profile, now: fpr.Fingerprint | None, drifted: list[str]) -> float | None:
         """1 / 0, or None while it cannot be told; a change to stale is logged once with what differs."""
-        comparable = p.fingerprint is not None and now is not None and fpr.comparable(p.fingerprint, now)
+        measured = p.fingerprint
+        comparable = measured is not None and now is not None and fpr.comparable(measured, now)
         if not comparable and not drifted:
             return None
-        configured = fpr.differences(p.fingerprint, now) if comparable and p.fingerprint and now else []
+        configured = fpr.differences(measured, now) if measured is not None and now is not None and comparable else []
         diffs = tuple(configured + [f"workload {d}" for d in drifted])
         if diffs != e.logged:
             if diffs:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from exporter.diagnosis.notices import missing_inputs
+from exporter.diagnosis.notices import Missing, missing_inputs
 from exporter.diagnosis.symptoms import SYMPTOM_IDS
 from exporter.diagnosis.thresholds import Thresholds
 
@@ -164,11 +164,17 @@ CAPACITY_ADVICE = (
 )
 
 
+def _blockers(view: Mapping[str, float], explained: frozenset[str], t: Thresholds) -> list[Missing]:
+    """The missing inputs behind which a cause could explain ``explained``: while any is missing, a
+    symptom-only primary is no capacity verdict."""
+    return [m for m in missing_inputs(view, t) if any(EXPLAINS.get(c, frozenset()) & explained for c in m.causes)]
+
+
 def symptom_advice(advice: str, view: Mapping[str, float], explained: frozenset[str], t: Thresholds) -> str:
     """The advice of a symptom-only primary (queue_backlog, slo_breach). "Capacity: add replicas" only
     when every cause that could explain ``explained`` was judged; while an input is missing behind
     which one could (``notices.missing_inputs``), what to enable instead."""
-    blockers = [m for m in missing_inputs(view, t) if any(EXPLAINS.get(c, frozenset()) & explained for c in m.causes)]
+    blockers = _blockers(view, explained, t)
     if not blockers:
         return CAPACITY_ADVICE + " " + advice
     what = ", ".join(m.what for m in blockers)
@@ -187,7 +193,7 @@ NO_LAYER_LINK = "no layer at its limit: more load arrives than the service serve
 def symptom_link(view: Mapping[str, float], explained: frozenset[str], t: Thresholds) -> str:
     """What stands behind a symptom-only primary, as the chain's last link: no layer at its limit, or
     which inputs are missing behind which a cause could be (the same test as ``symptom_advice``)."""
-    blockers = [m for m in missing_inputs(view, t) if any(EXPLAINS.get(c, frozenset()) & explained for c in m.causes)]
+    blockers = _blockers(view, explained, t)
     if not blockers:
         return NO_LAYER_LINK
     return f"not judged: {', '.join(m.what for m in blockers)} missing"
