@@ -129,6 +129,15 @@ CAUSES: tuple[Cause, ...] = (
         "Requests wait for a slot while each slot reserves context far above the p99 of prompt + output: the reservation, not memory, is the limit.",
     ),
     _c(
+        "memory",
+        "prefix_cache_hit_drop",
+        "LLMPrefixCacheHitDrop",
+        "The prefix cache stopped finding the shared prefix",
+        "The prefix-cache hit ratio fell to under half of its earlier level while prompts stayed the same, and TTFT rose: "
+        "prefill redoes the shared prefix. Prefix caching switched off, a router that lost session affinity or a changed "
+        "system prompt.",
+    ),
+    _c(
         "scheduler",
         "serial_host_ceiling",
         "LLMSerialHostCeiling",

@@ -11,6 +11,12 @@ source (the GPU every second, the diagnosis, the process sampler), while an
 engine at its 20,000-series budget changes every engine interval. The text
 format keeps each source's rendering until that source's points change, and a
 new version only re-renders the source that wrote (issue 25).
+
+Why families are left out here, while grouping: ``--metrics.exclude`` and
+``--metrics.include`` (exporter/familyfilter.py) say what is published; the store
+keeps every family for the diagnosis, and a family left out is skipped before its
+lines are built, never rendered and then dropped. ``llm_exporter_metric_family_excluded``
+names each one.
 """
 
 from __future__ import annotations
@@ -30,9 +36,11 @@ from prometheus_client.core import (
 )
 from prometheus_client.openmetrics.exposition import generate_latest as _generate_openmetrics
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Exemplar
 from prometheus_client.utils import floatToGoString as _float_to_go_string
 
 from exporter import __version__, schema
+from exporter.familyfilter import FamilyFilter
 from exporter.samples import HistogramSample, Point, Sample
 from exporter.schema import SPECS, MetricSpec
 from exporter.store import SnapshotStore, SourceState, View
@@ -69,8 +77,10 @@ def _label_values(spec: MetricSpec, point: Point) -> list[str]:
     return [str(point.labels.get(label, "")) for label in spec.labels]
 
 
-def families_from_points(points: Iterable[Point], unknown: Callable[[str], None] | None = None) -> list[Metric]:
-    """Group points into schema families, in schema order; drop names not in the schema."""
+def families_from_points(
+    points: Iterable[Point], unknown: Callable[[str], None] | None = None, left_out: frozenset[str] = frozenset()
+) -> list[Metric]:
+    """Group points into schema families, in schema order; drop names not in the schema and never build ``left_out``."""
     families: dict[str, Metric] = {}
     seen: dict[str, set[tuple[str, ...]]] = {}
     for point in points:
@@ -78,6 +88,8 @@ def families_from_points(points: Iterable[Point], unknown: Callable[[str], None]
         if spec is None:
             if unknown:
                 unknown(point.name)
+            continue
+        if left_out and spec.name in left_out:
             continue
         fam = families.get(spec.name)
         if fam is None:
@@ -91,12 +103,24 @@ def families_from_points(points: Iterable[Point], unknown: Callable[[str], None]
         if isinstance(point, HistogramSample):
             if not isinstance(fam, HistogramMetricFamily):  # a histogram point of a non-histogram spec
                 continue
-            buckets = [(floatToGoString(le), count) for le, count in point.buckets]
-            fam.add_metric(values, buckets, point.sum)
+            fam.add_metric(values, _openmetrics_buckets(point), point.sum)
         elif isinstance(point, Sample) and isinstance(fam, (CounterMetricFamily, GaugeMetricFamily)):
             fam.add_metric(values, point.value)
     order = {name: i for i, name in enumerate(SPECS)}
     return [families[n] for n in sorted(families, key=order.__getitem__)]
+
+
+def _openmetrics_buckets(point: HistogramSample) -> list[tuple[str, float] | tuple[str, float, Exemplar]]:
+    """The buckets of one histogram series, each with its exemplar when the point carries one."""
+    by_le = {e.le: e for e in point.exemplars}
+    out: list[tuple[str, float] | tuple[str, float, Exemplar]] = []
+    for le, count in point.buckets:
+        e = by_le.get(le)
+        if e is None:
+            out.append((floatToGoString(le), count))
+        else:
+            out.append((floatToGoString(le), count, Exemplar({"trace_id": e.trace_id}, e.value, e.timestamp)))
+    return out
 
 
 def meta_points(states: Iterable[SourceState]) -> list[Point]:
@@ -194,8 +218,11 @@ def _render_family(name: str, points: Iterable[Point], sorted_labels: dict[str, 
     return "".join(out)
 
 
-def _by_family(points: Iterable[Point], unknown: Callable[[str], None] | None) -> dict[str, list[Point]]:
-    """Points grouped by schema family, in their order; names not in the schema dropped (and reported)."""
+def _by_family(
+    points: Iterable[Point], unknown: Callable[[str], None] | None, left_out: frozenset[str] = frozenset()
+) -> dict[str, list[Point]]:
+    """Points grouped by schema family, in their order; names not in the schema dropped (and reported),
+    families in ``left_out`` skipped (--metrics.exclude: exporter/familyfilter.py)."""
     groups: dict[str, list[Point]] = {}
     for point in points:
         spec = SPECS.get(point.name)
@@ -203,13 +230,17 @@ def _by_family(points: Iterable[Point], unknown: Callable[[str], None] | None) -
             if unknown:
                 unknown(point.name)
             continue
+        if left_out and spec.name in left_out:
+            continue
         groups.setdefault(spec.name, []).append(point)
     return groups
 
 
-def render_text(points: Iterable[Point], unknown: Callable[[str], None] | None = None) -> bytes:
+def render_text(
+    points: Iterable[Point], unknown: Callable[[str], None] | None = None, left_out: frozenset[str] = frozenset()
+) -> bytes:
     sorted_labels = _sorted_labels()
-    groups = _by_family(points, unknown)
+    groups = _by_family(points, unknown, left_out)
     parts: list[str] = []
     for name in sorted(groups, key=_ORDER.__getitem__):
         parts.append(_HEADERS[name])
@@ -228,14 +259,16 @@ class _Fragment:
 
     __slots__ = ("chunks", "keys", "labels_version")
 
-    def __init__(self, points: Iterable[Point], unknown: Callable[[str], None] | None) -> None:
+    def __init__(
+        self, points: Iterable[Point], unknown: Callable[[str], None] | None, left_out: frozenset[str] = frozenset()
+    ) -> None:
         sorted_labels = _sorted_labels()
         self.labels_version = schema.LABELS_VERSION
         self.chunks: dict[str, bytes] = {}
         self.keys: dict[str, set[tuple[str, ...]]] = {}
         # the points themselves are not kept: a fragment outlives the store's list it was made
         # from until the next render, and holding it kept two generations of points alive
-        for name, fam in _by_family(points, unknown).items():
+        for name, fam in _by_family(points, unknown, left_out).items():
             seen: set[tuple[str, ...]] = set()
             self.chunks[name] = _render_family(name, fam, sorted_labels, seen).encode()
             self.keys[name] = seen
@@ -311,11 +344,18 @@ class ExpositionCache:
     rendering has a gzip'ed copy, made once on the first scrape that asks.
     ``cached`` never renders and never waits: the HTTP layer uses it to
     answer from the last rendering, and renders off the event loop on a miss
-    (exporter/serving.py).
+    (exporter/serving.py). ``families``: what --metrics.include / --metrics.exclude
+    publish; a family left out is never built, and
+    ``llm_exporter_metric_family_excluded{family}`` names it.
     """
 
-    def __init__(self, store: SnapshotStore) -> None:
+    def __init__(self, store: SnapshotStore, families: FamilyFilter | None = None) -> None:
         self.store = store
+        #: the schema's families never built, fixed at start-up (a point of another name is dropped anyway)
+        self.left_out: frozenset[str] = frozenset(families.excluded()) if families else frozenset()
+        self._excluded_points: list[Point] = [
+            Sample("llm_exporter_metric_family_excluded", {"family": name}, 1.0) for name in SPECS if name in self.left_out
+        ]
         self._lock = threading.Lock()
         #: (openmetrics?, gzip?) -> (store version, monotonic expiry, body)
         self._cached: dict[tuple[bool, bool], _Entry] = {}
@@ -363,10 +403,12 @@ class ExpositionCache:
             return entry
         view = self.store.view()
         if openmetrics:
-            points = meta_points(view.sources.values())
+            points = meta_points(view.sources.values()) + self._excluded_points
             for name in view.sources:
                 points.extend(view.published_points(name))
-            body = generate_latest_openmetrics(_FamiliesCollector(families_from_points(points, self._note_unknown)))
+            body = generate_latest_openmetrics(
+                _FamiliesCollector(families_from_points(points, self._note_unknown, self.left_out))
+            )
         else:
             body = self._text_locked(view)
         entry = (view.version, view.valid_until, body)
@@ -376,7 +418,7 @@ class ExpositionCache:
 
     def _text_locked(self, view: View) -> bytes:
         """The text exposition of ``view``, re-rendering only the sources whose published points changed."""
-        meta = meta_points(view.sources.values())
+        meta = meta_points(view.sources.values()) + self._excluded_points
         fragments: list[tuple[_Fragment, Callable[[], Iterable[Point]]]] = [(_Fragment(meta, self._note_unknown), lambda: meta)]
         kept: dict[str, tuple[int, bool, _Fragment]] = {}
         for name, st in view.sources.items():
@@ -384,7 +426,7 @@ class ExpositionCache:
             have = self._fragments.get(name)
             # the store bumps a source's generation whenever it replaces its points: equal means unchanged
             if have is None or have[0] != st.generation or have[1] != served or have[2].labels_version != schema.LABELS_VERSION:
-                have = (st.generation, served, _Fragment(view.published_points(name), self._note_unknown))
+                have = (st.generation, served, _Fragment(view.published_points(name), self._note_unknown, self.left_out))
             kept[name] = have
             fragments.append((have[2], functools.partial(view.published_points, name)))
         self._fragments = kept  # a source that left the store leaves the cache

@@ -6,7 +6,8 @@ so a Helm chart, a compose file and a person at a shell all work.
 
 Why only the assembly: each component owns its section — its dataclass, flags,
 environment names, keys and errors (exporter/engines/config.py, exporter/probe/config.py,
-exporter/capacity/config.py, exporter/kubernetes/settings.py, exporter/profile/config.py),
+exporter/capacity/config.py, exporter/kubernetes/settings.py, exporter/profile/config.py,
+exporter/familyfilter.py),
 all parsing values with exporter/values.py — and this module imports them, never the
 other way round. It keeps the top-level settings (``SERVE_FLAGS``), ``groups:`` and the
 check of ``diagnosis:``; serve hands in the ``sources:`` section (``Section``), which
@@ -33,6 +34,9 @@ from exporter.engines.config import (
     series_budget,
 )
 from exporter.errors import UsageError
+from exporter.familyfilter import FamilyFilter
+from exporter.familyfilter import add_arguments as add_family_arguments
+from exporter.familyfilter import load as load_families
 from exporter.kubernetes.settings import KubernetesConfig
 from exporter.kubernetes.settings import add_arguments as add_kubernetes_arguments
 from exporter.kubernetes.settings import load as load_kubernetes
@@ -65,6 +69,13 @@ MAX_GPU_INDEX = 1023
 class Config:
     listen_address: str = "0.0.0.0:9750"
     gpu_source: str = "auto"
+    #: the node's dcgm-exporter /metrics that `auto` reads instead of a profiler of its own (exporter/gpu/dcgm_exporter.py)
+    dcgm_exporter_url: str | None = None
+    #: the OTLP trace receiver's listen addresses (exporter/tracing); None: that protocol is off
+    otlp_grpc_listen_address: str | None = None
+    otlp_http_listen_address: str | None = None
+    #: --otlp-forward: where received spans go on, with the verdict added (exporter/tracing/forward.py)
+    otlp_forward: str | None = None
     gpu_interval: float = 1.0
     gpu_timeout: float = 0.9  # DEFAULT_TIMEOUT_SHARE of the default interval
     engine_interval: float = 5.0
@@ -93,6 +104,8 @@ class Config:
     capacity_profiles: dict[str, Profile] = field(default_factory=dict)
     #: --enable-profile / --profile-dir (exporter/profile/config.py); None before load_config
     profile: ProfileConfig | None = None
+    #: --metrics.include / --metrics.exclude: the families /metrics publishes (exporter/familyfilter.py)
+    metrics: FamilyFilter = field(default_factory=FamilyFilter)
     #: settings given by file, environment or flag (the others are defaults), e.g. "gpu_timeout"
     explicit: set[str] = field(default_factory=set, repr=False, compare=False)
 
@@ -134,6 +147,20 @@ def log_level(value: Any) -> str:
     return v
 
 
+def otlp_forward_url(value: Any) -> str:
+    """An OTLP/HTTP URL (``/v1/traces`` added when it has no path)."""
+    from exporter.tracing.forward import parse_forward_url
+
+    return parse_forward_url(string(value))
+
+
+def dcgm_exporter_url(value: Any) -> str:
+    """An http(s) URL of a dcgm-exporter (``/metrics`` added when it has no path)."""
+    from exporter.gpu.dcgm_exporter import parse_url
+
+    return parse_url(string(value))
+
+
 @dataclass(frozen=True)
 class Section:
     """A section the assembly loads last, for a caller that knows it: serve's `sources:` switches
@@ -157,7 +184,36 @@ SERVE_FLAGS: list[tuple[str, str, Callable[[Any], Any], str]] = [
         lambda v: (split_listen_address(v), v)[1],
         "HOST:PORT to serve on (default 0.0.0.0:9750)",
     ),
-    ("--gpu-source", "gpu_source", string, "auto, dcgm, nvml, none, replay:PATH[,PATH...] or sim:BASE_URL (default auto)"),
+    (
+        "--gpu-source",
+        "gpu_source",
+        string,
+        "auto, dcgm, dcgm:HOST[:PORT], dcgm-exporter:URL, nvml, none, replay:PATH[,PATH...] or sim:BASE_URL (default auto)",
+    ),
+    (
+        "--otlp-grpc-listen-address",
+        "otlp_grpc_listen_address",
+        lambda v: (split_listen_address(v), v)[1],
+        "HOST:PORT of the OTLP/gRPC trace receiver the engines send their request spans to (off by default; docs/tracing.md)",
+    ),
+    (
+        "--otlp-http-listen-address",
+        "otlp_http_listen_address",
+        lambda v: (split_listen_address(v), v)[1],
+        "HOST:PORT of the OTLP/HTTP trace receiver (POST /v1/traces; off by default; docs/tracing.md)",
+    ),
+    (
+        "--otlp-forward",
+        "otlp_forward",
+        otlp_forward_url,
+        "OTLP/HTTP URL the received spans are re-exported to with the verdict added (llm.bottleneck.*; default: none)",
+    ),
+    (
+        "--dcgm-exporter-url",
+        "dcgm_exporter_url",
+        dcgm_exporter_url,
+        "the node's dcgm-exporter /metrics URL: with --gpu-source auto the GPU is read from it, never from a second profiler (default: none)",
+    ),
     ("--gpu-interval", "gpu_interval", interval_seconds, "GPU sampling interval in seconds, 0.1-3600 (default 1)"),
     (
         "--gpu-timeout",
@@ -213,6 +269,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser, sections: Sequence[Sect
     add_capacity_arguments(parser)
     add_kubernetes_arguments(parser)
     add_profile_arguments(parser)
+    add_family_arguments(parser)
     for section in sections:
         section.add_arguments(parser)
     parser.set_defaults(config_sections=tuple(sections))
@@ -242,7 +299,9 @@ def load_config(
         if dest in raw:
             origin[dest] = f"{config_path}: {dest}"
             setattr(cfg, dest, parsed(parse, raw[dest], origin[dest]))
-    known = {d for _, d, _, _ in SERVE_FLAGS} | {"engines", "groups", "diagnosis", "kubernetes"} | {s.key for s in extra}
+    known = (
+        {d for _, d, _, _ in SERVE_FLAGS} | {"engines", "groups", "diagnosis", "kubernetes", "metrics"} | {s.key for s in extra}
+    )
     unknown = sorted(set(raw) - known)
     if unknown:
         raise UsageError(f"{config_path}: unknown setting(s) {', '.join(unknown)}")
@@ -286,6 +345,8 @@ def load_config(
     cfg.kubernetes = load_kubernetes(args, env, raw.get("kubernetes"), config_path)
     # --- on-demand profile: flags and environment (exporter/profile/config.py)
     cfg.profile = load_profile(args, env)
+    # --- metric families: --metrics.include / --metrics.exclude and `metrics:` (exporter/familyfilter.py)
+    cfg.metrics = load_families(args, env, raw.get("metrics"), config_path)
     # --- the caller's sections (serve: `sources:`), last, as they read the rest
     for section in extra:
         section.load(cfg, args, env, raw.get(section.key), config_path)

@@ -27,6 +27,18 @@ class Sample:
 
 
 @dataclass(frozen=True, slots=True)
+class BucketExemplar:
+    """One observation of a histogram bucket and the trace it came from (exporter/tracing)."""
+
+    #: the bucket's upper bound (base unit)
+    le: float
+    trace_id: str
+    value: float
+    #: Unix seconds of the observation
+    timestamp: float
+
+
+@dataclass(frozen=True, slots=True)
 class HistogramSample:
     """One histogram series of a schema metric, native buckets kept.
 
@@ -39,6 +51,9 @@ class HistogramSample:
     buckets: tuple[tuple[float, float], ...]
     sum: float
     count: float
+    #: OpenMetrics exemplars, at most one per bucket: one observation that fell in it, with the
+    #: trace it belongs to (the text format has no exemplars and leaves them out)
+    exemplars: tuple[BucketExemplar, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.buckets or not math.isinf(self.buckets[-1][0]):

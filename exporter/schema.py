@@ -52,6 +52,41 @@ KUBERNETES_POD_SKIP_REASONS: tuple[str, ...] = (
 )
 # --- end kubernetes -----------------------------------------------------------------
 
+# --- tracing (exporter/tracing) ------------------------------------------------------
+#: The OTLP trace receiver's protocols (exporter/tracing/receiver.py): the ``protocol`` label.
+TRACE_PROTOCOLS: tuple[str, ...] = ("grpc", "http")
+#: Why decoded spans were dropped (``llm_trace_spans_dropped_total{reason}``; exporter/tracing/limits.py).
+TRACE_SPAN_DROP_REASONS: tuple[str, ...] = ("rate_limited", "too_many_attributes", "too_many_spans", "internal")
+#: Why whole export requests were refused before their spans were counted
+#: (``llm_trace_requests_rejected_total{reason}``; exporter/tracing/limits.py).
+TRACE_REQUEST_REJECT_REASONS: tuple[str, ...] = (
+    "too_large",
+    "malformed",
+    "unsupported_media_type",
+    "unauthorized",
+    "busy",
+    "rate_limited",
+    "timeout",
+)
+#: Why received spans gave no request record (``llm_trace_spans_ignored_total{reason}``;
+#: exporter/tracing/normalize.py): no configured engine claims the span's service, not a request
+#: span, its timings missing or out of range, a malformed id, an SGLang slice whose request span
+#: never came.
+TRACE_SPAN_IGNORE_REASONS: tuple[str, ...] = (
+    "unmatched_engine",
+    "not_a_request",
+    "missing_attributes",
+    "bad_value",
+    "bad_id",
+    "pending_evicted",
+)
+#: Where a traced request's time went (``llm_traced_request_seconds{phase}``): the three phases
+#: (exporter/tracing/record.py) and the two figures users are promised, TTFT and end to end.
+TRACE_PHASES: tuple[str, ...] = ("queue", "prefill", "decode", "ttft", "e2e")
+#: What became of spans re-exported by ``--otlp-forward`` (exporter/tracing/forward.py).
+TRACE_FORWARD_OUTCOMES: tuple[str, ...] = ("sent", "failed", "dropped")
+# --- end tracing ----------------------------------------------------------------------
+
 #: The kinds of operator an on-demand profile's GPU kernels are classified into
 #: (exporter/profile/classify.py): the values of ``llm_operator_time_share{kind}``.
 OPERATOR_KINDS: tuple[str, ...] = ("attention", "gemm", "communication", "memory_copy", "sampling", "other")
@@ -130,7 +165,25 @@ ENGINE_SETTINGS: tuple[str, ...] = (
     "context_size",
     "block_size",
     "tensor_parallel_size",
+    "num_speculative_tokens",
 )
+
+#: The closed vocabulary of ``llm_kv_cache_tier_hit_tokens_total{tier}``: where the KV of a
+#: cached prompt token was found, tier -> meaning. Engines name their tiers differently (vLLM
+#: ``source``: device, host, disk, p2p, external_unspecified; SGLang ``cache_source``: device,
+#: host, storage); each row of exporter/engines/mappings/ rewrites its words into these.
+KV_CACHE_TIERS: dict[str, str] = {
+    "gpu": "the GPU's own KV cache (no copy needed)",
+    "host": "host (CPU) memory: copied to the GPU over PCIe before use (vLLM KV offload, SGLang HiCache)",
+    "storage": "local disk or a storage backend below host memory (vLLM disk, SGLang HiCache storage)",
+    "peer": "another serving instance, over the network (vLLM p2p)",
+    "other": "a KV connector that does not say where (vLLM external_unspecified), or a word this exporter does not know",
+}
+#: The closed vocabulary of ``llm_kv_cache_tier_transfer_bytes_total{direction}``.
+KV_TRANSFER_DIRECTIONS: dict[str, str] = {
+    "offload": "GPU -> a lower tier (host memory): KV kept instead of dropped when the GPU cache evicts it",
+    "load": "a lower tier -> GPU: KV brought back for a hit, instead of recomputed",
+}
 
 #: How a metric's series are reduced into one figure (across GPUs, ranks, servers).
 Reduce = Literal["sum", "max", "min", "mean"]
@@ -291,6 +344,14 @@ _SPECS: list[MetricSpec] = [
         ["version", "python_version"],
         "exporter",
     ),
+    _g(
+        "llm_exporter_metric_family_excluded",
+        "",
+        "Always 1 per metric family of the schema that --metrics.include / --metrics.exclude leave out of /metrics (no series: nothing left out). The diagnosis still reads every family; only publishing stops.",
+        "exporter",
+        ["family"],
+        "exporter",
+    ),
     # --- hardware -------------------------------------------------------------------
     _g(
         "llm_gpu_info",
@@ -304,9 +365,18 @@ _SPECS: list[MetricSpec] = [
     _g(
         "llm_gpu_profiling_available",
         "",
-        "1 if SM/tensor/DRAM activity can be read (DCGM profiling or NVML GPM), else 0.",
+        "1 if SM/tensor/DRAM activity can be read (DCGM profiling or NVML GPM), else 0; which of the four: llm_gpu_profiling_metric_available.",
         "hardware",
         _GPU,
+        "gpu",
+        reduce="min",
+    ),
+    _g(
+        "llm_gpu_profiling_metric_available",
+        "",
+        "1 per GPU and profiling metric the GPU source reads (metric: llm_gpu_sm_active_ratio, llm_gpu_sm_occupancy_ratio, llm_gpu_tensor_active_ratio, llm_gpu_dram_active_ratio), 0 for one it cannot (a dcgm-exporter whose collectors CSV leaves the field out).",
+        "hardware",
+        _GPU + ("metric",),
         "gpu",
         reduce="min",
     ),
@@ -559,6 +629,52 @@ _SPECS: list[MetricSpec] = [
         _ENG,
         "engine",
     ),
+    # KV tiers below the GPU (issue 36): what KV moved between GPU, host memory and storage
+    _c(
+        "llm_kv_cache_tier_hit_tokens_total",
+        "tokens",
+        "Prompt tokens whose KV was found in a cache tier instead of computed, by tier ("
+        + ", ".join(KV_CACHE_TIERS)
+        + "): every tier but gpu was copied to the GPU first.",
+        "memory",
+        _ENG + ("tier",),
+        "engine",
+        values=(("tier", tuple(KV_CACHE_TIERS)),),
+    ),
+    _c(
+        "llm_kv_cache_tier_transfer_bytes_total",
+        "bytes",
+        "KV bytes moved between the GPU and host memory, by direction (offload: GPU to host, load: host back to the GPU).",
+        "memory",
+        _ENG + ("direction",),
+        "engine",
+        values=(("direction", tuple(KV_TRANSFER_DIRECTIONS)),),
+    ),
+    _g(
+        "llm_kv_cache_host_usage_ratio",
+        "ratio",
+        "Share of the host-memory KV tier (offload / swap space) in use.",
+        "memory",
+        _ENG,
+        "engine",
+        reduce="max",
+    ),
+    _c(
+        "llm_kv_cache_instance_transfer_seconds_total",
+        "seconds",
+        "Time spent moving KV between serving instances (prefill to decode, disaggregated serving), summed over transfers.",
+        "memory",
+        _ENG,
+        "engine",
+    ),
+    _c(
+        "llm_kv_cache_instance_transfers_total",
+        "",
+        "KV transfers between serving instances (disaggregated serving): the count llm_kv_cache_instance_transfer_seconds_total is summed over.",
+        "memory",
+        _ENG,
+        "engine",
+    ),
     _h(
         "llm_request_preemptions",
         "Per finished request: how many times it was preempted (tells evenly spread preemption from a few thrashing requests).",
@@ -718,6 +834,15 @@ _SPECS: list[MetricSpec] = [
         "engine",
     ),
     _c("llm_spec_decode_drafts_total", "", "Draft (verification) steps.", "speculative_decoding", _ENG, "engine"),
+    _g(
+        "llm_spec_decode_draft_time_ratio",
+        "ratio",
+        "Share of an engine step's time spent drafting (the engine's figure of its last iteration): what the draft costs, measured.",
+        "speculative_decoding",
+        _ENG,
+        "engine",
+        reduce="max",
+    ),
     # --- application -----------------------------------------------------------------
     _g(
         "llm_engine_sleep_state",
@@ -938,6 +1063,77 @@ _SPECS: list[MetricSpec] = [
         reduce="max",
     ),
     # --- end canary probe --------------------------------------------------------------
+    # --- tracing (exporter/tracing/receiver.py) ---------------------------------------
+    _c(
+        "llm_trace_spans_received_total",
+        "",
+        "Spans the OTLP trace receiver accepted and handed on (after its limits), by protocol (grpc, http).",
+        "application",
+        ["protocol"],
+        "otlp",
+        values=(("protocol", TRACE_PROTOCOLS),),
+    ),
+    _c(
+        "llm_trace_spans_dropped_total",
+        "",
+        "Spans the OTLP trace receiver decoded and dropped, by reason: rate_limited (over the spans-per-second budget; the client is told to retry), too_many_attributes (a span over the attribute limit), too_many_spans (past the per-request span limit), internal (the receiver's consumer failed on them).",
+        "application",
+        ["reason"],
+        "otlp",
+        values=(("reason", TRACE_SPAN_DROP_REASONS),),
+    ),
+    _c(
+        "llm_trace_requests_rejected_total",
+        "",
+        "OTLP export requests refused whole before their spans could be counted, by protocol and reason: too_large (body over the byte limit), malformed (not an OTLP trace request), unsupported_media_type (content type or encoding), unauthorized (basic auth failed), busy (too many requests at once, or the password checks are full), rate_limited (the span budget was empty; the body was not read), timeout (the body did not arrive in time).",
+        "application",
+        ["protocol", "reason"],
+        "otlp",
+        values=(("protocol", TRACE_PROTOCOLS), ("reason", TRACE_REQUEST_REJECT_REASONS)),
+    ),
+    _c(
+        "llm_trace_spans_ignored_total",
+        "",
+        "Received spans that gave no request record, by reason: unmatched_engine (no configured engine claims the span's service; set engines[].trace_service), not_a_request (another span of the trace), missing_attributes, bad_value (a timing not a finite number from 0 to a day), bad_id, pending_evicted (an SGLang slice whose request span never came).",
+        "application",
+        ["reason"],
+        "otlp",
+        values=(("reason", TRACE_SPAN_IGNORE_REASONS),),
+    ),
+    _h(
+        "llm_traced_request_seconds",
+        "Per traced request (the engine's spans): seconds in each phase (queue, prefill, decode) and its TTFT and end-to-end time. OpenMetrics exemplars carry the trace_id of a request in the bucket, for a jump to its trace.",
+        "application",
+        ["engine", "phase"],
+        "otlp",
+    ),
+    _c(
+        "llm_traced_requests_total",
+        "",
+        "Traced requests joined with the diagnosis over their life, by the primary cause named most while each lived (layer and cause empty: none named, or no cycle recorded).",
+        "application",
+        ["engine", "layer", "cause"],
+        "otlp",
+    ),
+    _c(
+        "llm_trace_spans_forwarded_total",
+        "",
+        "Spans re-exported to --otlp-forward with the verdict added, by outcome: sent (the backend answered 2xx), failed (an error or another status; not retried), dropped (the forward queue was full).",
+        "application",
+        ["outcome"],
+        "otlp",
+        values=(("outcome", TRACE_FORWARD_OUTCOMES),),
+    ),
+    _g(
+        "llm_traced_requests_held",
+        "",
+        "Traced requests the exporter holds for GET /requests (the slowest of each recent window and a uniform sample, per engine).",
+        "application",
+        [],
+        "otlp",
+        reduce="sum",
+    ),
+    # --- end tracing --------------------------------------------------------------------
     # --- diagnosis -------------------------------------------------------------------
     _g(
         "llm_bottleneck_score",
@@ -1000,6 +1196,11 @@ _SPECS: list[MetricSpec] = [
 SPECS: dict[str, MetricSpec] = {s.name: s for s in _SPECS}
 if len(SPECS) != len(_SPECS):  # pragma: no cover - guards edits to the table above
     raise RuntimeError("duplicate metric name in schema")
+
+#: The exporter's own health families (layer ``exporter``: whether each source is up, its errors and
+#: durations, what was dropped, which families are left out). --metrics.include / --metrics.exclude
+#: never remove them (exporter/familyfilter.py): an exporter publishing less must still say why.
+HEALTH_FAMILIES: frozenset[str] = frozenset(s.name for s in _SPECS if s.layer == "exporter")
 
 
 # --- kubernetes: labels added at start-up (exporter/kubernetes/settings.py) ----------
@@ -1169,6 +1370,17 @@ def _label_values_markdown(engine_values: dict[str, dict[str, dict[str, str]]]) 
             pairs = ", ".join(f"{k} -> `{v}`" for k, v in raw[family].items()) or "(no finish counter)"
             out.append(f"| {family} | {pairs} |")
         out.append("")
+    out += ["### `llm_kv_cache_tier_hit_tokens_total{tier}`", "", "| tier | meaning |", "|---|---|"]
+    out += [f"| `{t}` | {m} |" for t, m in KV_CACHE_TIERS.items()]
+    tiers = engine_values.get("llm_kv_cache_tier_hit_tokens_total", {})
+    if tiers:
+        out += ["", "Raw tier words per engine family:", "", "| family | raw -> tier |", "|---|---|"]
+        for family in sorted(tiers):
+            pairs = ", ".join(f"{k} -> `{v}`" for k, v in tiers[family].items()) or "(none documented: absent)"
+            out.append(f"| {family} | {pairs} |")
+    out += ["", "### `llm_kv_cache_tier_transfer_bytes_total{direction}`", "", "| direction | meaning |", "|---|---|"]
+    out += [f"| `{d}` | {m} |" for d, m in KV_TRANSFER_DIRECTIONS.items()]
+    out.append("")
     out += ["### `llm_gpu_throttle_reason_active{reason}`", "", "| bit | reason | harmful | meaning |", "|---|---|---|---|"]
     out += [f"| `{r.bit:#x}` | `{r.name}` | {'yes' if r.harmful else '-'} | {r.meaning} |" for r in THROTTLE_REASONS]
     out.append("")

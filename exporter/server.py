@@ -23,6 +23,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from exporter.basicauth import BasicAuthVerifier, Verdict
 from exporter.collector import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, ExpositionCache, wants_openmetrics
+from exporter.familyfilter import FamilyFilter
 from exporter.serving import NOT_READY, ServingPaths, favour_the_event_loop
 from exporter.store import SnapshotStore
 from exporter.webconfig import WebConfig
@@ -61,9 +62,15 @@ class BasicAuthMiddleware:
         await response(scope, receive, send)
 
 
-def create_app(store: SnapshotStore, routers: Iterable[APIRouter] = (), web_config: WebConfig | None = None) -> FastAPI:
+def create_app(
+    store: SnapshotStore,
+    routers: Iterable[APIRouter] = (),
+    web_config: WebConfig | None = None,
+    families: FamilyFilter | None = None,
+) -> FastAPI:
+    """``families``: what /metrics publishes (--metrics.include / --metrics.exclude, exporter/familyfilter.py)."""
     app = FastAPI(title="llm-layer-exporter", docs_url=None, redoc_url=None, openapi_url=None)
-    cache = ExpositionCache(store)
+    cache = ExpositionCache(store, families)
     app.state.exposition = cache
     # GET /healthz, /readyz and /metrics are answered here, before FastAPI's stack, never behind a
     # render (exporter/serving.py); added first, so basic auth (added next) wraps it

@@ -60,14 +60,19 @@ def build(s: Settings) -> Dashboard:
             min=0,
         ),
         Panel(
-            "Prefix cache hit ratio",
-            f"Prompt tokens found in the prefix cache over those looked up ({w} rate ratio, not a lifetime ratio). Low with "
-            "shared system prompts means prefix caching is off or the cache is too small; check prefix_caching in the "
-            "engine config.",
-            [Target(f"server_model:llm_prefix_cache_hit:ratio_rate{w}{{{ENGINE}}}", LEGEND)],
+            "Prefix cache hit ratio vs TTFT",
+            f"Prompt tokens found in the prefix cache over those looked up (left; {w} rate ratio, not a lifetime ratio) "
+            "against the TTFT p95 (right, dashed). A fall of the ratio followed by a rising TTFT is prefix sharing broken "
+            "(the diagnosis's prefix_cache_hit_drop): prefix caching switched off (prefix_caching in the engine config), a "
+            "router that lost session affinity, or a changed system prompt. Low all along with shared system prompts: the "
+            "cache is off or too small.",
+            [
+                Target(f"server_model:llm_prefix_cache_hit:ratio_rate{w}{{{ENGINE}}}", "hit ratio " + LEGEND),
+                Target(f"server_model:llm_request_ttft_seconds:p95_rate{w}{{{ENGINE}}}", "ttft p95 " + LEGEND),
+            ],
             unit="percentunit",
             min=0,
-            max=1,
+            right_axis=("^ttft p95.*", "s"),
         ),
         Panel(
             "KV capacity",
@@ -89,6 +94,36 @@ def build(s: Settings) -> Dashboard:
             min=0,
             max=1,
             height=6,
+        ),
+        Row("KV below the GPU"),
+        Panel(
+            "KV moved between GPU and host memory",
+            "Bytes/s the engine offloaded to host memory and loaded back (trtllm-serve), and prompt tokens/s whose KV "
+            "came back from a tier below the GPU (vLLM 0.33, SGLang HiCache), by tier. High while KV usage is full is "
+            "the cache spilling to host memory: each hit is a PCIe copy instead of a recompute. Empty: the engine does "
+            "not publish it, or no offload is configured.",
+            [
+                Target(
+                    "sum by (server, model, direction) "
+                    f"(rate(llm_kv_cache_tier_transfer_bytes_total{{{ENGINE}}}[$__rate_interval]))",
+                    "{{direction}} bytes/s " + LEGEND,
+                ),
+                Target(
+                    "sum by (server, model, tier) "
+                    f'(rate(llm_kv_cache_tier_hit_tokens_total{{{ENGINE},tier!="gpu"}}[$__rate_interval]))',
+                    "{{tier}} hit tokens/s " + LEGEND,
+                ),
+            ],
+            min=0,
+        ),
+        Panel(
+            "Host KV tier usage",
+            "Share of the host-memory KV tier (offload or swap space) in use. Full means the offload tier evicts too: "
+            "hits fall back to recomputation.",
+            [Target(f"max by (server, model) (llm_kv_cache_host_usage_ratio{{{ENGINE}}})", LEGEND)],
+            unit="percentunit",
+            min=0,
+            max=1,
         ),
     ]
     return Dashboard(

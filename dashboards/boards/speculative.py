@@ -69,7 +69,21 @@ def build(s: Settings) -> Dashboard:
             "Hardware dashboard.",
             [Target(f"sum by (server, model) (rate(llm_spec_decode_drafts_total{{{ENGINE}}}[$__rate_interval]))", LEGEND)],
             min=0,
-            width=24,
+        ),
+        Panel(
+            "Acceptance length vs the draft's break-even",
+            "Tokens per verification step (solid) against what drafting costs in target steps, 1 / (1 - draft time share) "
+            "(dashed; only engines that measure their draft time, trtllm-serve). Below the dashed line the draft costs more "
+            "than it saves. Without a measured share the diagnosis assumes 1 + draft tokens x spec_draft_token_cost "
+            "(docs/diagnosis.md, low_acceptance).",
+            [
+                Target(f"server_model:llm_spec_decode_acceptance_length:mean_rate{w}{{{ENGINE}}}", "tokens/step " + LEGEND),
+                Target(
+                    f"1 / (1 - max by (server, model) (llm_spec_decode_draft_time_ratio{{{ENGINE}}}))",
+                    "break-even " + LEGEND,
+                ),
+            ],
+            min=1,
         ),
     ]
     return Dashboard(

@@ -27,7 +27,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from exporter.config import Section
 from exporter.errors import UsageError
@@ -37,10 +37,19 @@ if TYPE_CHECKING:
     from fastapi import APIRouter
 
     from exporter.config import Config
-    from exporter.diagnosis import DiagnosisSettings
+    from exporter.diagnosis import DiagnosisBundle, DiagnosisSettings
     from exporter.runner import BringsItsLoop
     from exporter.sources import Source
     from exporter.store import SnapshotStore
+
+
+class Listener(Protocol):
+    """A server a source brings (the OTLP receiver): ``start`` binds (OSError naming the address)."""
+
+    def start(self) -> None: ...
+
+    def stop(self, grace: float = 2.0) -> None: ...
+
 
 ENV_PREFIX = "LLM_EXPORTER_SOURCE_"
 #: the config file's section
@@ -59,6 +68,10 @@ class Build:
     derived: list[Source | BringsItsLoop] = field(default_factory=list)
     #: FastAPI routers the sources contribute (/diagnosis, /)
     routers: list[APIRouter] = field(default_factory=list)
+    #: servers of their own (the OTLP receiver): started by serve once its socket is bound, stopped first
+    listeners: list[Listener] = field(default_factory=list)
+    #: the diagnosis's bundle, for the sources that read its verdicts (tracing)
+    diagnosis: DiagnosisBundle | None = None
 
 
 @dataclass(frozen=True)
@@ -117,12 +130,17 @@ def _build_diagnosis(b: Build) -> None:
         raise UsageError(str(err)) from None
     b.derived.extend(bundle.sources)
     b.routers.append(bundle.router)
+    b.diagnosis = bundle
 
 
 def _build_gpu(b: Build) -> None:
     from exporter.gpu import build_gpu_source
 
-    gpu = build_gpu_source(b.config.gpu_source, b.config.gpu_interval, b.config.gpu_timeout)
+    c = b.config
+    # dcgm-exporter's pod labels become llm_gpu_pod_info unless the kubelet's attribution runs
+    gpu = build_gpu_source(
+        c.gpu_source, c.gpu_interval, c.gpu_timeout, dcgm_exporter_url=c.dcgm_exporter_url, pod_info=not _kubernetes_on(c)
+    )
     if gpu is not None:
         b.sources.append(gpu)
 
@@ -144,6 +162,37 @@ def _build_probe(b: Build) -> None:
     from exporter.probe import build_probe_sources
 
     b.sources.extend(build_probe_sources(b.config.engines, b.store))
+
+
+def _build_tracing(b: Build) -> None:
+    """The OTLP trace receiver, ``GET /requests`` and the request history (exporter/tracing, docs/tracing.md)."""
+    from exporter.tracing.build import build_tracing
+    from exporter.webconfig import load_web_config
+
+    c = b.config
+    web_config = load_web_config(c.web_config_file) if c.web_config_file else None  # checked by serve already
+    diagnosis = b.diagnosis
+    try:
+        bundle = build_tracing(
+            c.otlp_grpc_listen_address,
+            c.otlp_http_listen_address,
+            c.engines,
+            (lambda: diagnosis.engine.latest.engines) if diagnosis is not None else dict,
+            web_config,
+            c.effective_diagnosis_interval,
+            c.otlp_forward,
+        )
+    except ValueError as err:
+        raise UsageError(f"tracing: {err}") from None
+    if diagnosis is not None:  # after the verdict, in the same pass (exporter/tracing/history.py)
+        diagnosis.sources[0].steps.append(bundle.history_step)
+    b.sources.append(bundle.source)
+    b.routers.append(bundle.router)
+    b.listeners.append(bundle)
+
+
+def _tracing_on(config: Config) -> bool:
+    return bool(config.otlp_grpc_listen_address or config.otlp_http_listen_address)
 
 
 def _build_kubernetes(b: Build) -> None:
@@ -198,6 +247,12 @@ SOURCES: dict[str, SourceEntry] = {
             _build_probe,
             wanted=lambda c: any(getattr(e, "probe", None) is not None for e in c.engines),
             needs=lambda _c: ("engine",),
+        ),
+        SourceEntry(
+            "tracing",
+            "the OTLP trace receiver (--otlp-*-listen-address) and GET /requests",
+            _build_tracing,
+            wanted=_tracing_on,
         ),
         SourceEntry(
             "kubernetes",

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     import uvicorn
     from fastapi import APIRouter
 
+    from exporter.commands.registry import Build, Listener
     from exporter.runner import BringsItsLoop
     from exporter.sources import Source
     from exporter.store import SnapshotStore
@@ -111,13 +112,32 @@ def build_sources(config: Config, store: SnapshotStore) -> tuple[list[Source | B
     The table, its order and the switches are exporter/commands/registry.py's; a source that is
     off is never constructed.
     """
+    built = build_serving(config, store)
+    return [*built.sources, *built.derived], built.routers
+
+
+def build_serving(config: Config, store: SnapshotStore) -> Build:
+    """What ``build_sources`` returns, plus the servers the sources bring (``Build.listeners``)."""
     from exporter.commands import registry
 
     off = [name for name in registry.SOURCES if not registry.enabled(config, name)]
     if off:
         log.info("sources switched off: %s", ", ".join(off))
-    built = registry.build(config, store)
-    return [*built.sources, *built.derived], built.routers
+    return registry.build(config, store)
+
+
+def _log_family_filter(config: Config) -> None:
+    """What --metrics.include / --metrics.exclude leave out, and a warning per pattern that misses
+    or would remove a health family (exporter/familyfilter.py): said once, at start-up."""
+    families = config.metrics
+    for line in families.warnings():
+        log.warning("%s", line)
+    if families.active:
+        left_out = families.excluded()
+        log.info(
+            "metric families left out of /metrics: %d of the schema (llm_exporter_metric_family_excluded names them)",
+            len(left_out),
+        )
 
 
 def _on_exit_signal(server: uvicorn.Server, action: Callable[[], None]) -> None:
@@ -139,6 +159,7 @@ def _on_exit_signal(server: uvicorn.Server, action: Callable[[], None]) -> None:
 def run(args: argparse.Namespace) -> int:
     config = load_config(args)
     setup_logging(config.log_level)
+    _log_family_filter(config)
     from exporter.memtrim import pin_mmap_threshold
 
     pin_mmap_threshold()  # before any scrape: large bodies get mappings of their own (exporter/memtrim.py)
@@ -158,7 +179,8 @@ def run(args: argparse.Namespace) -> int:
     from exporter.store import SnapshotStore
 
     store = SnapshotStore()
-    sources, routers = build_sources(config, store)
+    built = build_serving(config, store)
+    sources, routers = [*built.sources, *built.derived], built.routers
     # the on-demand profile (exporter/profile, docs/profile.md): its routes always (off: a 404 that says
     # so), its publishing source only with --enable-profile
     from exporter.profile import build_profile
@@ -172,10 +194,22 @@ def run(args: argparse.Namespace) -> int:
     except CannotListen as err:
         print(f"llm-layer-exporter serve: {err}", file=sys.stderr, flush=True)
         return EXIT_CANNOT_LISTEN
+    # the servers sources bring (the OTLP receiver): the same rule, after the main socket
+    started: list[Listener] = []
+    for listener in built.listeners:
+        try:
+            listener.start()
+        except OSError as err:
+            for other in started:
+                other.stop()
+            sock.close()
+            print(f"llm-layer-exporter serve: {err}", file=sys.stderr, flush=True)
+            return EXIT_CANNOT_LISTEN
+        started.append(listener)
     group = RunnerGroup(store)
     for source in sources:
         group.add(source)
-    app = create_app(store, routers, web_config)
+    app = create_app(store, routers, web_config, families=config.metrics)
     # the context was built (files loaded, versions and ciphers set) when the web config was read
     uv_kwargs: UvicornTLS = web_config.tls.uvicorn_kwargs() if web_config and web_config.tls else {}
     server = uvicorn.Server(
@@ -204,6 +238,8 @@ def run(args: argparse.Namespace) -> int:
         server.run(sockets=[sock])
     finally:
         sock.close()
+        for listener in started:  # no span is taken once the sources stop
+            listener.stop()
         group.stop()
         auth = getattr(app.state, "auth", None)
         if auth is not None:

@@ -26,6 +26,9 @@ EXPECTED_PRIMARY: dict[str, str | None] = {
     "batching_window": "application/batching_window_too_large",
     "queue_backlog": "scheduler/queue_backlog",
     "healthy_busy": None,
+    # prefix sharing works: healthy until POST /sim/prefix_cache breaks it mid-run (the proof:
+    # tests/diagnosis/test_prefix_cache_stack.py), which a scenario switch cannot show
+    "shared_prefix": None,
 }
 #: the tour: healthy, then every scenario that stands for a cause
 TOUR: tuple[str, ...] = tuple(name for name, primary in EXPECTED_PRIMARY.items() if primary or name == "healthy")

@@ -60,6 +60,9 @@ EXPLAINS: dict[str, frozenset[str]] = {
     "kv_fragmentation_or_capacity_misjudged": frozenset({QUEUE, TTFT, SATURATED}),
     # context reserved per slot far above use: slots, not memory, run out, and requests queue
     "context_reserved_not_used": frozenset({QUEUE, TTFT, SATURATED}),
+    # the prefix cache stopped finding the shared prefix (exporter/diagnosis/prefix_cache.py): prefill
+    # recomputes it for every request, and the first token comes later
+    "prefix_cache_hit_drop": frozenset({TTFT}),
     # scheduler: one host thread at a core caps every step
     "serial_host_ceiling": _ALL_LOAD,
     "queue_backlog": frozenset({QUEUE, SATURATED, TTFT}),
@@ -104,6 +107,9 @@ CAUSAL_ORDER: tuple[str, ...] = (
     "context_reserved_not_used",
     "kv_fragmentation_or_capacity_misjudged",
     "kv_cache_pressure",
+    # the prefix cache lost the shared prefix: after a full KV cache (which evicts it), before the
+    # prefill and compute causes it produces (the GPU redoes work it used to skip)
+    "prefix_cache_hit_drop",
     # a prompt prefilled over many steps: TTFT only, after what holds requests back
     "prefill_chunk_too_small",
     "batching_window_too_large",

@@ -25,6 +25,9 @@ from dataclasses import dataclass, replace
 
 from exporter.diagnosis import capacity_profile as cp
 from exporter.diagnosis import causality
+from exporter.diagnosis import draft_cost as dc
+from exporter.diagnosis import kv_tiers as kt
+from exporter.diagnosis import prefix_cache as pc
 from exporter.diagnosis import probe as pr
 from exporter.diagnosis import signals as s
 from exporter.diagnosis.finite import ceil_or_none, finite_or_none, ratio
@@ -430,11 +433,21 @@ def _imbalance(v: View, t: Thresholds) -> bool:
 
 
 def _low_acceptance(v: View, t: Thresholds) -> bool:
-    return (
-        v[s.SPEC_DRAFT] >= max(1.0, t.spec_min_draft_tokens)
-        and s.SPEC_ACCEPTANCE in v
-        and v[s.SPEC_ACCEPTANCE] < t.spec_acceptance_min
-    )
+    """Most draft tokens rejected, or the draft costs more target-step work than it saves
+    (exporter/diagnosis/draft_cost.py): judged once enough tokens were drafted."""
+    if v[s.SPEC_DRAFT] < max(1.0, t.spec_min_draft_tokens) or s.SPEC_ACCEPTANCE not in v:
+        return False
+    cost = dc.draft_cost(v, t.spec_draft_token_cost)
+    return v[s.SPEC_ACCEPTANCE] < t.spec_acceptance_min or (cost is not None and not cost.pays)
+
+
+def _spec_severity(v: View, t: Thresholds) -> float:
+    """How far acceptance is below its line, or how much slower than plain decoding the draft
+    makes each token (a slow-down of x2 is as deep as it goes)."""
+    low = ramp(t.spec_acceptance_min - v[s.SPEC_ACCEPTANCE], 0.0, t.spec_acceptance_min)
+    cost = dc.draft_cost(v, t.spec_draft_token_cost)
+    slower = ramp(1.0 / cost.speedup, 1.0, 2.0) if cost is not None and cost.speedup > 0 else 0.0
+    return max(low, slower)
 
 
 def _batching_window(v: View, t: Thresholds) -> bool:
@@ -475,7 +488,8 @@ def _describe_hbm(v: View, t: Thresholds) -> str:
 
 
 def _describe_pcie(v: View, t: Thresholds) -> str:
-    return f'PCIe {v[s.PCIE] / 1e9:.1f} GB/s while "GPU util" {pct(v[s.UTIL])} but SMs {pct(v[s.SM])}'
+    text = f'PCIe {v[s.PCIE] / 1e9:.1f} GB/s while "GPU util" {pct(v[s.UTIL])} but SMs {pct(v[s.SM])}'
+    return kt.with_offload(text, v, "; meanwhile ")  # the KV offload traffic on the link, where the engine counts it
 
 
 def _describe_throttle(v: View, t: Thresholds) -> str:
@@ -510,7 +524,7 @@ def _describe_kv_full(v: View, t: Thresholds) -> str:
         out += f", {v[s.WAITING_CAPACITY]:.0f} requests held for capacity"
     else:
         out += ", admission held back"
-    return out
+    return kt.with_offload(out, v)  # evictions kept in host memory and loaded back, where the engine counts them
 
 
 def _describe_kv_misjudged(v: View, t: Thresholds) -> str:
@@ -544,7 +558,10 @@ def _describe_imbalance(v: View, t: Thresholds) -> str:
 
 
 def _describe_spec(v: View, t: Thresholds) -> str:
-    return f"{pct(v.get(s.SPEC_ACCEPTANCE, 0.0))} of draft tokens accepted"
+    cost = dc.draft_cost(v, t.spec_draft_token_cost)
+    if cost is None:  # neither the draft tokens per step nor the setting: acceptance alone
+        return f"{pct(v.get(s.SPEC_ACCEPTANCE, 0.0))} of draft tokens accepted"
+    return dc.describe(cost)
 
 
 def _describe_batching(v: View, t: Thresholds) -> str:
@@ -697,6 +714,71 @@ def _describe_context(v: View, t: Thresholds) -> str:
     return f"each slot reserves {v[s.RESERVED_CONTEXT]:.0f} context tokens while requests use {used:.0f} ({what}), and requests wait for a slot"
 
 
+# ------------------------------------------------------------------ the prefix cache (exporter/diagnosis/prefix_cache.py)
+
+
+def _prefix_same_prompts(v: View, t: Thresholds) -> bool:
+    """Both spans hold enough requests and their prompts looked up as many tokens each, within
+    ``prefix_prompt_change_max`` either way: the workload did not change, so a fall is the cache's."""
+    recent, earlier = v.get(pc.QUERIED_PER_REQUEST_RECENT), v.get(pc.QUERIED_PER_REQUEST_EARLIER)
+    if recent is None or earlier is None or recent <= 0 or earlier <= 0:
+        return False
+    if min(v.get(pc.REQUESTS_RECENT, 0.0), v.get(pc.REQUESTS_EARLIER, 0.0)) < t.prefix_min_requests:
+        return False
+    return max(recent / earlier, earlier / recent) <= t.prefix_prompt_change_max
+
+
+def _prefix_hit_drop(v: View, t: Thresholds) -> bool:
+    """The hit ratio of the recent seconds fell below ``prefix_hit_drop_ratio`` of its own level before
+    them, that level was at least ``prefix_hit_earlier_min``, and the prompts stayed the same."""
+    earlier = v.get(pc.HIT_EARLIER)
+    if earlier is None or earlier < t.prefix_hit_earlier_min:
+        return False
+    return v[pc.HIT_RECENT] < t.prefix_hit_drop_ratio * earlier and _prefix_same_prompts(v, t)
+
+
+def _prefix_still_lost(v: View, t: Thresholds) -> bool:
+    """Release line of a held drop: once the drop has left the window, the loss is still the cause of
+    a TTFT over its SLO while the ratio stays below ``prefix_hit_drop_ratio`` x ``prefix_hit_earlier_min``
+    (recent requests enough to tell); without it the verdict handed TTFT to whatever else held a
+    window after the change, while prefill still redid every shared prefix."""
+    if _prefix_hit_drop(v, t):
+        return True
+    enough = v.get(pc.REQUESTS_RECENT, 0.0) >= t.prefix_min_requests
+    return enough and v[pc.HIT_RECENT] < t.prefix_hit_drop_ratio * t.prefix_hit_earlier_min and ttft_high(v, t)
+
+
+def _prefix_severity(v: View, t: Thresholds) -> float:
+    """How much of the level it held the ratio lost: 0 at the line (half), 1 when nothing hits."""
+    earlier = max(v.get(pc.HIT_EARLIER, 0.0), t.prefix_hit_earlier_min)
+    return ramp(1.0 - v[pc.HIT_RECENT] / earlier, 1.0 - t.prefix_hit_drop_ratio, 1.0)
+
+
+def _tokens(x: float) -> str:
+    """A prompt length as a person says it: two significant figures ("2,000" for 2,048; "640"), in
+    integer arithmetic, so an engine's 1.7e308 still prints (a float round there overflowed)."""
+    if not math.isfinite(x) or x < 100:
+        return f"{x:,.0f}"
+    scale = 10 ** (int(math.log10(x)) - 1)
+    return f"{round(x / scale) * scale:,}"
+
+
+def _describe_prefix(v: View, t: Thresholds) -> str:
+    recent = v[pc.HIT_RECENT]
+    prompts = v.get(pc.QUERIED_PER_REQUEST_RECENT)
+    size = f"~{_tokens(prompts)} tokens" if prompts is not None else "the same length"
+    earlier = v.get(pc.HIT_EARLIER)
+    if earlier is not None and _prefix_hit_drop(v, t):
+        return (
+            f"prefix-cache hits fell from {pct(earlier)} to {pct(recent)} of prompt tokens while prompts stayed "
+            f"{size}: prefill redoes the shared prefix"
+        )
+    return (
+        f"prefix-cache hits still at {pct(recent)} of prompt tokens (prompts {size}) since they fell: prefill "
+        "redoes the shared prefix"
+    )
+
+
 def with_backend(describe: Callable[[View, Thresholds], str]) -> Callable[[View, Thresholds], str]:
     """``describe`` followed by the attention backend the engine runs, where it is known: every
     operator and memory finding names the kernels it is about (issue 23)."""
@@ -757,7 +839,7 @@ RULES: tuple[Rule, ...] = (
             )
             / 2
         ),
-        evidence=(s.UTIL, s.SM, s.PCIE),
+        evidence=(s.UTIL, s.SM, s.PCIE, *kt.EVIDENCE),
         advice='The GPU waits on host<->device copies over PCIe: "GPU util" is high while the SMs are idle. '
         "Look for KV-cache swap or CPU offload, weights streamed from host memory, unpinned host buffers or "
         "per-step tensor copies; keep data resident on the GPU, pin host memory, or give the KV cache more GPU memory.",
@@ -891,6 +973,7 @@ RULES: tuple[Rule, ...] = (
             s.WAITING_CAPACITY,
             s.RUNNING,
             s.QUEUE_P95_RECENT,
+            *kt.EVIDENCE,
         ),
         advice="The KV cache is full and requests are preempted (evicted, then recomputed), wasting GPU work "
         "and spiking latency. Lower max_num_seqs or max_num_batched_tokens, give the KV cache more memory "
@@ -969,6 +1052,36 @@ RULES: tuple[Rule, ...] = (
         proximity=lambda v, t: min(1.0, v[s.SLOTS_BUSY] / v[s.SLOTS]) if v.get(s.SLOTS) and s.SLOTS_BUSY in v else 0.0,
         limit="context reserved per sequence",
     ),
+    Rule(
+        "memory",
+        "prefix_cache_hit_drop",
+        "service",
+        requires=(pc.HIT_RECENT,),
+        condition=_prefix_hit_drop,
+        sustain=_prefix_still_lost,
+        severity=_prefix_severity,
+        evidence=(
+            pc.HIT_RECENT,
+            pc.HIT_EARLIER,
+            pc.QUERIED_PER_REQUEST_RECENT,
+            pc.QUERIED_PER_REQUEST_EARLIER,
+            pc.REQUESTS_RECENT,
+            pc.REQUESTS_EARLIER,
+            s.TTFT_P95_RECENT,
+            s.KV_USAGE_MAX,
+        ),
+        advice="The prefix cache stopped finding the prompts' shared prefix while the prompts stayed the same, "
+        "so prefill recomputes it for every request and the time to first token rises. Check that prefix "
+        "caching is still enabled on the engine after the last deployment (llm_engine_config_info{prefix_caching}; "
+        "vLLM: --enable-prefix-caching, on by default; SGLang: no --disable-radix-cache); that the router still "
+        "sends a session or conversation to the same replica (session affinity, prefix-aware routing); and whether "
+        "the system prompt or a template changed so prompts no longer share their beginning (a timestamp, request "
+        "id or per-user text at the start, a per-request cache salt). A KV "
+        "cache too small to keep the prefix evicts it as well: the memory layer's kv_cache_pressure says so.",
+        describe=_describe_prefix,
+        # a fresh fall is waste on its own (prefill redone for every request): a warning while nobody suffers
+        warns_alone=_prefix_hit_drop,
+    ),
     # ------------------------------------------------------------------ scheduler
     Rule(
         "scheduler",
@@ -1037,11 +1150,13 @@ RULES: tuple[Rule, ...] = (
         "service",
         requires=(s.SPEC_DRAFT,),
         condition=_low_acceptance,
-        severity=lambda v, t: ramp(t.spec_acceptance_min - v[s.SPEC_ACCEPTANCE], 0.0, t.spec_acceptance_min),
-        evidence=(s.SPEC_ACCEPTANCE, s.SPEC_DRAFT),
+        severity=_spec_severity,
+        evidence=(s.SPEC_ACCEPTANCE, s.SPEC_DRAFT, *dc.EVIDENCE),
         advice="Most draft tokens are rejected, so speculative decoding spends GPU time on drafts that are "
         "thrown away. Propose fewer speculative tokens, use a draft closer to the target (same family, EAGLE "
-        "heads trained for it), keep n-gram drafting for repetitive text, or turn it off for this traffic.",
+        "heads trained for it), keep n-gram drafting for repetitive text, or turn it off for this traffic. "
+        "Once tokens per target step fall below 1 + the draft's cost, speculation makes decoding slower "
+        "than none: turn it off.",
         describe=_describe_spec,
         warns_alone=lambda v, t: True,
     ),

@@ -24,8 +24,10 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from exporter.diagnosis import draft_cost, kv_tiers
 from exporter.diagnosis.capacity_profile import capacity_signals
 from exporter.diagnosis.finite import mean, ratio
+from exporter.diagnosis.prefix_cache import prefix_signals
 from exporter.diagnosis.probe import probe_signals
 from exporter.diagnosis.window import Window
 from exporter.schema import FAILED_FINISH_REASONS, HARMFUL_THROTTLE_REASONS, reduce_series, reduced_name
@@ -188,7 +190,9 @@ _READ_PREFIXES: tuple[str, ...] = (
     "llm_process_",
     "llm_probe_",
     "llm_capacity_",
-)  # llm_probe_: exporter/diagnosis/probe.py; llm_capacity_: exporter/diagnosis/capacity_profile.py
+    "llm_prefix_cache_",
+)  # llm_probe_: exporter/diagnosis/probe.py; llm_capacity_: exporter/diagnosis/capacity_profile.py;
+# llm_prefix_cache_: exporter/diagnosis/prefix_cache.py
 _READ_NAMES: frozenset[str] = frozenset(
     {
         "llm_scheduler_requests_waiting",
@@ -224,7 +228,12 @@ _READ_NAMES: frozenset[str] = frozenset(
 
 def reads(name: str) -> bool:
     """Whether the signals read metric family ``name`` (what the diagnosis window keeps)."""
-    return name in _READ_NAMES or name.startswith(_READ_PREFIXES)
+    return (
+        name in _READ_NAMES
+        or name.startswith(_READ_PREFIXES)
+        or name in kv_tiers.READS  # KV moved to and from host memory (exporter/diagnosis/kv_tiers.py)
+        or name in draft_cost.READS  # what the speculative draft costs (exporter/diagnosis/draft_cost.py)
+    )
 
 
 @dataclass
@@ -443,10 +452,15 @@ def service_signals(window: Window, gpus: Mapping[str, Mapping[str, float]], rec
         v[SPEC_DRAFT] = drafted
         if accepted is not None and drafted > 0:
             _put(v, SPEC_ACCEPTANCE, _divide(accepted, drafted))
+    draft_cost.draft_signals(window, v)  # tokens per target step against the draft's cost
+    kv_tiers.tier_signals(window, v)  # KV moved between the GPU and host memory / storage
     _failures(window, v)
     _settings(window, v)
     probe_signals(window, v)  # the canary probe's figures (exporter/diagnosis/probe.py)
     capacity_signals(window, v)  # the capacity profile's (exporter/diagnosis/capacity_profile.py)
+    prefix_signals(
+        window, v, recent_seconds
+    )  # the prefix cache's hit ratio, now against earlier (exporter/diagnosis/prefix_cache.py)
     return v
 
 

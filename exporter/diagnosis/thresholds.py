@@ -113,6 +113,24 @@ class Thresholds:
     #: is a long request growing into a moment's full cache, not pressure (a rate needs a count)
     preemption_min_count: float = 3.0
 
+    # --- memory: the prefix cache (exporter/diagnosis/prefix_cache.py) ---------------------------
+    #: prefix_cache_hit_drop: the hit ratio before the recent seconds must have been at least this
+    #: share of the prompt tokens: below it the cache served too little of each prompt for its loss
+    #: to move TTFT (many workloads share little, legitimately) ...
+    prefix_hit_earlier_min: float = 0.3
+    #: ... and the recent ratio below this share of that earlier level: halved, far past the
+    #: scatter of which prompts happened to arrive in a few seconds. A held cause stays while the
+    #: recent ratio is below this share of ``prefix_hit_earlier_min`` and TTFT is over its SLO
+    #: (rules.py _prefix_still_lost): once the drop has left the window, the loss is still the cause
+    prefix_hit_drop_ratio: float = 0.5
+    #: ... while the prompt tokens looked up per request stayed within this factor of the earlier
+    #: figure, either way: the same prompts. Beyond it the workload changed (unique prompts, another
+    #: application), and the ratio with it: that is not the cache's fall
+    prefix_prompt_change_max: float = 1.5
+    #: requests each span (the recent seconds, the window before them) must hold to be compared:
+    #: a ratio over a handful of requests is which prompts happened to arrive
+    prefix_min_requests: float = 10.0
+
     # --- scheduler -----------------------------------------------------------------
     #: busiest thread of the serving process at or above this share of a core is saturated
     host_saturated_cpu: float = 0.9
@@ -159,6 +177,14 @@ class Thresholds:
     spec_acceptance_min: float = 0.5
     #: draft tokens over the window needed before acceptance is judged
     spec_min_draft_tokens: float = 50.0
+    #: what one draft token costs, as a share of a target (verification) step, where the engine
+    #: measures no draft time (only trtllm-serve does: llm_spec_decode_draft_time_ratio). An
+    #: assumption, documented: a draft model of 1/10-1/20 the target's size decodes memory-bound
+    #: like the target but pays the fixed per-step costs (kernel launches, sampling, the scheduler)
+    #: that do not shrink with its size, so a draft step costs about a tenth of a target step;
+    #: EAGLE/Medusa heads cost less, n-gram drafting almost nothing (set lower for those). The draft
+    #: pays while tokens per target step exceed 1 + draft tokens x this (exporter/diagnosis/draft_cost.py)
+    spec_draft_token_cost: float = 0.1
 
     # --- application ---------------------------------------------------------------
     #: share of finished requests that were aborted/errored/timed out, or rejected
@@ -220,6 +246,7 @@ class Thresholds:
             "sm_idle",
             "imbalance_min_sm_active",
             "spec_acceptance_min",
+            "spec_draft_token_cost",
             "failure_share",
             "primary_tie_margin",
             "primary_confident",
@@ -228,6 +255,8 @@ class Thresholds:
             "capacity_nearly_used_ratio",
             "graphs_sm_active_max",
             "host_release_margin",
+            "prefix_hit_earlier_min",
+            "prefix_hit_drop_ratio",
         )
         for name in ratios:
             v = getattr(self, name)
@@ -260,6 +289,7 @@ class Thresholds:
             "spec_min_draft_tokens",
             "failure_min_requests",
             "source_gap_seconds",
+            "prefix_min_requests",
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"diagnosis.{name}: expected a number >= 0, got {getattr(self, name)}")
@@ -272,7 +302,7 @@ class Thresholds:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"diagnosis.{name}: expected an integer >= 1, got {getattr(self, name)}")
-        for name in ("prefill_chunks_min", "reserved_over_p99_min", "reserved_over_mean_min"):
+        for name in ("prefill_chunks_min", "reserved_over_p99_min", "reserved_over_mean_min", "prefix_prompt_change_max"):
             if getattr(self, name) < 1.0:
                 raise ValueError(f"diagnosis.{name}: expected a factor >= 1, got {getattr(self, name)}")
         if self.imbalance_skew < 1.0:

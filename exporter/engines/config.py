@@ -73,6 +73,9 @@ class EngineConfig:
     gpus: tuple[str, ...] = ()
     #: capacity profile file (`capacity_profile:`, `--capacity-profile`; exporter/capacity/config.py)
     capacity_profile: str | None = None
+    #: whose spans are this engine's (`trace_service:`): a service.name, or KEY=VALUE of a resource
+    #: attribute (exporter/tracing/normalize.py); None: the only engine takes every span
+    trace_service: str | None = None
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,15 @@ def pid_number(value: Any) -> int:
     if i > MAX_PID:
         raise ValueError(f"expected a process id 1 to {MAX_PID}, got {shown(value)}")
     return i
+
+
+def trace_service(value: Any) -> str:
+    """A service.name or KEY=VALUE of a resource attribute (exporter/tracing/normalize.py)."""
+    from exporter.tracing.normalize import parse_trace_service
+
+    text = string(value)
+    parse_trace_service(text)
+    return text
 
 
 def body_bytes(value: Any) -> int:
@@ -166,6 +178,7 @@ KEYS = frozenset(
         "probe",  # exporter/probe/config.py
         "gpus",  # exporter/diagnosis/scope.py
         "capacity_profile",  # exporter/capacity/config.py
+        "trace_service",  # exporter/tracing/normalize.py
     }
 )
 
@@ -250,6 +263,11 @@ def engine_from_mapping(item: Any, defaults: EngineDefaults, where: str) -> Engi
         capacity_profile=(
             profile_path(item["capacity_profile"], f"{where}: capacity_profile")
             if item.get("capacity_profile") is not None
+            else None
+        ),
+        trace_service=(
+            parsed(trace_service, item["trace_service"], f"{where}: trace_service")
+            if item.get("trace_service") is not None
             else None
         ),
     )

@@ -17,7 +17,19 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from exporter.engines.table import ConfigField, EngineMapping, InfoLabel, Match, Rewrite, Row, Series, Source, Sum
+from exporter.engines.table import (
+    ConfigField,
+    EngineMapping,
+    InfoLabel,
+    Match,
+    Product,
+    Quotient,
+    Rewrite,
+    Row,
+    Series,
+    Source,
+    Sum,
+)
 from exporter.engines.textparse import Exposition, Labels
 from exporter.samples import HistogramSample, Point, Sample
 from exporter.schema import FINISH_REASON_FALLBACK, SPECS
@@ -265,18 +277,32 @@ def _evaluate(
                 rows.append((labels, number))
         return _neutral(mapping, spec_labels, rows, src, how, problems, name)
     parts = [_evaluate(mapping, spec_labels, kind, p, how, exp, problems, name) for p in src.parts]
-    op: Callable[[float, float], float] = (lambda a, b: a + b) if isinstance(src, Sum) else (lambda a, b: a * b)
+    op = _OPS[type(src)]
     out: dict[Key, Value] = {}
     for key in parts[0]:
         if all(key in p for p in parts):
-            acc = parts[0][key]
+            acc: Value | None = parts[0][key]
             for p in parts[1:]:
                 value = p[key]
                 if isinstance(acc, Hist) or isinstance(value, Hist):  # pragma: no cover - a table bug
-                    raise TypeError(f"{name}: Sum and Product combine numbers, not histograms")
-                acc = op(acc, value)
-            out[key] = acc
+                    raise TypeError(f"{name}: Sum, Product and Quotient combine numbers, not histograms")
+                acc = None if acc is None else op(acc, value)
+            if acc is not None:
+                out[key] = acc
     return out
+
+
+def _quotient(a: float, b: float) -> float | None:
+    """a / b; None (the label set is left out) where b is 0: a tier of no size has no usage."""
+    return a / b if b else None
+
+
+#: how each composite source folds its parts (None: this label set has no value)
+_OPS: dict[type, Callable[[float, float], float | None]] = {
+    Sum: lambda a, b: a + b,
+    Product: lambda a, b: a * b,
+    Quotient: _quotient,
+}
 
 
 def _row(mapping: EngineMapping, row: Row, exp: Exposition, problems: Problems) -> dict[Key, Value]:

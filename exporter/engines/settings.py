@@ -63,6 +63,10 @@ NUMBER_SETTINGS: dict[str, str] = {
     "block_size": "tokens per KV-cache block or page (vLLM --block-size, SGLang --page-size)",
     "tensor_parallel_size": "GPUs one model is sharded over (vLLM -tp, SGLang --tp-size, TGI --num-shard, "
     "trtllm-serve --tp_size)",
+    "num_speculative_tokens": "draft tokens proposed per target step under speculative decoding, what each step "
+    "pays the draft for (vLLM --speculative-config / -sc num_speculative_tokens or --spec-tokens, SGLang "
+    "--speculative-num-steps or its sglang:spec_num_steps gauge, TGI --speculate, llama.cpp --spec-draft-n-max or "
+    "the older --draft-max / --draft / --draft-n: an upper bound)",
 }
 #: Text settings: name -> what it means (labels of ``llm_engine_config_info``).
 TEXT_SETTINGS: dict[str, str] = {
@@ -123,6 +127,9 @@ def _f(spellings: str, setting: str, kind: Kind = "number", value: str = "", **k
     return Flag(tuple(spellings.split()), setting, kind, value, **kw)
 
 
+#: vLLM ``--speculative-config`` (a JSON object): the number of draft tokens per step
+_VLLM_SPECULATIVE_KEYS: dict[str, tuple[str, Kind]] = {"num_speculative_tokens": ("num_speculative_tokens", "number")}
+
 _VLLM_COMPILATION_KEYS: dict[str, tuple[str, Kind]] = {
     "level": ("compile_level", "text"),
     "mode": ("compile_level", "text"),
@@ -149,6 +156,10 @@ FLAGS: dict[str, tuple[Flag, ...]] = {
         _f("--compilation-config -cc", "compile_level", "json", keys=_VLLM_COMPILATION_KEYS),
         _f("--attention-backend", "attention_backend", "text"),
         _f("--kv-cache-dtype", "kv_cache_dtype", "text"),
+        # separate entries, not aliases: each is its own flag to tune (exporter/tune/knobs.py moves them one by one)
+        _f("--speculative-config", "num_speculative_tokens", "json", keys=_VLLM_SPECULATIVE_KEYS),
+        _f("-sc", "num_speculative_tokens", "json", keys=_VLLM_SPECULATIVE_KEYS),
+        _f("--spec-tokens", "num_speculative_tokens"),
     ),
     "sglang": (
         _f("--max-running-requests", "max_num_seqs"),
@@ -162,6 +173,7 @@ FLAGS: dict[str, tuple[Flag, ...]] = {
         _f("--enable-torch-compile", "compile_level", "set", "1"),
         _f("--attention-backend", "attention_backend", "text"),
         _f("--kv-cache-dtype", "kv_cache_dtype", "text"),
+        _f("--speculative-num-steps", "num_speculative_tokens"),
     ),
     "tgi": (
         _f("--max-batch-size", "max_num_seqs"),
@@ -172,6 +184,7 @@ FLAGS: dict[str, tuple[Flag, ...]] = {
         _f("--cuda-graphs", "cuda_graph_max_batch_size", "list_max"),
         _f("--cuda-graphs", "enforce_eager", "zero_is", "true"),
         _f("--kv-cache-dtype", "kv_cache_dtype", "text"),
+        _f("--speculate", "num_speculative_tokens"),
     ),
     "trtllm": (
         _f("--max_batch_size", "max_num_seqs"),
@@ -186,6 +199,11 @@ FLAGS: dict[str, tuple[Flag, ...]] = {
         _f("--batch-size -b", "max_num_batched_tokens"),
         _f("--flash-attn -fa", "attention_backend", "text"),
         _f("--cache-type-k -ctk", "kv_cache_dtype", "text"),
+        # the renamed flag and the older spellings (exporter/tune/knobs.py): separate entries, as tune moves each
+        _f("--spec-draft-n-max", "num_speculative_tokens"),
+        _f("--draft-max", "num_speculative_tokens"),
+        _f("--draft", "num_speculative_tokens"),
+        _f("--draft-n", "num_speculative_tokens"),
     ),
 }
 
@@ -203,6 +221,7 @@ ENV: dict[str, tuple[EnvVar, ...]] = {
         EnvVar("CUDA_GRAPHS", "cuda_graph_max_batch_size", "list_max"),
         EnvVar("CUDA_GRAPHS", "enforce_eager", "zero_is", "true"),
         EnvVar("KV_CACHE_DTYPE", "kv_cache_dtype"),
+        EnvVar("SPECULATE", "num_speculative_tokens", "number"),
     ),
     "trtllm": (),
     "llamacpp": (
@@ -211,6 +230,7 @@ ENV: dict[str, tuple[EnvVar, ...]] = {
         EnvVar("LLAMA_ARG_BATCH", "max_num_batched_tokens", "number"),
         EnvVar("LLAMA_ARG_FLASH_ATTN", "attention_backend"),
         EnvVar("LLAMA_ARG_CACHE_TYPE_K", "kv_cache_dtype"),
+        EnvVar("LLAMA_ARG_DRAFT_MAX", "num_speculative_tokens", "number"),
     ),
 }
 
@@ -226,6 +246,8 @@ _SERVED: tuple[tuple[str, str, str | None, str, Kind], ...] = (
     ("sglang", "sglang:page_size", None, "block_size", "number"),
     ("sglang", "sglang_context_len", None, "max_model_len", "number"),
     ("sglang", "sglang_page_size", None, "block_size", "number"),
+    ("sglang", "sglang:spec_num_steps", None, "num_speculative_tokens", "number"),
+    ("sglang", "sglang_spec_num_steps", None, "num_speculative_tokens", "number"),
 )
 
 
@@ -473,6 +495,7 @@ INFO_ROUTES: dict[str, tuple[str, Mapping[str, tuple[str, Kind]]]] = {
             "disable_cuda_graph": ("enforce_eager", "set"),
             "attention_backend": ("attention_backend", "text"),
             "kv_cache_dtype": ("kv_cache_dtype", "text"),
+            "speculative_num_steps": ("num_speculative_tokens", "number"),
         },
     ),
     "tgi": (

@@ -26,7 +26,8 @@ Reading a row:
   without the label is kept): "every failure but the admission ones".
 * ``InfoLabel(name, label)``: a number read from a label of an info-style gauge
   (``vllm:cache_config_info{block_size="16"}``); non-numeric values ("None") are absent.
-* ``Sum(a, b)`` / ``Product(a, b)``: per label set, only where every part is present.
+* ``Sum(a, b)`` / ``Product(a, b)``: per label set, only where every part is present;
+  ``Quotient(a, b)``: a / b, also only where b is not 0.
 * ``combine``: how series that map onto the same neutral labels are merged (labels
   the schema does not carry are dropped first): ``"sum"`` (partitions such as
   SGLang's ``cache_source`` or ``is_streaming``) or ``"max"`` (ratios).
@@ -89,7 +90,15 @@ class Product:
     parts: tuple[Source, ...]
 
 
-Source = Series | InfoLabel | Sum | Product
+@dataclass(frozen=True)
+class Quotient:
+    """The first source divided by the second, only where both are present and the divisor is
+    not 0: a ratio an engine publishes as its two parts (SGLang's host tokens used / total)."""
+
+    parts: tuple[Source, ...]
+
+
+Source = Series | InfoLabel | Sum | Product | Quotient
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,15 @@ when it initialises and finds a GPU, else no GPU source (one warning line).
 ``nv-hostengine``. ``nvml``: nvidia-ml-py with GPM. ``none``: no GPU metrics.
 ``replay:PATH[,PATH...]``: recorded CSV traces, one per GPU (``kernels`` and
 ``serving`` name the bundled H200 traces). ``sim:BASE_URL``: the simulator's
-``/sim/gpu`` JSON.
+``/sim/gpu`` JSON. ``dcgm-exporter:URL``: the node's dcgm-exporter ``/metrics``
+(exporter/gpu/dcgm_exporter.py): the GPU Operator's profiler, read rather than fought.
+
+``auto`` with a dcgm-exporter URL configured (``--dcgm-exporter-url``,
+``LLM_EXPORTER_DCGM_EXPORTER_URL``, the Helm chart's ``gpu.dcgmExporterUrl``) reads
+it, and never falls back to DCGM or NVML: where dcgm-exporter runs, an embedded host
+engine or GPM of ours would be a second profiler on the same GPUs (both DaemonSets
+often start together, so a dcgm-exporter not answering yet is waited for: the source
+retries every sample and says why meanwhile).
 
 An explicit ``dcgm`` or ``nvml`` that cannot start now still yields a source:
 its samples fail with ``dcgm_unavailable`` / ``library_not_found`` and it
@@ -21,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from exporter.gpu.dcgm import DEFAULT_BINDING_PATHS, DcgmSource
+from exporter.gpu.dcgm_exporter import DcgmExporterSource, parse_url
 from exporter.gpu.nvml import NvmlSource
 from exporter.gpu.replay import BUNDLED_TRACES, ReplaySource, bundled_trace
 from exporter.gpu.sim import SimSource
@@ -31,7 +40,7 @@ __all__ = ["build_gpu_source", "bundled_trace", "parse_spec"]
 
 log = logging.getLogger(__name__)
 
-SPEC_HELP = "auto, dcgm, dcgm:HOST[:PORT], nvml, none, replay:PATH[,PATH...] or sim:BASE_URL"
+SPEC_HELP = "auto, dcgm, dcgm:HOST[:PORT], dcgm-exporter:URL, nvml, none, replay:PATH[,PATH...] or sim:BASE_URL"
 
 
 def parse_spec(spec: str) -> tuple[str, str]:
@@ -45,6 +54,8 @@ def parse_spec(spec: str) -> tuple[str, str]:
         return kind, arg
     if kind == "sim" and arg.startswith(("http://", "https://")):
         return kind, arg
+    if kind == "dcgm-exporter":
+        return kind, parse_url(arg)
     raise ValueError(f"expected {SPEC_HELP}, got {spec!r}")
 
 
@@ -68,11 +79,15 @@ def build_gpu_source(
     *,
     nvml_module: Any = None,
     dcgm_binding_paths: tuple[str, ...] = DEFAULT_BINDING_PATHS,
+    dcgm_exporter_url: str | None = None,
+    pod_info: bool = True,
 ) -> Source | None:
     """The GPU source for ``spec``, or None for ``none`` and for ``auto`` without a GPU.
 
     ``nvml_module`` replaces ``pynvml`` (tests pass a fake); ``dcgm_binding_paths``
-    replaces the default DCGM binding folders.
+    replaces the default DCGM binding folders; ``dcgm_exporter_url`` is the node's
+    dcgm-exporter that ``auto`` tries first; ``pod_info``: a dcgm-exporter source
+    publishes the pods it names (off while the exporter's own Kubernetes attribution runs).
     """
     kind, arg = parse_spec(spec)
     if kind == "none":
@@ -83,9 +98,22 @@ def build_gpu_source(
         return SimSource(arg, interval, timeout)
     if kind == "dcgm":
         return DcgmSource(interval, timeout, host=arg or None, binding_paths=dcgm_binding_paths)
+    if kind == "dcgm-exporter":
+        return DcgmExporterSource(arg, interval, timeout, pod_info=pod_info)
     if kind == "nvml":
         return NvmlSource(interval, timeout, nvml=nvml_module)
+    if dcgm_exporter_url:
+        return _node_dcgm_exporter(DcgmExporterSource(dcgm_exporter_url, interval, timeout, pod_info=pod_info))
     return _auto(interval, timeout, nvml_module, dcgm_binding_paths)
+
+
+def _node_dcgm_exporter(source: DcgmExporterSource) -> DcgmExporterSource:
+    """``auto`` on a node whose dcgm-exporter is configured: that one, answering yet or not."""
+    try:
+        log.info("GPU source: dcgm-exporter at %s (%d GPUs)", source.url, source.start())
+    except SourceError as err:
+        log.warning("GPU source: dcgm-exporter at %s, not answering yet (%s); retried every sample", source.url, err.message)
+    return source
 
 
 def _auto(interval: float, timeout: float, nvml_module: Any, dcgm_binding_paths: tuple[str, ...]) -> Source | None:

@@ -70,6 +70,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("energy_mj", "llm_gpu_energy_joules_total", divide=1000.0),
 )
 NUMERIC_KEYS: frozenset[str] = frozenset(c.key for c in COLUMNS)
+#: profiling reading key -> the metric it feeds (the ``metric`` label of llm_gpu_profiling_metric_available)
+PROFILING_METRICS: dict[str, str] = {c.key: c.metric for c in COLUMNS if c.key in PROFILING_KEYS}
 
 
 def to_base_unit(value: float, col: Column) -> float:
@@ -193,9 +195,14 @@ def reading_points(
     ]
     if not up:
         return points
+    # per metric: a source that knows (NVML GPM, a DCGM watch) says for all four; the others
+    # (replay, sim, dcgm-exporter) carry what their input lists
+    readable = {k: (k in values) if profiling is None else profiling for k in PROFILING_KEYS}
     if profiling is None:
-        profiling = any(k in values for k in PROFILING_KEYS)
+        profiling = any(readable.values())
     points.append(Sample("llm_gpu_profiling_available", labels, 1.0 if profiling else 0.0))
+    for key, metric in PROFILING_METRICS.items():
+        points.append(Sample("llm_gpu_profiling_metric_available", {**labels, "metric": metric}, float(readable[key])))
     for col in COLUMNS:
         v = values.get(col.key)
         if v is not None:

@@ -256,6 +256,16 @@ def create_app(sim: Simulator) -> FastAPI:
             raise ApiError(400, str(err), param="scenario") from None
         return JSONResponse({"scenario": name, "config": engine.config.as_dict()})
 
+    @app.post("/sim/prefix_cache")
+    async def sim_prefix_cache(request: Request) -> JSONResponse:
+        """``{"shared": false}``: prefix sharing breaks mid-run (every new request salted); true restores it."""
+        body = await read_json(request)
+        shared = body.get("shared")
+        if not isinstance(shared, bool):
+            raise ApiError(400, f"shared must be true or false, got {shared!r}", param="shared")
+        await asyncio.to_thread(sim.share_prefixes, shared)  # the engine lock, which a step holds
+        return JSONResponse({"shared": shared, "config": engine.config.as_dict()})
+
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         engine.count("api_requests")

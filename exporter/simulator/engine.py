@@ -156,6 +156,9 @@ class EngineSnapshot:
     #: (prompt tokens, tokens decoded) of each running request, in admission order: what a
     #: slot-based engine (llama.cpp's /slots) reports per busy slot
     running_lengths: tuple[tuple[int, int], ...] = ()
+    #: the host KV tier of ``kv_offload_blocks`` (0 / 0 without one)
+    offload_blocks_total: int = 0
+    offload_blocks_used: int = 0
 
     @property
     def kv_usage(self) -> float:
@@ -208,6 +211,8 @@ class EngineSnapshot:
                 "capacity_tokens": self.kv_blocks_total * cfg.block_size,
                 "cpu_blocks_total": self.cpu_blocks_total,
                 "cpu_blocks_used": self.cpu_blocks_used,
+                "offload_blocks_total": self.offload_blocks_total,
+                "offload_blocks_used": self.offload_blocks_used,
             },
             "preemptions": s.counter("preemptions"),
             "prefix_cache": {
@@ -346,6 +351,7 @@ class Engine:
             arrival=self.clock.now(),
             seed=rid,
             client=client,
+            cache_salt=f"salt-{rid}".encode() if self.config.cache_salt_per_request else b"",
         )
         if client is not None:
             self.clients.arrived(client, req.id)
@@ -424,6 +430,8 @@ class Engine:
                 last_step_prefill_tokens=self._last_step[2],
                 window=self._window_rates(now),
                 running_lengths=tuple((r.prompt_len, len(r.output_ids)) for r in sch.running),
+                offload_blocks_total=sch.offload.total,
+                offload_blocks_used=sch.offload.used,
             )
 
     def gpu_readings(self) -> list[dict[str, object]]:

@@ -7,6 +7,7 @@ imports the other back.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from exporter.simulator import dialects, scenarios
@@ -27,6 +28,14 @@ class Simulator:
         """Apply another scenario's settings live (explicit overrides still win; GPU count stays)."""
         config = dialects.fitted(self.dialect, scenarios.get(scenario).config(overrides=self.overrides))
         self.engine.reconfigure(config, scenario)
+
+    def share_prefixes(self, shared: bool) -> None:
+        """Break (or restore) prefix sharing live, in the running scenario: from now on every request
+        carries a cache salt of its own (``cache_salt_per_request``), so the engine still looks each
+        prompt up and finds no other request's blocks, as after a deployment that switched prefix
+        caching off or a router that lost session affinity. A scenario switch resets it."""
+        config = dataclasses.replace(self.engine.config, cache_salt_per_request=not shared)
+        self.engine.reconfigure(config, self.engine.scenario)
 
     def start(self) -> Simulator:
         self.engine.start()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 
 def block_hashes(token_ids: Sequence[int], block_size: int, prev: bytes | None = None) -> list[bytes]:
@@ -47,6 +47,9 @@ class BlockPool:
         self._block_of: dict[bytes, int] = {}
         #: blocks to drop as soon as they are freed (after a shrink below the used count)
         self._retire = 0
+        #: called with the hash of every cached block that allocation evicts (a host KV tier
+        #: keeps it instead of losing it: Scheduler with ``kv_offload_blocks``); None: dropped
+        self.on_evict: Callable[[bytes], None] | None = None
 
     # ------------------------------------------------------------------ queries
     @property
@@ -106,6 +109,8 @@ class BlockPool:
             old = self._hash_of.pop(b, None)
             if old is not None and self._block_of.get(old) == b:
                 del self._block_of[old]
+                if self.on_evict is not None:
+                    self.on_evict(old)
             self._ref[b] = 1
             out.append(b)
         return out
@@ -156,7 +161,12 @@ class BlockPool:
 
 
 class HostTier:
-    """Host-memory KV blocks: swap space for preempted requests and the offload tier's cache."""
+    """Host-memory KV blocks: swap space for preempted requests and the offload tier's cache.
+
+    As the offload tier of ``kv_offload_blocks`` the GPU pool's evictions are ``store``d here
+    (least recently used dropped past its size) and a prefix lookup past the GPU's own hits
+    reads ``cached_prefix``: each block found is a host-tier hit, copied back to the GPU.
+    """
 
     def __init__(self, num_blocks: int) -> None:
         self.total = num_blocks

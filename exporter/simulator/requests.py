@@ -63,6 +63,9 @@ class SimRequest:
     prompt_len: int = 0
     #: the closed-loop client that sent it (exporter/simulator/lockstep.py); None: not a named client
     client: str | None = None
+    #: mixed into the hash of its first block (vLLM's cache_salt): a request with a salt of its own
+    #: matches no other request's cached blocks, however alike the prompts (SimConfig.cache_salt_per_request)
+    cache_salt: bytes = b""
 
     def __post_init__(self) -> None:
         self.prompt_len = len(self.prompt_ids)
@@ -90,8 +93,8 @@ class SimRequest:
         if len(self.hashes) < full:
             ids = self.token_ids()
             start = len(self.hashes)
-            # chain from the last known hash: only the new blocks are hashed
-            prev = self.hashes[-1] if self.hashes else None
+            # chain from the last known hash (the salt before the first block): only the new blocks are hashed
+            prev = self.hashes[-1] if self.hashes else (self.cache_salt or None)
             self.hashes.extend(block_hashes(ids[start * block_size : full * block_size], block_size, prev))
         return self.hashes
 

@@ -143,6 +143,26 @@ _SCENARIOS: list[Scenario] = [
         ),
     ),
     Scenario(
+        "shared_prefix",
+        "a chat service whose prompts open with one long shared system prompt: the prefix cache serves most of each",
+        "prefix-cache hit ratio near 90 % of prompt tokens, TTFT a few tens of model ms, nothing waiting; after POST "
+        '/sim/prefix_cache {"shared": false} (every request salted) hits fall to 0 and TTFT grows several-fold',
+        # one step holds a whole prompt: a request waits at most for the step running when it arrives, so
+        # recomputed prompts raise TTFT without a queue
+        {"max_num_batched_tokens": 8192},
+        # one request per model second of 4,096 tokens, 3,584 of them the shared system prompt: cached, a
+        # prompt prefills 512 tokens; with sharing broken all 4,096
+        LoadProfile(
+            concurrency=16,
+            rate=1.0,
+            prompt_tokens=((4096, 1.0),),
+            max_tokens=((32, 1.0),),
+            shared_prefix_ratio=1.0,
+            shared_prefix_tokens=3584,
+            prefix_groups=1,
+        ),
+    ),
+    Scenario(
         "kv_pressure",
         "KV cache far too small for the concurrent sequences: a preemption storm",
         "preemptions rising, waiting > 0, KV usage near 1",

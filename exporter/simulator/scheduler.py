@@ -12,6 +12,12 @@ front; swap: its blocks are copied to host memory over PCIe). Waiting requests
 are admitted only in steps without preemption, while the batch has room, the
 budget lasts and the admission rule holds (free blocks above a watermark, or,
 with ``kv_reserve_full``, enough blocks for prompt + max_tokens up front).
+
+KV below the GPU: with ``kv_offload`` the prefix cache lives in host memory (finished
+requests' blocks are stored there); with ``kv_offload_blocks`` the GPU keeps its own prefix
+cache and a host tier of that many blocks catches what it evicts, so a later prompt whose
+prefix the GPU lost is loaded back from host memory (a host-tier hit: ``prompt_tokens_external``,
+``offload_loaded_blocks``) instead of recomputed.
 """
 
 from __future__ import annotations
@@ -77,6 +83,9 @@ class Scheduler:
         self.stats = stats
         self.pool = BlockPool(config.num_gpu_blocks, config.enable_prefix_caching and not config.kv_offload)
         self.host = HostTier(config.num_cpu_blocks)
+        #: the host KV tier of ``kv_offload_blocks``: the GPU prefix cache's evictions, kept
+        self.offload = HostTier(config.kv_offload_blocks)
+        self.pool.on_evict = self._offload_evicted
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
         self.rng = random.Random(config.seed)
@@ -99,6 +108,8 @@ class Scheduler:
         self.config = config
         self.pool.enable_prefix_caching = config.enable_prefix_caching and not config.kv_offload
         self.host.total = config.num_cpu_blocks
+        self.offload.total = config.kv_offload_blocks
+        self.offload.store(())  # a smaller tier drops its least recently used blocks now
         if self.pool.total != config.num_gpu_blocks:
             self.pool.resize(config.num_gpu_blocks)
             plan = Plan()
@@ -219,6 +230,8 @@ class Scheduler:
                 limit = (req.total_len - 1) // cfg.block_size
                 local = self.pool.cached_prefix(hashes[:limit])
                 external = self.host.cached_prefix(hashes[:limit]) if cfg.kv_offload else 0
+                if cfg.kv_offload_blocks:  # the host tier continues the GPU's hits where they stop
+                    external = local + self.offload.cached_prefix(hashes[local:limit])
                 hit_tokens = max(local, external) * cfg.block_size
                 n = min(req.total_len - hit_tokens, budget)
                 fresh = self._blocks_for(hit_tokens + n) - local
@@ -244,7 +257,7 @@ class Scheduler:
                     self.stats.inc("prefix_hits", local * cfg.block_size)
                     self.stats.inc("prefix_queries_blocks", len(hashes))
                     self.stats.inc("prefix_hits_blocks", local)
-                    if cfg.kv_offload:
+                    if cfg.kv_offload or cfg.kv_offload_blocks:
                         self.stats.inc("external_queries", req.total_len)
                         self.stats.inc("external_hits", max(0, external - local) * cfg.block_size)
                 if req.first_scheduled is None:
@@ -365,6 +378,16 @@ class Scheduler:
         self.stats.inc("spec_draft_tokens", k)
         self.stats.inc("spec_accepted_tokens", accepted)
         return accepted
+
+    def _offload_evicted(self, block_hash: bytes) -> None:
+        """A cached block the GPU pool evicts: with a host tier, copied there (device -> host over
+        PCIe, paid by the next step) instead of lost."""
+        if not self.config.kv_offload_blocks:
+            return
+        stored = self.offload.store((block_hash,))
+        if stored:
+            self._pending_d2h += stored * self.block_bytes
+            self.stats.inc("offload_stored_blocks", stored)
 
     def _register(self, req: SimRequest) -> None:
         """Offer every newly completed full block of the request to the prefix cache."""

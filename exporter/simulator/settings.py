@@ -67,10 +67,24 @@ class SimConfig:
     num_gpu_blocks: int = field(default=4096, metadata=_k("KV-cache blocks on the GPU"))
     num_cpu_blocks: int = field(default=4096, metadata=_k("KV blocks of host memory (swap space / offload tier)"))
     enable_prefix_caching: bool = field(default=True, metadata=_k("reuse KV blocks of identical prompt prefixes"))
+    cache_salt_per_request: bool = field(
+        default=False,
+        metadata=_k(
+            "every new request carries a cache salt of its own (vLLM cache_salt): its prompt is still looked up in the "
+            "prefix cache and shares no block with any other, as when prefix sharing breaks (POST /sim/prefix_cache)"
+        ),
+    )
     preemption_mode: str = field(default="recompute", metadata=_k("what preemption does: recompute or swap (over PCIe)"))
     kv_watermark: float = field(default=0.01, metadata=_k("share of blocks kept free when admitting"))
     kv_reserve_full: bool = field(default=False, metadata=_k("admission reserves blocks for prompt + max_tokens up front"))
     kv_offload: bool = field(default=False, metadata=_k("prefix cache lives in host memory: hits are copied over PCIe"))
+    kv_offload_blocks: int = field(
+        default=0,
+        metadata=_k(
+            "host KV tier of this many blocks (0 = none): cached blocks the GPU evicts are copied there instead of "
+            "dropped, and a later prefix hit on them is loaded back over PCIe (a host-tier hit)"
+        ),
+    )
     # --- speculative decoding ----------------------------------------------------------
     spec_tokens: int = field(default=0, metadata=_k("draft tokens per step (0 = no speculative decoding)"))
     spec_acceptance: float = field(default=0.7, metadata=_k("probability that each draft token is accepted"))
@@ -130,7 +144,7 @@ class SimConfig:
         for name in positive_ints:
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name}: expected a positive integer, got {getattr(self, name)!r}")
-        for name in ("num_cpu_blocks", "spec_tokens", "batch_min_requests"):
+        for name in ("num_cpu_blocks", "spec_tokens", "batch_min_requests", "kv_offload_blocks"):
             if int(getattr(self, name)) < 0:
                 raise ValueError(f"{name}: expected 0 or more, got {getattr(self, name)!r}")
         for name in ("stop_probability", "spec_acceptance", "kv_watermark"):
@@ -145,6 +159,8 @@ class SimConfig:
                 raise ValueError(f"{name}: expected 0 or more, got {getattr(self, name)!r}")
         if self.preemption_mode not in PREEMPTION_MODES:
             raise ValueError(f"preemption_mode: expected one of {', '.join(PREEMPTION_MODES)}, got {self.preemption_mode!r}")
+        if self.kv_offload_blocks and self.kv_offload:
+            raise ValueError("kv_offload_blocks: not with kv_offload (the prefix cache is either offloaded whole or tiered)")
         if self.spec_tokens > 16:
             raise ValueError(f"spec_tokens: at most 16, got {self.spec_tokens}")
         if self.gpus > 64:

@@ -173,6 +173,20 @@ _ADVICE_TENSOR = (
     "custom kernel without tensor-core support, or matrix shapes that are not multiples of 8/16."
 )
 _ADVICE_IMBALANCE = "Check uneven pipeline stages, MoE expert load skew (hot experts), data-parallel routing, or another process sharing that GPU."
+#: the prefix-cache advice per engine: the engine's own flag where it has one, the others' left out
+_PREFIX_CHECK = (
+    "Check that prefix caching is still enabled on the engine after the last deployment (llm_engine_config_info{prefix_caching}"
+)
+_PREFIX_REST = (
+    "that the router still sends a session or conversation to the same replica (session affinity, prefix-aware "
+    "routing); and whether the system prompt or a template changed so prompts no longer share their beginning (a "
+    "timestamp, request id or per-user text at the start, a per-request cache salt)."
+)
+_ADVICE_PREFIX = _quote(_PREFIX_CHECK, _PREFIX_REST)
+#: no move: turning prefix caching back on is the operator's deployment; the router and prompts are no flags
+_PREFIX_WHY = "prefix sharing broke in a deployment, the router or the prompts, found by hand"
+_ADVICE_PREFIX_VLLM = _quote(_PREFIX_CHECK + "; vLLM: --enable-prefix-caching, on by default", _PREFIX_REST)
+_ADVICE_PREFIX_SGLANG = _quote(_PREFIX_CHECK, "SGLang: no --disable-radix-cache); " + _PREFIX_REST)
 
 
 #: every engine's entry unless its own table has one: the GPU at its limit, symptoms (capacity), an outage,
@@ -187,6 +201,7 @@ _COMMON: dict[str, Knob] = {
     "slo_breach": _cap("a symptom with no cause behind it"),
     "retries_and_timeouts": _cap("clients give up and retry; their timeouts, not the engine's flags"),
     "front_end_overhead": _no_move("time spent in front of the engine's scheduler; no API-server process count", _ADVICE_FRONT),
+    "prefix_cache_hit_drop": _no_move(_PREFIX_WHY, _ADVICE_PREFIX),
     "capacity_nearly_used": _cap("load at or past the capacity the profile measured: replicas, not flags"),
     "engine_unresponsive": Knob("none", "no knob: outage — the engine accepts requests but answers none", limit="outage"),
     "memory_capacity_exhausted": _no_move(
@@ -207,6 +222,7 @@ _L = "docs/tune.md#llamacpp"
 _M = "docs/tune.md#simulator"
 
 _VLLM: dict[str, Knob] = {
+    "prefix_cache_hit_drop": _no_move(_PREFIX_WHY, _ADVICE_PREFIX_VLLM),
     "context_reserved_not_used": Knob(
         "resource",
         "each sequence reserves the configured maximum context, far above what requests use: a shorter one",
@@ -288,6 +304,7 @@ _VLLM: dict[str, Knob] = {
 }
 
 _SGLANG: dict[str, Knob] = {
+    "prefix_cache_hit_drop": _no_move(_PREFIX_WHY, _ADVICE_PREFIX_SGLANG),
     "context_reserved_not_used": Knob(
         "resource",
         "requests use far less than the configured context: a shorter context length",

@@ -24,6 +24,7 @@ from exporter.cli import build_parser
 from exporter.commands import registry
 from exporter.config import SERVE_FLAGS, Config, load_config
 from exporter.engines.config import KEYS as ENGINE_KEYS
+from exporter.familyfilter import KEYS as METRICS_KEYS
 from exporter.kubernetes.settings import PARSERS as KUBERNETES_KEYS
 from exporter.probe.config import KEYS as PROBE_KEYS
 from exporter.values import ENV_PREFIX
@@ -171,6 +172,7 @@ def test_every_key_a_section_knows_is_documented() -> None:
     keys = {key for _, _, key, _ in setting_rows()}
     assert {d for _, d, _, _ in SERVE_FLAGS} <= keys
     assert {f"kubernetes.{k}" for k in KUBERNETES_KEYS} <= keys
+    assert {f"metrics.{k}" for k in METRICS_KEYS} <= keys
     assert {r[0] for r in table("`engines:` items")} == set(ENGINE_KEYS)
     assert {r[0] for r in table("`probe:` of an engine")} == set(PROBE_KEYS)
 
@@ -203,7 +205,8 @@ def test_the_readme_names_no_flag_the_reference_does_not() -> None:
     section = text[text.index("### Configuration") :]
     section = section[: section.index("\n### ", 1)]
     named = set(re.findall(r"`(--[a-z][a-z0-9-]*)", section))
-    documented = {flag for flag, _, _, _ in setting_rows()} | {"--source", "--no-source"}
+    # dotted flags (--source.NAME, --metrics.include) read as their prefix
+    documented = {flag for flag, _, _, _ in setting_rows()} | {"--source", "--no-source", "--metrics"}
     assert len(named) > 10
     assert named <= documented, sorted(named - documented)
 
@@ -215,7 +218,7 @@ FILE_KEYS = ("bearer_token_file", "ca_bundle", "password_file", "capacity_profil
 def config_blocks() -> list[tuple[str, str]]:
     """(where, text) of every ```yaml block of README.md and docs/*.md that is a `--config` file:
     its top-level keys are config keys (Helm values, manifests and web configs are not)."""
-    known = {d for _, d, _, _ in SERVE_FLAGS} | {"engines", "groups", "diagnosis", "kubernetes", "sources"}
+    known = {d for _, d, _, _ in SERVE_FLAGS} | {"engines", "groups", "diagnosis", "kubernetes", "sources", "metrics"}
     out = []
     for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         text = path.read_text(encoding="utf-8")

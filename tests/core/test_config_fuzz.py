@@ -2,7 +2,7 @@
 
 The settings are enumerated from the code, not listed here, so a key added later is
 fuzzed too: every option of the `serve` parser (and its LLM_EXPORTER_<DEST> variable),
-every top-level, `engines[]`, `probe:`, `basic_auth:`, `kubernetes:`, `sources:` and
+every top-level, `engines[]`, `probe:`, `basic_auth:`, `kubernetes:`, `sources:`, `metrics:` and
 `diagnosis:` key of the YAML file, and every key of the web config. Each gets huge
 integers (10**400 once ended in OverflowError in every duration, interval, size and
 threshold), negative, wrong-typed, over-long (a 5000-character file name once ended in
@@ -31,6 +31,7 @@ from exporter.config import SERVE_FLAGS, add_serve_arguments, load_config
 from exporter.diagnosis.thresholds import Thresholds
 from exporter.engines.config import KEYS as engine_keys
 from exporter.errors import UsageError
+from exporter.familyfilter import KEYS as metrics_keys
 from exporter.kubernetes import settings as kube_settings
 from exporter.probe import config as probe_config
 from exporter.values import ENV_PREFIX
@@ -134,8 +135,9 @@ def yaml_keys() -> list[tuple[str, ...]]:
     keys += [("engines", "basic_auth", k) for k in ("username", "password_file")]
     keys += [("kubernetes", k) for k in kube_settings.FLAGS]
     keys += [("sources", name) for name in registry.SOURCES]
+    keys += [("metrics", k) for k in metrics_keys]
     keys += [("diagnosis", f.name) for f in dataclasses.fields(Thresholds)]
-    keys += [("groups", "tp0"), ("groups",), ("engines",), ("diagnosis",), ("kubernetes",), ("sources",)]
+    keys += [("groups", "tp0"), ("groups",), ("engines",), ("diagnosis",), ("kubernetes",), ("sources",), ("metrics",)]
     return keys
 
 

@@ -67,6 +67,7 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
         ],
         "groups": {"tp0": [0, 1], "tp1": [2, 3]},
         "diagnosis": {"slo_ttft_p95_seconds": 0.5, "kv_usage_full": 0.85},
+        "metrics": {"exclude": ["llm_gpu_throttle_*", "llm_gpu_energy_joules_total"]},
         "extraArgs": ["--log-level=debug"],
     },
     "sidecar": {
@@ -112,8 +113,11 @@ BAD_VALUES = [
     ({"engines": [{"url": "http://a:1", "probe": {"api": "grpc"}}]}, "probe"),
     ({"engines": [{"url": "http://a:1", "bearer_token_file": "/x"}]}, "bearer_token_file"),
     ({"gpu": {"source": "cuda"}}, "/gpu/source"),
+    ({"gpu": {"dcgmExporterUrl": "gpu-node:9400"}}, "/gpu/dcgmExporterUrl"),
     ({"port": "9750"}, "/port"),
     ({"diagnosis": {"slo_ttft_p95_seconds": "fast"}}, "slo_ttft_p95_seconds"),
+    ({"metrics": {"exclude": ["llm gpu"]}}, "/metrics/exclude/0"),
+    ({"metrics": {"exclude": "llm_gpu_*"}}, "/metrics/exclude"),
     ({"serviceMonitor": {"interval": "15 seconds"}}, "/serviceMonitor/interval"),
     ({"replicas": 3}, "replicas"),
     ({"probes": {"scheme": "TCP"}}, "/probes/scheme"),
@@ -434,6 +438,41 @@ def test_config_file_and_args_are_accepted_by_the_exporter(tmp_path: Path) -> No
     assert cfg.groups == {"tp0": [0, 1], "tp1": [2, 3]}
     thresholds = Thresholds.from_mapping(cfg.diagnosis)
     assert thresholds.slo_ttft_p95_seconds == 0.5 and thresholds.kv_usage_full == 0.85
+    assert cfg.metrics.exclude == ("llm_gpu_throttle_*", "llm_gpu_energy_joules_total") and cfg.metrics.include == ()
+
+
+def test_the_nodes_dcgm_exporter_is_read_through_the_charts_environment() -> None:
+    """gpu.dcgmExporterUrl becomes LLM_EXPORTER_DCGM_EXPORTER_URL (after $(NODE_IP)), which the
+    exporter's config reads and ``auto`` turns into the dcgm-exporter source, here against a fake
+    dcgm-exporter serving a recorded H200 row."""
+    from exporter.cli import build_parser
+    from exporter.config import load_config
+    from exporter.gpu import build_gpu_source
+    from exporter.gpu.dcgm_exporter import DcgmExporterSource
+    from exporter.gpu.replay import bundled_trace, parse_trace
+    from tests.support.dcgm_exporter_text import GpuRow
+    from tests.support.dcgm_exporter_text import render as dcgm_text
+    from tests.support.fake_engine import FakeEngine
+
+    docs = render({"gpu": {"dcgmExporterUrl": "http://$(NODE_IP):9400"}})
+    container = _pod(docs)["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    names = [e["name"] for e in container["env"]]
+    # Kubernetes expands $(NODE_IP) only from variables defined before it
+    assert names.index("NODE_IP") < names.index("LLM_EXPORTER_DCGM_EXPORTER_URL")
+    assert "--gpu-source=auto" in container["args"]
+    path = bundled_trace("serving")
+    reading = parse_trace(path.read_text(encoding="utf-8"), str(path))[100]
+    with FakeEngine(dcgm_text([GpuRow(reading)])) as fake:
+        # the fake stands where the node's dcgm-exporter is: NODE_IP 127.0.0.1, its port
+        url = env["LLM_EXPORTER_DCGM_EXPORTER_URL"].replace("$(NODE_IP):9400", f"127.0.0.1:{fake.port}")
+        args = ["serve", "--gpu-source=auto"]
+        cfg = load_config(build_parser(args).parse_args(args), environ={"LLM_EXPORTER_DCGM_EXPORTER_URL": url})
+        source = build_gpu_source(cfg.gpu_source, cfg.gpu_interval, cfg.gpu_timeout, dcgm_exporter_url=cfg.dcgm_exporter_url)
+        assert isinstance(source, DcgmExporterSource)
+        points = source.sample().points
+    info = [p.labels for p in points if p.name == "llm_gpu_info"]
+    assert info == [{"gpu": "0", "uuid": reading["uuid"], "name": "NVIDIA H200", "source": "dcgm-exporter"}]
 
 
 def test_default_slos_agree_with_the_alerts() -> None:

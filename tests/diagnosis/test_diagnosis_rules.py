@@ -50,7 +50,13 @@ def test_contract_cause_ids_per_layer() -> None:
             "cuda_graphs_not_covering_batches",
             "prefill_chunk_too_small",
         ),
-        "memory": ("kv_cache_pressure", "kv_fragmentation_or_capacity_misjudged", "context_reserved_not_used"),
+        # the prefix cache's hit ratio falling (issue 36, exporter/diagnosis/prefix_cache.py)
+        "memory": (
+            "kv_cache_pressure",
+            "kv_fragmentation_or_capacity_misjudged",
+            "context_reserved_not_used",
+            "prefix_cache_hit_drop",
+        ),
         "scheduler": ("serial_host_ceiling", "queue_backlog"),
         "parallel": ("gpu_imbalance",),
         "speculative_decoding": ("low_acceptance",),

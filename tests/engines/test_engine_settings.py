@@ -54,7 +54,13 @@ LLAMACPP_ARGV += ["--no-webui", "-np", "2", "-c", "512", "-t", "1"]
 
 def test_vllm_argv_as_the_integration_tests_start_it() -> None:
     got = settings.from_argv("vllm", VLLM_ARGV)
-    assert got.numbers == {"max_model_len": 256.0, "block_size": 32.0, "max_num_seqs": 8.0, "gpu_memory_utilization": 0.3}
+    assert got.numbers == {
+        "max_model_len": 256.0,
+        "block_size": 32.0,
+        "max_num_seqs": 8.0,
+        "gpu_memory_utilization": 0.3,
+        "num_speculative_tokens": 3.0,  # --speculative-config's n-gram drafts
+    }
     assert got.texts == {"enforce_eager": "true"}
 
 

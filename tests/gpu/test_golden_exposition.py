@@ -124,4 +124,24 @@ def test_full_bundled_trace_exposes_the_same_gpu_series() -> None:
     finally:
         exp.stop()
     assert got == gpu_series(normalise(GOLDEN.read_text(), mask_values=True))
-    assert len(got) == 28 + 1
+    assert len(got) == 32 + 1  # 32 GPU series of one H200 (4 of them per profiling metric), the source's up
+
+
+def test_a_dcgm_exporter_serving_the_same_row_gives_the_golden_gpu_series() -> None:
+    """``serve --gpu-source dcgm-exporter:URL`` beside a fake dcgm-exporter (the collectors CSV
+    docs/gpu-sources.md asks for) serving the golden row publishes the golden GPU series, value
+    for value; only ``llm_gpu_info{source}`` names the other reader."""
+    from exporter.gpu.replay import parse_trace
+    from tests.support.dcgm_exporter_text import GpuRow, render
+    from tests.support.fake_engine import FakeEngine
+
+    (reading,) = parse_trace(ONE_ROW.read_text(encoding="utf-8"), str(ONE_ROW))
+    with FakeEngine(render([GpuRow(reading)], "4.x", "full")) as fake:
+        exp = Exporter(f"dcgm-exporter:{fake.url}")
+        try:
+            exp.ready()
+            got = gpu_series(exp.stable_metrics())
+        finally:
+            exp.stop()
+    golden = gpu_series(normalise(GOLDEN.read_text()))
+    assert got == {line.replace('source="replay"', 'source="dcgm-exporter"') for line in golden}

@@ -84,7 +84,7 @@ def test_blank_sentinels_are_absent_never_exported(blank: DcgmValue) -> None:
     reading = reading_from_dcgm(fields)
     assert reading == {"uuid": "GPU-1"}
     pts = reading_points(0, reading, "dcgm", profiling=True)
-    assert names(pts) == {"llm_gpu_info", "llm_gpu_up", "llm_gpu_profiling_available"}
+    assert names(pts) == {"llm_gpu_info", "llm_gpu_up", "llm_gpu_profiling_available", "llm_gpu_profiling_metric_available"}
 
 
 def test_ordinary_values_are_not_blank() -> None:

@@ -86,6 +86,7 @@ def test_missing_or_empty_values_are_absent_never_zero() -> None:
         "llm_gpu_info",
         "llm_gpu_up",
         "llm_gpu_profiling_available",
+        "llm_gpu_profiling_metric_available",
         "llm_gpu_utilization_ratio",
     }
     assert value(pts, "llm_gpu_utilization_ratio") == 0.0  # a real 0 stays 0
@@ -96,6 +97,20 @@ def test_without_profiling_keys_profiling_is_unavailable_and_absent() -> None:
     pts = reading_points(0, no_gpm, "replay")
     assert value(pts, "llm_gpu_profiling_available") == 0
     assert not names(pts) & PROFILING_METRICS
+    flags = [p for p in pts if p.name == "llm_gpu_profiling_metric_available"]
+    assert {p.labels["metric"] for p in flags} == PROFILING_METRICS and {p.value for p in flags} == {0.0}
+
+
+def test_profiling_per_metric_follows_the_reading_or_the_source() -> None:
+    """Replay/sim/dcgm-exporter: what the input lists; NVML GPM or a DCGM watch: one answer for all four."""
+    partial = {k: v for k, v in FULL.items() if k != "sm_occupancy"}
+
+    def flags(profiling: bool | None) -> dict[str, float]:
+        pts = reading_points(0, partial, "x", profiling=profiling)
+        return {p.labels["metric"]: p.value for p in pts if p.name == "llm_gpu_profiling_metric_available"}
+
+    assert flags(None) == {m: float(m != "llm_gpu_sm_occupancy_ratio") for m in PROFILING_METRICS}
+    assert set(flags(True).values()) == {1.0} and set(flags(False).values()) == {0.0}
 
 
 def test_explicit_profiling_flag_wins_over_inference() -> None:

@@ -32,7 +32,13 @@ def _settings(source: EngineSource) -> tuple[dict[str, float], list[dict[str, st
 def test_cpu_vllm_settings_as_started(cpu_vllm: CpuVllm) -> None:
     cfg = EngineConfig(url=cpu_vllm.metrics_url, name="cpu-vllm", type="vllm", pid=cpu_vllm.proc.pid, timeout=10.0)
     numbers, infos = _settings(EngineSource(cfg))
-    assert numbers == {"max_num_seqs": 8.0, "max_model_len": 256.0, "block_size": 32.0, "gpu_memory_utilization": 0.3}
+    assert numbers == {
+        "max_num_seqs": 8.0,
+        "max_model_len": 256.0,
+        "block_size": 32.0,
+        "gpu_memory_utilization": 0.3,
+        "num_speculative_tokens": 3.0,  # --speculative-config's n-gram drafts (issue 36)
+    }
     assert len(infos) == 1 and infos[0]["enforce_eager"] == "true"
 
 

@@ -175,6 +175,7 @@ def test_one_alert_per_diagnosis_cause() -> None:
         ("memory", "kv_cache_pressure"),
         ("memory", "kv_fragmentation_or_capacity_misjudged"),
         ("memory", "context_reserved_not_used"),
+        ("memory", "prefix_cache_hit_drop"),  # issue 36: the prefix cache's hit ratio fell
         ("scheduler", "serial_host_ceiling"),
         ("scheduler", "queue_backlog"),
         ("parallel", "gpu_imbalance"),

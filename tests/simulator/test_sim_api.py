@@ -194,7 +194,7 @@ def test_switching_scenario_live(url: str) -> None:
     assert_error(httpx.post(url + "/sim/scenario", json={"scenario": "melted"}), 400, "scenario")
     httpx.post(url + "/sim/scenario", json={"scenario": "healthy"})
     listing = httpx.get(url + "/sim/scenarios").json()
-    assert listing["current"] == "healthy" and len(listing["scenarios"]) == 15
+    assert listing["current"] == "healthy" and len(listing["scenarios"]) == 16
     eager = next(s for s in listing["scenarios"] if s["name"] == "eager_decode")
     assert eager["launch"] == ["--enforce-eager", "true"]  # started with it: the exporter reads the command line
     over = next(s for s in listing["scenarios"] if s["name"] == "over_reserved_context")

@@ -41,7 +41,8 @@ def test_list_scenarios_names_every_contract_scenario() -> None:
     assert out.returncode == 0
     for name in NAMES:
         assert name in out.stdout
-    assert len(NAMES) == 15  # the ten bottlenecks, two healthy loads, three launch-setting ones (issue 23)
+    # the ten bottlenecks, two healthy loads, three launch-setting ones (issue 23), the shared-prefix load (issue 36)
+    assert len(NAMES) == 16
 
 
 def test_bad_values_exit_2_with_one_line() -> None:

@@ -14,6 +14,11 @@ Not mapped on purpose: ``*_tokens_seconds`` gauges (reset by every scrape, so a
 second scraper disturbs them), ``n_busy_slots_per_decode`` (typed counter in old
 builds, a ratio), ``n_tokens_max`` (a high-watermark typed counter),
 ``prompt_seconds_total`` / ``tokens_predicted_seconds_total`` (sums, not histograms).
+
+KV tiers: llama.cpp's only cache-reuse figure is ``prompt_tokens_cached_total``
+(``llm_prefix_cache_hit_tokens_total``); it does not say which memory the reused
+tokens were in, and nothing counts KV moved to or from host memory, so the tier
+series (``llm_kv_cache_tier_*``, ``llm_kv_cache_host_usage_ratio``) are absent.
 """
 
 from __future__ import annotations

@@ -16,6 +16,11 @@ Not mapped on purpose:
 * ``sglang:num_retracted_reqs`` (older gauge of the last batch): not cumulative.
 * ``sglang:per_stage_req_latency_seconds{stage}``: stage names are not a stable
   prefill/decode split.
+* HiCache ``sglang:load_back_tokens_total{pool}``: the host hits again, counted when loaded
+  instead of at request finish (``cached_tokens_total{cache_source="host"}`` is the tier's
+  ``llm_kv_cache_tier_hit_tokens_total``); its ``pool`` values are not documented.
+  ``sglang:evicted_tokens_total``: tokens dropped from the device cache, which HiCache may
+  or may not have copied to host before: not "KV moved". SGLang publishes no bytes moved.
 * ``sglang:num_requests_total`` has no finish reason: published as ``reason="unknown"``
   (the schema's word for "finished, the engine does not say how"). Its aborts also
   finish, so ``sglang:num_aborted_requests_total`` is not added as ``abort`` (it
@@ -24,7 +29,10 @@ Not mapped on purpose:
 
 from __future__ import annotations
 
-from exporter.engines.table import ConfigField, EngineMapping, Generation, InfoLabel, Row, Series
+from exporter.engines.table import ConfigField, EngineMapping, Generation, InfoLabel, Quotient, Rewrite, Row, Series
+
+#: ``cached_tokens_total{cache_source}`` -> the schema's KV tiers (exporter/schema.py KV_CACHE_TIERS)
+CACHE_SOURCES = Rewrite({"device": "gpu", "host": "host", "storage": "storage"}, default="other")
 
 MAPPING = EngineMapping(
     family="sglang",
@@ -71,6 +79,25 @@ MAPPING = EngineMapping(
             note="every prompt token is looked up in the radix cache",
         ),
         Row("llm_prefix_cache_hit_tokens_total", (Series("sglang:cached_tokens_total"),), note="sum over cache_source"),
+        # --- memory: HiCache tiers (host memory, storage) and PD-disaggregation transfers
+        Row(
+            "llm_kv_cache_tier_hit_tokens_total",
+            (Series("sglang:cached_tokens_total", rename={"cache_source": "tier"}, exclude={"cache_source": "total"}),),
+            note='cache_source="total" is the fallback of builds without the split: no tier',
+            values={"tier": CACHE_SOURCES},
+        ),
+        Row(
+            "llm_kv_cache_host_usage_ratio",
+            (Quotient((Series("sglang:hicache_host_used_tokens"), Series("sglang:hicache_host_total_tokens"))),),
+            combine="max",
+            note="HiCache host pool: used / total tokens",
+        ),
+        Row(
+            "llm_kv_cache_instance_transfer_seconds_total",
+            (Series("sglang:kv_transfer_latency_ms_sum", scale=1e-3),),
+            note="a histogram's sum (ms): cumulative, so a counter",
+        ),
+        Row("llm_kv_cache_instance_transfers_total", (Series("sglang:kv_transfer_latency_ms_count"),)),
         # --- scheduler
         Row("llm_scheduler_requests_running", (Series("sglang:num_running_reqs"),)),
         Row("llm_scheduler_requests_waiting", (Series("sglang:num_queue_reqs"),)),

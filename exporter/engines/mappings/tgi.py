@@ -3,8 +3,8 @@
 Source of truth: docs/reference/engine-metrics.md section 4. No labels except
 ``err`` / ``method`` / ``reason``; no model label.
 
-TGI exposes no KV-cache usage, prefix-cache, preemption or TTFT metric: those
-neutral names are absent. Token counters come from the per-request histograms'
+TGI exposes no KV-cache usage, prefix-cache, preemption, KV offload or tier, or TTFT
+metric: those neutral names are absent. Token counters come from the per-request histograms'
 ``_sum`` (cumulative, so still counters). ``tgi_request_skipped_tokens`` (a summary)
 records, per request and step, the speculated tokens accepted: its ``_sum`` is the
 accepted tokens and its ``_count`` the verification steps (TGI records it even when

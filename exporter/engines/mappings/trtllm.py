@@ -19,6 +19,13 @@ Not mapped on purpose:
   request once per pipeline step.
 * trtllm-serve <= 1.1 unprefixed names (``request_success_total``, ...): cannot be
   told apart from other engines; configure a newer build.
+* trtllm-serve ``trtllm_kv_cache_intra_device_copy_bytes_total``: KV copied within the GPU,
+  not between tiers. Neither flavour says which tier a reused block came from
+  (``llm_kv_cache_tier_hit_tokens_total`` is absent); the bytes offloaded to and onboarded
+  from the host pool are ``llm_kv_cache_tier_transfer_bytes_total``.
+* trtllm-serve ``trtllm_spec_decode_acceptance_length``: the last iteration's, a gauge; the
+  token counters give the window's. ``trtllm_speculative_config_info``: its label keys are
+  not documented, so the number of draft tokens is not read from it.
 * trtllm-serve ``trtllm_request_error_total{http_code}``: an HTTP status, which does
   not tell a refused request from one that failed while it ran.
 
@@ -36,6 +43,7 @@ from __future__ import annotations
 from exporter.engines.table import EngineMapping, Generation, Product, Rewrite, Row, Series
 
 KV = "nv_trt_llm_kv_cache_block_metrics"
+DISAGG = "nv_trt_llm_disaggregated_serving_metrics"
 REQ = "nv_trt_llm_request_metrics"
 #: Triton failures refused before they ran (``llm_requests_rejected_total``)
 TRITON_ADMISSION_ERRORS = "REJECTED"
@@ -111,6 +119,24 @@ MAPPING = EngineMapping(
             (Series("trtllm_prompt_tokens_total", requires="trtllm_prompt_cached_tokens_total"),),
         ),
         Row("llm_prefix_cache_hit_tokens_total", (Series("trtllm_prompt_cached_tokens_total"),)),
+        # --- memory: the host (secondary) KV pool and disaggregated serving
+        Row(
+            "llm_kv_cache_tier_transfer_bytes_total",
+            (Series("trtllm_kv_cache_offload_bytes_total", labels={"direction": "offload"}),),
+            note="GPU -> host (secondary) pool",
+        ),
+        Row(
+            "llm_kv_cache_tier_transfer_bytes_total",
+            (Series("trtllm_kv_cache_onboard_bytes_total", labels={"direction": "load"}),),
+            note="host (secondary) pool -> GPU",
+        ),
+        Row("llm_kv_cache_host_usage_ratio", (Series("trtllm_kv_cache_host_utilization"),), combine="max"),
+        Row(
+            "llm_kv_cache_instance_transfer_seconds_total",
+            (Series(DISAGG, match={"disaggregated_serving_type": "kv_cache_transfer_ms"}, scale=1e-3),),
+            note="Triton: a counter in ms",
+        ),
+        Row("llm_kv_cache_instance_transfers_total", (Series(DISAGG, match={"disaggregated_serving_type": "request_count"}),)),
         # --- scheduler
         Row(
             "llm_scheduler_requests_running",
@@ -132,5 +158,11 @@ MAPPING = EngineMapping(
         # --- speculative decoding
         Row("llm_spec_decode_draft_tokens_total", (Series("trtllm_spec_decode_num_draft_tokens_total"),)),
         Row("llm_spec_decode_accepted_tokens_total", (Series("trtllm_spec_decode_num_accepted_tokens_total"),)),
+        Row(
+            "llm_spec_decode_draft_time_ratio",
+            (Series("trtllm_spec_decode_draft_overhead"),),
+            combine="max",
+            note="the engine's last iteration: draft time / iteration time",
+        ),
     ),
 )

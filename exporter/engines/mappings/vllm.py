@@ -11,6 +11,13 @@ Not mapped on purpose:
 * ``vllm:request_time_per_output_token_seconds``: a per-request mean, not the
   per-token gap ``llm_request_inter_token_seconds`` means.
 * V0 ``vllm:gpu_prefix_cache_hit_rate``: a windowed gauge (-1 when unused), not a counter.
+* The KV-offload (``vllm:kv_offload_*``, but for the CPU tier's usage), NIXL (``vllm:nixl_*``)
+  and Mooncake families: the reference lists them without names, units or meaning, so
+  nothing of them is mapped (no bytes-moved series exists for vLLM here). What KV came
+  back from a lower tier is still known: ``prompt_tokens_cached_by_source_total{source}``
+  (0.33) counts the cached prompt tokens per tier, and is ``llm_kv_cache_tier_hit_tokens_total``.
+* ``vllm:external_prefix_cache_*`` and ``prompt_tokens_by_source_total``: the same
+  external hits the per-source counter splits by tier.
 
 Finish reasons: ``finished_reason`` is the FinishReason of V0 and V1 (``stop``,
 ``length``, ``abort``, since 0.10 ``error``, since 0.33 ``repetition``: repetition
@@ -25,6 +32,10 @@ from exporter.engines.table import ConfigField, EngineMapping, Generation, InfoL
 CACHE_INFO = "vllm:cache_config_info"
 #: ``finished_reason`` -> the schema's finish reasons (exporter/schema.py FINISH_REASONS)
 RAW_FINISH_REASONS = Rewrite({"stop": "stop", "length": "length", "abort": "abort", "error": "error", "repetition": "stop"})
+#: ``prompt_tokens_cached_by_source_total{source}`` -> the schema's KV tiers (exporter/schema.py KV_CACHE_TIERS)
+CACHE_SOURCES = Rewrite(
+    {"device": "gpu", "host": "host", "disk": "storage", "p2p": "peer", "external_unspecified": "other"}, default="other"
+)
 
 MAPPING = EngineMapping(
     family="vllm",
@@ -78,6 +89,18 @@ MAPPING = EngineMapping(
         Row("llm_prefix_cache_queried_tokens_total", (Series("vllm:prefix_cache_queries_total"),)),
         Row("llm_prefix_cache_hit_tokens_total", (Series("vllm:prefix_cache_hits_total"),)),
         Row("llm_prompt_tokens_cached_total", (Series("vllm:prompt_tokens_cached_total"),), note=">= 0.11; local + external"),
+        Row(
+            "llm_kv_cache_tier_hit_tokens_total",
+            (Series("vllm:prompt_tokens_cached_by_source_total", rename={"source": "tier"}),),
+            note="0.33: where the cached prompt tokens came from (device, or a KV connector / offload tier)",
+            values={"tier": CACHE_SOURCES},
+        ),
+        Row(
+            "llm_kv_cache_host_usage_ratio",
+            (Series("vllm:kv_offload_cpu_cache_usage_perc"), Series("vllm:cpu_cache_usage_perc")),
+            combine="max",
+            note="V1 with KV offload to CPU; V0 its swap space (both 0-1 despite _perc)",
+        ),
         Row("llm_request_preemptions", (Series("vllm:request_num_preemptions"),), note="per finished request"),
         # --- scheduler
         Row("llm_scheduler_requests_running", (Series("vllm:num_requests_running"),)),

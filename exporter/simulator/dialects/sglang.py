@@ -106,6 +106,16 @@ def render(snap: EngineSnapshot) -> str:
             snap.window.get("spec_accept_rate", 0.0),
         )
         gauge("sglang:spec_num_draft_tokens", "The number of draft tokens per verify step.", cfg.spec_tokens + 1)
+        gauge("sglang:spec_num_steps", "The number of speculative draft steps.", cfg.spec_tokens)
+    if cfg.kv_offload_blocks:  # HiCache: the host tier of the radix cache
+        gauge(
+            "sglang:hicache_host_used_tokens", "Tokens held in the HiCache host pool.", snap.offload_blocks_used * cfg.block_size
+        )
+        gauge(
+            "sglang:hicache_host_total_tokens",
+            "Capacity of the HiCache host pool in tokens.",
+            snap.offload_blocks_total * cfg.block_size,
+        )
     out.family("sglang:realtime_tokens_total", "counter", "The number of tokens processed, by mode.")
     out.sample("sglang:realtime_tokens_total", {**sched, "mode": "prefill_compute"}, s.counter("prompt_tokens_local_compute"))
     out.sample("sglang:realtime_tokens_total", {**sched, "mode": "prefill_cache"}, s.counter("prompt_tokens_cached"))

@@ -143,7 +143,7 @@ def render(snap: EngineSnapshot) -> str:
         s.counter("prefix_queries"),
     )
     counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", s.counter("prefix_hits"))
-    if cfg.kv_offload:
+    if cfg.kv_offload or cfg.kv_offload_blocks:
         counter(
             "vllm:external_prefix_cache_queries_total",
             "External prefix cache queries from KV connector cross-instance cache sharing, in terms of number of queried tokens.",
@@ -164,6 +164,18 @@ def render(snap: EngineSnapshot) -> str:
         ("external_kv_transfer", external),
     ):
         out.sample("vllm:prompt_tokens_by_source_total", {**base, "source": source}, value)
+    # the tiers the simulator has: the GPU's own prefix cache, and host memory (kv_offload, kv_offload_blocks)
+    out.family(
+        "vllm:prompt_tokens_cached_by_source_total", "counter", "Number of cached prompt tokens by the source they came from."
+    )
+    out.sample("vllm:prompt_tokens_cached_by_source_total", {**base, "source": "device"}, cached)
+    out.sample("vllm:prompt_tokens_cached_by_source_total", {**base, "source": "host"}, external)
+    if cfg.kv_offload_blocks:
+        gauge(
+            "vllm:kv_offload_cpu_cache_usage_perc",
+            "CPU KV-offload cache usage. 1 means 100 percent usage.",
+            snap.offload_blocks_used / snap.offload_blocks_total if snap.offload_blocks_total else 0.0,
+        )
     w.tokens_and_finished(FINISHED_REASONS)
     out.family(
         "vllm:admission_rejections_total",

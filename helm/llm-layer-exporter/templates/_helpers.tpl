@@ -90,6 +90,10 @@ $(NODE_IP) in it.
 {{- $cfg := dict "listen_address" (printf "0.0.0.0:%d" (int .Values.port)) "gpu_interval" .Values.gpu.interval "log_level" .Values.logLevel "engines" $engines }}
 {{- with .Values.groups }}{{ $_ := set $cfg "groups" . }}{{ end }}
 {{- with .Values.diagnosis }}{{ $_ := set $cfg "diagnosis" . }}{{ end }}
+{{- /* the `metrics:` section of exporter/familyfilter.py, only the lists given */}}
+{{- $m := dict }}
+{{- with .Values.metrics }}{{ with .include }}{{ $_ := set $m "include" . }}{{ end }}{{ with .exclude }}{{ $_ := set $m "exclude" . }}{{ end }}{{ end }}
+{{- with $m }}{{ $_ := set $cfg "metrics" . }}{{ end }}
 {{- /* --- kubernetes: the `kubernetes:` section of exporter/kubernetes/settings.py */}}
 {{- if .Values.kubernetes.enabled }}
 {{- $k := .Values.kubernetes }}
@@ -129,6 +133,10 @@ The exporter container. Used by the DaemonSet and, through
       valueFrom:
         fieldRef:
           fieldPath: spec.nodeName
+    {{- with .Values.gpu.dcgmExporterUrl }}
+    - name: LLM_EXPORTER_DCGM_EXPORTER_URL
+      value: {{ . | quote }}
+    {{- end }}
     {{- if and (not $sidecar) .Values.gpu.visibleDevices }}
     - name: NVIDIA_VISIBLE_DEVICES
       value: {{ .Values.gpu.visibleDevices | quote }}
