@@ -30,6 +30,9 @@ COMMANDS: dict[str, Command] = {
     "serve": Command("exporter.commands.serve", "run the exporter (GPU, engines, diagnosis) on /metrics"),
     "diagnose": Command("exporter.commands.diagnose", "print the seven-layer verdict of a running exporter"),
     "schema": Command("exporter.commands.schema", "print the metric schema (json or markdown)"),
+    "requests": Command(
+        "exporter.commands.requests", "print why a running exporter's slowest (or one traced) requests were slow"
+    ),
     "simulate": Command("exporter.commands.simulate", "run a simulated inference server with a bottleneck scenario", tool=True),
     "demo": Command("exporter.commands.demo", "simulator + load + exporter on 127.0.0.1, with a live view", tool=True),
     "ramp": Command("exporter.commands.ramp", "ramp concurrency, find the knee and the layer that saturates first", tool=True),

@@ -87,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
     from exporter.report.operator import fetch_profiles
     from exporter.report.render import ChartRef
     from exporter.report.series import charts
+    from exporter.report.traced import fetch_requests
 
     # URLs without user info from here on: nothing below can print or write a password
     exporter_target = target(args.exporter, "exporter", args)
@@ -116,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
         charts=[ChartRef(f.file, f.title, f.layer, f.empty) for f in files],
         notes=collected.notes,
         profiles=fetch_profiles(session, exporter, args.timeout),  # the last POST /profile (docs/profile.md)
+        requests=fetch_requests(session, exporter, args.timeout),  # the slowest traced requests (docs/tracing.md)
     )
     write_report(out_dir, collected.verdict, ctx)
     primary = collected.verdict.get("primary")

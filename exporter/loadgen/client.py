@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 
 from exporter.loadgen.spec import LoadSpec, RequestRecord
+from exporter.tracing.traceparent import HEADER, new_trace_id, traceparent
 
 MAX_ERROR_BODY = 4096
 
@@ -187,10 +188,12 @@ async def issue(
     first_start = time.perf_counter()
     attempt = _Attempt("connection_error")
     attempts = 0
+    trace_id = new_trace_id()  # one trace per request, a parent span per attempt (exporter/tracing/traceparent.py)
     for n in range(spec.retries + 1):
         attempts = n + 1
+        sent = {**(headers or {}), HEADER: traceparent(trace_id)}
         try:
-            coro = _streamed(client, path, body, headers) if spec.stream else _plain(client, path, body, headers)
+            coro = _streamed(client, path, body, sent) if spec.stream else _plain(client, path, body, sent)
             attempt = await asyncio.wait_for(coro, spec.timeout_s)
         except asyncio.TimeoutError:
             attempt = _Attempt("timeout", error=f"no complete answer within {spec.timeout_s:g} s")
@@ -217,6 +220,7 @@ async def issue(
         itl_s=attempt.itl_s,
         finish_reason=attempt.finish_reason,
         error=attempt.error,
+        trace_id=trace_id,
     )
 
 

@@ -129,6 +129,8 @@ class RequestRecord:
     itl_s: list[float] = field(default_factory=list)
     finish_reason: str | None = None
     error: str | None = None
+    #: the W3C trace id sent in ``traceparent`` (every attempt): the engine's spans of this request
+    trace_id: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -38,6 +38,8 @@ from exporter import __version__
 from exporter.engines.urls import safe_url
 from exporter.jsonsafe import JSONLimitError, loads_bounded
 from exporter.probe.client import Clock, Deadline, ProbeFailure, exchange
+from exporter.tracing.traceparent import HEADER as TRACEPARENT
+from exporter.tracing.traceparent import new_trace_id, traceparent
 
 PROBE_USER = "llm-layer-exporter-probe"
 PROBE_HEADER = "X-LLM-Exporter-Probe"
@@ -54,15 +56,17 @@ MAX_EVENT_DEPTH = 32
 
 
 def probe_headers(authorization: str | None, sse: bool = True) -> dict[str, str]:
-    """Headers of every probe request: the probe's marks, and credentials when given."""
+    """Headers of every probe request: the probe's marks, a fresh ``traceparent`` on the completion,
+    and credentials when given."""
     headers = {
         "User-Agent": f"llm-layer-exporter-probe/{__version__}",
         PROBE_HEADER: "1",
         "Accept": "text/event-stream" if sse else "application/json",
         "Connection": "close",
     }
-    if sse:
+    if sse:  # the completion itself: its own trace, to be found in the engine's spans (docs/tracing.md)
         headers["Content-Type"] = "application/json"
+        headers[TRACEPARENT] = traceparent(new_trace_id())
     if authorization:
         headers["Authorization"] = authorization
     return headers

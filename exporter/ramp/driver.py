@@ -7,6 +7,7 @@ by exporter.loadgen, so there is exactly one load generator in the project.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -15,6 +16,7 @@ from exporter.ramp.aggregate import Scrape, diagnosis_figures, exporter_figures
 from exporter.ramp.knee import KneeCriteria, Saturation, find_knee, first_saturated_layer
 from exporter.ramp.model import ClientFigures, RampError, Step
 from exporter.ramp.probe import ExporterProbe, StepSampler
+from exporter.ramp.traced import traced_figures
 
 #: runs one bounded step at the given concurrency and returns what the client measured
 StepLoader = Callable[[int], ClientFigures]
@@ -91,6 +93,7 @@ def run_ramp(
         sampler = StepSampler(
             probe, settings.sample_interval, settings.step_seconds * settings.settle_fraction, on_sample=observer.sample
         ).start()
+        started = time.time()
         try:
             client = load_step(conc)
         except KeyboardInterrupt:
@@ -106,6 +109,8 @@ def run_ramp(
         step.exporter = exporter_figures(samples.scrapes, samples.settled_scrapes)
         step.exporter.errors = samples.errors
         step.diagnosis = diagnosis_figures(samples.settled_diagnoses)
+        held = probe.requests()  # the engine's spans of the step's requests, when it sends them
+        step.traced = traced_figures(held, started, time.time()) if held is not None else None
         out.steps.append(step)
         out.knee = find_knee(out.steps, settings.criteria)
         out.saturation = first_saturated_layer(out.steps, out.knee)

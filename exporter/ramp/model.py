@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from exporter.ramp.traced import TracedFigures
+
 #: Diagnosis statuses from least to most severe; ``unknown`` means "no data to judge".
 STATUS_SEVERITY: dict[str, int] = {"unknown": -1, "ok": 0, "warning": 1, "bottleneck": 2}
 SATURATED_STATUSES: tuple[str, ...] = ("warning", "bottleneck")
@@ -168,6 +170,8 @@ class Step:
     flags: list[str] = field(default_factory=list)
     #: flags the next step did not confirm (a dip or a spike the ramp recovered from)
     transient_flags: list[str] = field(default_factory=list)
+    #: the engine's own spans of the step's requests (exporter/ramp/traced.py); None: no spans received
+    traced: TracedFigures | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -30,6 +30,8 @@ class ExporterProbe:
         self.url = base_url(url)
         self._client = httpx.Client(timeout=timeout)
         self.has_diagnosis = True
+        #: False once /requests answered 404 (an exporter without request tracing)
+        self.has_requests = True
         #: the engine configuration the exporter published at ``check()`` (exporter/capacity/fingerprint.py):
         #: what a capacity profile built from this run was measured on; None when it publishes none
         self.fingerprint: dict[str, Any] | None = None
@@ -41,6 +43,23 @@ class ExporterProbe:
         resp = self._client.get(self.url + "/metrics")
         resp.raise_for_status()
         return read_metrics(resp.text).scalars()  # gauges and counters; histograms and NaNs skipped
+
+    def requests(self) -> list[dict[str, Any]] | None:
+        """The traced requests the exporter holds (``GET /requests``: the slowest of each minute and a
+        uniform sample); None when it serves none (no receiver, an older exporter) or on any failure:
+        traced figures are an extra, never a failed step."""
+        if not self.has_requests:
+            return None
+        try:
+            slowest = self._client.get(self.url + "/requests", params={"slowest": "1000"})
+            if slowest.status_code == 404:
+                self.has_requests = False
+                return None
+            sample = self._client.get(self.url + "/requests")
+            found = [*slowest.json().get("requests", []), *sample.json().get("requests", [])]
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return None
+        return [r for r in found if isinstance(r, dict)]
 
     def diagnosis(self) -> dict[str, Any] | None:
         """The /diagnosis document, or None when this exporter serves none."""

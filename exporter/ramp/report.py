@@ -17,6 +17,7 @@ from typing import Any
 from exporter import jsonsafe
 from exporter.ramp.knee import SOURCE_PRIMARY, Saturation, baseline_saturated, fallback_note
 from exporter.ramp.model import PrimaryFigures, Step
+from exporter.ramp.traced import sentence as traced_sentence
 from exporter.schema import LAYERS
 
 REPORT_VERSION = 1
@@ -209,6 +210,9 @@ def render_markdown(report: dict[str, Any], steps: Sequence[Step], knee: Step | 
         out.append(f"**No knee** within the tested concurrencies ({tested}): throughput kept scaling and TTFT p95 did not jump.")
     else:
         out.append(f"**Knee at concurrency {knee.concurrency}** (step {knee.index + 1}): {', '.join(knee.flags)}.")
+        said = traced_sentence(knee.traced) if knee.traced is not None else None
+        if said:  # the engine's own spans: where the time went at the knee (docs/tracing.md)
+            out += ["", f"Where the time went at the knee, from the engine's spans: {said}."]
     out.append("")
     if steps:
         out += [f"Baseline (concurrency {steps[0].concurrency}): **{_state_cell(steps[0])}**.", ""]

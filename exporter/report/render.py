@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from exporter.report.operator import share_rows, split_sentences
+from exporter.report.traced import seconds
 from exporter.schema import LAYERS, OPERATOR_KINDS
 
 NOT_AVAILABLE = "n/a"
@@ -62,6 +63,8 @@ class Context:
     out_dir: Path | None = None
     #: engine -> its last on-demand operator profile (GET /profile; exporter/report/operator.py)
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the slowest traced requests and why (GET /requests; exporter/report/traced.py)
+    requests: list[dict[str, Any]] = field(default_factory=list)
 
     def source_sentence(self) -> str:
         if not self.source:
@@ -288,6 +291,24 @@ def _md_profiles(ctx: Context) -> list[str]:
     return out + [""] + [f"- {md(engine)}: {md(text)}" for engine, text in split_sentences(ctx.profiles)] + [""]
 
 
+_REQUEST_COLUMNS = ("ttft_seconds", "queue_seconds", "prefill_seconds", "decode_seconds", "e2e_seconds")
+
+
+def _md_requests(ctx: Context) -> list[str]:
+    """The slowest traced requests, where their time went and why (none: no section)."""
+    if not ctx.requests:
+        return []
+    out = ["## Slowest traced requests (GET /requests)", ""]
+    out += [
+        "| engine | trace id | TTFT s | queue s | prefill s | decode s | e2e s | primary |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in ctx.requests:
+        cells = " | ".join(seconds(r[k]) for k in _REQUEST_COLUMNS)
+        out.append(f"| {md(r['engine'])} | {md(r['trace_id'])} | {cells} | {md(r['primary'] or '–')} |")
+    return out + [""] + [f"- {md(r['trace_id'])}: {md(r['sentence'])}" for r in ctx.requests if r["sentence"]] + [""]
+
+
 def render_markdown(verdict: dict[str, Any], ctx: Context) -> str:
     state = str(verdict.get("state") or "unknown")
     primary = verdict.get("primary")
@@ -343,6 +364,7 @@ def render_markdown(verdict: dict[str, Any], ctx: Context) -> str:
         )
     out.append("")
     out += _md_profiles(ctx)
+    out += _md_requests(ctx)
     contributing, rest = others(verdict)
     out += ["## Contributing causes", ""]
     if contributing:
@@ -446,6 +468,27 @@ def _html_profiles(ctx: Context) -> str:
     )
 
 
+def _html_requests(ctx: Context) -> str:
+    """The slowest traced requests (empty string without any)."""
+    if not ctx.requests:
+        return ""
+    rows = "".join(
+        f"<tr><td>{_e(r['engine'])}</td><td>{_e(r['trace_id'])}</td>"
+        + "".join(f'<td class="value">{_e(seconds(r[k]))}</td>' for k in _REQUEST_COLUMNS)
+        + f"<td>{_e(r['primary'] or '–')}</td></tr>"
+        for r in ctx.requests
+    )
+    head = "<tr><th>engine</th><th>trace id</th><th>TTFT s</th><th>queue s</th><th>prefill s</th><th>decode s</th><th>e2e s</th><th>primary</th></tr>"
+    return (
+        '<section id="traced-requests"><h2>Slowest traced requests (GET /requests)</h2>'
+        f'<table id="requests">{head}{rows}</table>'
+        + "".join(
+            f'<p class="request-sentence">{_e(r["trace_id"])}: {_e(r["sentence"])}</p>' for r in ctx.requests if r["sentence"]
+        )
+        + "</section>"
+    )
+
+
 def render_html(verdict: dict[str, Any], ctx: Context) -> str:
     state = str(verdict.get("state") or "unknown")
     primary = verdict.get("primary")
@@ -509,6 +552,7 @@ def render_html(verdict: dict[str, Any], ctx: Context) -> str:
         )
     p.append("</table></section>")
     p.append(_html_profiles(ctx))
+    p.append(_html_requests(ctx))
     contributing, rest = others(verdict)
     p.append('<section id="contributing"><h2>Contributing causes</h2>')
     p += [_html_cause(c, i) for i, c in enumerate(contributing)] or ["<p>none</p>"]

@@ -249,18 +249,24 @@ SHARED_VLLM_ARGS = (
 )  # fmt: skip
 
 
-def shared_vllm_args(profile_dir: Path) -> list[str]:
-    """SHARED_VLLM_ARGS with the torch profiler writing its traces to ``profile_dir``."""
+def shared_vllm_args(profile_dir: Path, otlp_port: int | None = None) -> list[str]:
+    """SHARED_VLLM_ARGS with the torch profiler writing its traces to ``profile_dir`` and, with
+    ``otlp_port``, its request spans sent over OTLP/gRPC to 127.0.0.1:``otlp_port`` (where a test's
+    ``serve --otlp-grpc-listen-address`` takes them; nobody listening costs the engine a failed
+    export per batch, retried with back-off)."""
     profiler = {"profiler": "torch", "torch_profiler_dir": str(profile_dir), "torch_profiler_with_stack": False}
-    return [*SHARED_VLLM_ARGS, "--profiler-config", json.dumps(profiler)]
+    traces = ["--otlp-traces-endpoint", f"http://127.0.0.1:{otlp_port}"] if otlp_port is not None else []
+    return [*SHARED_VLLM_ARGS, "--profiler-config", json.dumps(profiler), *traces]
 
 
 @dataclass
 class CpuVllm(RunningEngine):
-    """The real tier's shared CPU vLLM: served as ``tiny``; its profiler writes to ``profile_dir``."""
+    """The real tier's shared CPU vLLM: served as ``tiny``; its profiler writes to ``profile_dir``;
+    its request spans go to 127.0.0.1:``otlp_port`` (OTLP/gRPC)."""
 
     profile_dir: Path = field(default_factory=Path)
     model: str = "tiny"
+    otlp_port: int | None = None
 
 
 def llamacpp_proc(args: Sequence[str], name: str, prefix: Sequence[str] = ()) -> tuple[Proc, str]:

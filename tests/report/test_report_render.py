@@ -171,3 +171,29 @@ def test_series_use_schema_names_and_prometheus_semantics() -> None:
     assert Rate("r", "c_total").local(readings) == {"r": [(110.0, 2.0)]}
     assert Gauge("g", "g", by="gpu").local(readings) == {"g gpu=0": [(100.0, 0.5), (110.0, 0.6)], "g gpu=1": [(100.0, 0.7)]}
     assert Quantile("q", "h").local(readings) == {}
+
+
+def test_the_slowest_traced_requests_are_a_section_of_both_reports() -> None:
+    from exporter.report.traced import _checked
+
+    held = [
+        {
+            "engine": "vllm",
+            "trace_id": "ab" * 16,
+            "ttft_seconds": 2.4,
+            "queue_seconds": 2.1,
+            "prefill_seconds": 0.3,
+            "decode_seconds": None,
+            "e2e_seconds": 3.4,
+            "primary": {"layer": "memory", "cause": "kv_cache_pressure"},
+            "sentence": "TTFT 2.4 s of 3.4 s: 2.1 s in the queue <b>",
+        }
+    ]
+    ctx = _ctx(requests=[_checked(r) for r in held])
+    md = _rendered(render_markdown(recorded_verdict(), ctx))
+    assert "## Slowest traced requests (GET /requests)" in md
+    assert f"| vllm | {'ab' * 16} | 2.400 | 2.100 | 0.300 | – | 3.400 | memory/kv_cache_pressure |" in md
+    page = render_html(recorded_verdict(), ctx)
+    section = page.split('<section id="traced-requests">')[1].split("</section>")[0]
+    assert "&lt;b&gt;" in section and "<b>" not in section and "memory/kv_cache_pressure" in section
+    assert "Slowest traced requests" not in render_markdown(recorded_verdict(), _ctx())

@@ -77,6 +77,7 @@ STACK_PATHS: tuple[str, ...] = (
     "tests/deploy/test_deploy_compose_stack.py",
     "tests/diagnosis/test_diagnosis_multi_engine_serve.py",
     "tests/diagnosis/test_diagnosis_scenarios.py",
+    "tests/diagnosis/test_prefix_cache_stack.py",
     "tests/gpu/test_golden_exposition.py",
     "tests/kubernetes/test_k8s_promql.py",
     "tests/profile/test_profile_serve.py",
@@ -96,6 +97,7 @@ STACK_PATHS: tuple[str, ...] = (
     "tests/tune/test_tune_apply_shell.py",  # every template shape through the real /bin/sh
     "tests/process/test_sampler_cost.py",  # a module fixture starts a process of many threads
     "tests/profile/test_profile_bounds_serve.py",
+    "tests/tracing/test_tracing_serve.py",  # serve with its OTLP receivers
 )
 #: single tests that start a child process in files whose other tests do not
 STACK_NODES: tuple[str, ...] = (
@@ -255,6 +257,7 @@ def tier_of(item: pytest.Item) -> tuple[str, str]:
 #: scenario. Beside one such stack the other workers run the lighter stack tests.
 SCENARIO_STACK_PATHS: tuple[str, ...] = (
     "tests/diagnosis/test_diagnosis_scenarios.py",
+    "tests/diagnosis/test_prefix_cache_stack.py",
     "tests/simulator/test_demo_tour.py",
 )
 SCENARIO_GROUP = "scenario_stacks"
