@@ -235,3 +235,34 @@ def test_nothing_is_a_copy(gpu_config: dict[str, Any]) -> None:
             assert rel.parts[0] in ("alerts", "dashboards", "deploy"), f"{name}: {rel}"
     deploy_files = [p.name for p in (ROOT / "deploy").rglob("*") if p.is_file()]
     assert not [n for n in deploy_files if n.endswith("_rules.yml") or n == "alertmanager.yml" or re.match(r"llm-.*\.json$", n)]
+
+
+def test_the_gpu_exporter_reads_a_hosts_dcgm_exporter_when_given_one() -> None:
+    """DCGM_EXPORTER_URL reaches the GPU exporter as LLM_EXPORTER_DCGM_EXPORTER_URL, which its config
+    reads and ``auto`` turns into the dcgm-exporter source, here against a fake dcgm-exporter serving
+    a recorded H200 row; unset, the variable is empty and means nothing."""
+    from exporter.cli import build_parser
+    from exporter.config import load_config
+    from exporter.gpu import build_gpu_source
+    from exporter.gpu.dcgm_exporter import DcgmExporterSource
+    from exporter.gpu.replay import bundled_trace, parse_trace
+    from tests.support.dcgm_exporter_text import GpuRow, render
+    from tests.support.fake_engine import FakeEngine
+
+    path = bundled_trace("kernels")
+    reading = parse_trace(path.read_text(encoding="utf-8"), str(path))[50]
+    with FakeEngine(render([GpuRow(reading)])) as fake:
+        services = compose_config("gpu", env={"DCGM_EXPORTER_URL": f"http://127.0.0.1:{fake.port}"})["services"]
+        exporter = services["exporter-gpu"]
+        environ = {k: str(v) for k, v in exporter["environment"].items()}
+        argv = _argv(exporter)
+        cfg = load_config(build_parser(argv).parse_args(argv), environ=environ)
+        source = build_gpu_source(cfg.gpu_source, cfg.gpu_interval, cfg.gpu_timeout, dcgm_exporter_url=cfg.dcgm_exporter_url)
+        assert isinstance(source, DcgmExporterSource)
+        info = [p.labels for p in source.sample().points if p.name == "llm_gpu_info"]
+    assert info == [{"gpu": "0", "uuid": reading["uuid"], "name": "NVIDIA H200", "source": "dcgm-exporter"}]
+    unset = compose_config("gpu")["services"]["exporter-gpu"]["environment"]
+    argv = _argv(exporter)
+    assert (
+        load_config(build_parser(argv).parse_args(argv), environ={k: str(v) for k, v in unset.items()}).dcgm_exporter_url is None
+    )
