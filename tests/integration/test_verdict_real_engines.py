@@ -53,6 +53,7 @@ from tests.integration.integration_helpers import (
     start_exporter_with,
 )
 from tests.support.loadloop import ClosedLoop, primary_of, read_verdicts, story
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.timeout(900)]
 
@@ -208,22 +209,36 @@ def test_verdict_on_a_real_engine_under_load(case: Case, request: pytest.Fixture
 PHASE_SUM_TOLERANCE = 0.05
 #: the slowest traced requests read, of those that arrived while the verdict was read
 SLOWEST = 5
+#: the longest wait for their spans (the OpenTelemetry SDK's OTLP exporter backs off up to 64 s)
+SPANS_DEADLINE_S = 90.0
 
 
 def _check_traced_requests(case: Case, exporter_base: str, read_from: float) -> None:
     """The engine's own spans, joined: under KV pressure the slowest requests waited (queue over half
     of their time) and lived through a memory-layer primary; with room, nobody waited and nothing was
     named. Every record's phases add up to its end-to-end time; the exposition carries exemplars."""
-    held = httpx.get(exporter_base + "/requests", params={"slowest": "1000"}, timeout=10).json()["requests"]
+
+    def held() -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = httpx.get(exporter_base + "/requests", params={"slowest": "1000"}, timeout=10).json()[
+            "requests"
+        ]
+        return found
+
+    def arrived_while_read() -> list[dict[str, Any]] | None:
+        recent = [r for r in held() if r["arrival"] >= read_from]
+        return recent if len(recent) >= SLOWEST else None
+
+    # vLLM's span processor exports in batches, seconds late, and after failed exports (nobody
+    # listened between two tests) with back-off: wait for the readings' requests, bounded
+    wait_until(arrived_while_read, SPANS_DEADLINE_S, f"{SLOWEST} traced requests that arrived while the verdict was read")
+    records = held()
     LOG_DIR.mkdir(parents=True, exist_ok=True)
-    (LOG_DIR / f"requests-{case.name}.json").write_text(json.dumps(held[:50], indent=2))
-    assert held, "no traced request: does vLLM send its spans (--otlp-traces-endpoint)?"
-    for r in held:
+    (LOG_DIR / f"requests-{case.name}.json").write_text(json.dumps(records[:50], indent=2))
+    for r in records:
         parts = [r["queue_seconds"], r["prefill_seconds"], r["decode_seconds"]]
         assert None not in parts and r["e2e_seconds"], r
         assert abs(sum(parts) - r["e2e_seconds"]) <= PHASE_SUM_TOLERANCE * r["e2e_seconds"], r
-    recent = [r for r in held if r["arrival"] >= read_from][:SLOWEST]
-    assert len(recent) == SLOWEST, f"{len(recent)} traced requests arrived while the verdict was read"
+    recent = [r for r in records if r["arrival"] >= read_from][:SLOWEST]
     waited = [r["queue_seconds"] / r["e2e_seconds"] for r in recent]
     named = [r["primary"]["layer"] if r["primary"] else None for r in recent]
     # right as the verdict itself must be (MIN_SHARE of its readings): a request explains itself by the

@@ -158,7 +158,10 @@ _OPTIONAL = (
     "llm_engine_estimated_gpu_",
     "llm_request_preemptions",
     "llm_scheduler_iteration_tokens",
+    "llm_kv_cache_tier_",
 )
+#: vLLM's ``source`` of ``prompt_tokens_cached_by_source_total`` -> the schema's KV tier (docs/metrics.md)
+VLLM_CACHE_SOURCES = {"device": "gpu", "host": "host", "disk": "storage", "p2p": "peer"}
 
 
 #: vLLM's ``finished_reason`` -> ``llm_requests_finished_total{reason}`` (docs/metrics.md, "Label values")
@@ -187,6 +190,16 @@ def expected_vllm(text: str) -> Expected:
             out[merged] = out.get(merged, 0.0) + value
         return out
 
+    def by_tier(name: str) -> dict[LabelKey, float]:
+        """Cached prompt tokens by tier: vLLM's ``source`` rewritten (any other word ``other``), summed where they meet."""
+        out: dict[LabelKey, float] = {}
+        for key, value in raw.get(name, {}).items():
+            labels = {n: v for n, v in relabel(key)}
+            labels["tier"] = VLLM_CACHE_SOURCES.get(dict(key).get("source", ""), "other")
+            merged = frozenset(labels.items())
+            out[merged] = out.get(merged, 0.0) + value
+        return out
+
     def optional(name: str) -> dict[LabelKey, float]:
         """A family vLLM serves only in some configurations (absent stays absent)."""
         return {relabel(k): v for k, v in raw.get(name, {}).items()}
@@ -208,6 +221,7 @@ def expected_vllm(text: str) -> Expected:
         # first-party evidence for the verdict (>= 0.11)
         "llm_scheduler_requests_waiting_by_reason": optional("vllm:num_requests_waiting_by_reason"),
         "llm_prompt_tokens_cached_total": optional("vllm:prompt_tokens_cached_total"),
+        "llm_kv_cache_tier_hit_tokens_total": by_tier("vllm:prompt_tokens_cached_by_source_total"),
         "llm_engine_sleep_state": optional("vllm:engine_sleep_state"),
         "llm_engine_estimated_gpu_flops_total": optional("vllm:estimated_flops_per_gpu_total"),
         "llm_engine_estimated_gpu_read_bytes_total": optional("vllm:estimated_read_bytes_per_gpu_total"),

@@ -56,8 +56,16 @@ def fleet_rps(t: float, week: Week) -> float:
 
 
 def make_week(now: float, days: int = 7, gap_h: int = 3) -> Week:
-    """A week ending ``gap_h`` hours before now (backfilled samples must be older than the head block)."""
-    end = int(now // 3600 * 3600) - gap_h * 3600
+    """A week of whole days ending at the last 00:00 UTC at least ``gap_h`` hours before now
+    (backfilled samples must be older than the head block).
+
+    Why whole days: ``plan`` counts a day in its hour-of-day means once it has 12 hours of data,
+    and its range starts at now - 7 d. A week ending at now's hour left a partial last day whose
+    hours 14 and 15 were counted over different days; the surge day then weighed differently in
+    the two, and the typical peak hour (14 and 15 are within 1.4 % of each other) followed the
+    time of day the test ran. Ending at midnight, the only partial day is the first, a suffix of
+    hours from now's hour: 13 to 16 are in it together or it is left out."""
+    end = (int(now) - gap_h * 3600) // 86400 * 86400
     start = end - days * 86400
     surge_day = (start // 86400 + 4) * 86400  # a whole day well inside the range
     return Week(start, end, surge_day)

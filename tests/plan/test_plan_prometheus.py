@@ -139,7 +139,7 @@ def test_plan_over_a_backfilled_week_names_the_peak_the_replicas_and_the_short_h
     # one replica of 2 req/s: short every afternoon, 1.5 + cos > 2 from 10:30 to 18:30
     afternoons = small["above_capacity"]["spans"]
     assert len(afternoons) >= 6
-    # the data starts at week.start, plan's range at now - 7d (3-4 h later): whichever is later cuts
+    # the data starts at week.start, plan's range at now - 7d (3-27 h later): whichever is later cuts
     first = max(week.start, _hour_of(doc["range"]["start"])[0])
     last = min(week.end, _hour_of(doc["range"]["end"])[0])
     for span in afternoons:
