@@ -159,6 +159,13 @@ CAUSES: tuple[Cause, ...] = (
         "One GPU of the group is much busier than the others; the group runs at the pace of its slowest member.",
     ),
     _c(
+        "parallel",
+        "communication_bound",
+        "LLMCommunicationBound",
+        "A parallel group waits on its interconnect",
+        "The group's links run near their capacity (or its collectives take much of each step) while its SMs wait: tensor parallelism costs more than it splits.",
+    ),
+    _c(
         "speculative_decoding",
         "low_acceptance",
         "LLMSpecDecodeLowAcceptance",

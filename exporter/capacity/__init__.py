@@ -6,7 +6,8 @@ this package carries that number into production (issue 22, docs/capacity.md):
 * ``profile.py`` — a tune.json or ramp report.json into a frozen ``Profile``;
 * ``fingerprint.py`` — the configuration measured, against the live one (staleness);
 * ``watch.py`` — the file re-read when it changes, the last good profile kept;
-* ``live.py`` — an engine's in-flight requests, finished rate and mean lengths;
+* ``live.py`` — an engine's in-flight requests, finished rate, output tokens/s and mean lengths;
+* ``layout.py`` — TP x PP x DP and the GPUs, per-GPU / per-user figures, the scaling efficiency;
 * ``source.py`` — the ``capacity_profile`` step (exporter/derive.py) publishing ``llm_capacity_*``;
 * ``config.py`` — ``--capacity-profile``, ``--capacity-headroom``, ``engines[].capacity_profile``.
 """

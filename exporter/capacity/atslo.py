@@ -48,6 +48,9 @@ class Capacity:
 
 
 NONE = Capacity(0, 0.0, 0.0)
+#: the diagnosis's own SLO defaults (``diagnosis.slo_ttft_p95_seconds``, ``slo_itl_p95_seconds``): what a ramp
+#: report, which has no SLO of its own, is judged at (its ``capacity_at_slo``, a capacity profile made from it)
+DIAGNOSIS_SLO = SLO(2.0, 0.2)
 
 
 def step_meets(step: dict[str, Any], slo: SLO) -> bool:
@@ -80,4 +83,4 @@ def slo_holds_everywhere(report: dict[str, Any], slo: SLO) -> bool:
     return bool(steps) and all(step_meets(s, slo) for s in steps)
 
 
-__all__ = ["NONE", "SLO", "Capacity", "capacity_at_slo", "slo_holds_everywhere", "step_meets"]
+__all__ = ["DIAGNOSIS_SLO", "NONE", "SLO", "Capacity", "capacity_at_slo", "slo_holds_everywhere", "step_meets"]

@@ -15,6 +15,8 @@ window's histogram arithmetic (exporter/diagnosis/window.py) work unfiltered.
   exactly what it adds to the queue's growth, so its own queue does not raise
   the offered rate; only more arrivals do. A draining queue lowers it (never
   below 0);
+* output tokens/s: ``rate(llm_generation_tokens_total)`` over the window, what the
+  engine generates now (its per-GPU figure against a profile's: exporter/capacity/source.py);
 * mean lengths: the engine's prompt / generation token histograms
   (``llm_request_prompt_tokens``, ``llm_request_generation_tokens``: sum over
   count), else its token counters over its finished requests. llama.cpp has
@@ -53,6 +55,8 @@ class LiveLoad:
     output_tokens_mean: float | None
     #: finished per second plus the in-flight growth per second (None: no finished rate, or one snapshot)
     offered_per_second: float | None = None
+    #: generated tokens per second over the window (None: no token counter, or one snapshot)
+    output_tokens_per_second: float | None = None
 
 
 def engine_snapshot(snap: Snapshot, server: str) -> Snapshot:
@@ -92,6 +96,7 @@ class LiveWindow:
             self._mean(PROMPT_HIST, PROMPT_TOTAL, finished),
             self._mean(OUTPUT_HIST, OUTPUT_TOTAL, finished),
             self._offered(rate),
+            finite_or_none(w.rate(OUTPUT_TOTAL)),
         )
 
     def _offered(self, finished_rate: float | None) -> float | None:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from exporter.capacity import fingerprint as fpr
-from exporter.capacity.atslo import SLO, capacity_at_slo
+from exporter.capacity.atslo import DIAGNOSIS_SLO, SLO, capacity_at_slo
 from exporter.capacity.fingerprint import Fingerprint
 from exporter.jsonsafe import JSONLimitError, loads_bounded
 from exporter.values import shown as shown_value
@@ -214,7 +214,7 @@ def parse_profile(where: str, file: ProfileFile, slo: SLO | None = None) -> Prof
         if isinstance(doc.get("baseline"), dict) and "trials" in doc:
             return _from_tune(where, doc, file.mtime)
         if isinstance(doc.get("steps"), list):
-            return _from_ramp(where, doc, slo or SLO(2.0, 0.2), file.mtime)
+            return _from_ramp(where, doc, slo or DIAGNOSIS_SLO, file.mtime)
     except ProfileError:
         raise
     except ValueError as err:  # a garbled fingerprint

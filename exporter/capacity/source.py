@@ -29,7 +29,13 @@ labelled ``engine`` (its name, as the diagnosis series are):
   workload drifted beyond ``DRIFT_TOLERANCE``; absent while unknown (a profile
   from before fingerprints, an engine not read yet);
 * ``llm_capacity_workload_drift_ratio{dimension}``: live mean over the profile's,
-  where both are known.
+  where both are known;
+* ``llm_parallel_scaling_efficiency_ratio``: the live output tokens/s per GPU (the
+  engine's generation-token rate over the window, divided by the GPUs of the layout it
+  publishes now) over the profile's per-GPU output tokens/s at SLO, where the profile
+  measured a smaller layout (fewer GPUs) of the same model, both GPU counts from the same
+  place (exporter/capacity/layout.py); absent without a profile fingerprint, with the same
+  GPU count or fewer, counts that do not compare, or before a rate.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from exporter.capacity import fingerprint as fpr
+from exporter.capacity.layout import Scaled, comparable, layout_of_fingerprint
 from exporter.capacity.live import WINDOW_SECONDS, LiveLoad, LiveWindow
 from exporter.capacity.profile import Profile
 from exporter.capacity.watch import ProfileWatcher
@@ -60,6 +67,7 @@ AGE = "llm_capacity_profile_age_seconds"
 STALE = "llm_capacity_profile_stale"
 DRIFT = "llm_capacity_workload_drift_ratio"
 OFFERED = "llm_capacity_offered_requests_per_second"
+SCALING = "llm_parallel_scaling_efficiency_ratio"
 #: a live mean prompt or output length this far from the profile's (above 1 + it, below 1 / (1 + it))
 #: makes the profile stale: the capacity at SLO scales about inversely with the tokens a request
 #: costs, so past half as much again the measured knee is off by a third or more, more than the
@@ -100,6 +108,22 @@ def drift(profile: Profile, live: LiveLoad) -> dict[str, float]:
         if measured and now is not None and (value := ratio(now, measured)) is not None:
             out[dim] = value
     return out
+
+
+def scaling_efficiency(profile: Profile, live: LiveLoad, now: fpr.Fingerprint | None) -> float | None:
+    """The live output tokens/s per GPU over the profile's per GPU at SLO, where the engine runs a larger
+    layout of the same model than the profile measured (``comparable`` in exporter/capacity/layout.py:
+    more GPUs, both counts from the same place); None otherwise: no efficiency to tell."""
+    measured = profile.fingerprint
+    if measured is None or now is None or live.output_tokens_per_second is None or profile.tokens_per_second <= 0:
+        return None
+    smaller = Scaled(
+        layout_of_fingerprint(measured), profile.tokens_per_second, profile.requests_per_second, None, measured.model
+    )
+    running = Scaled(layout_of_fingerprint(now), live.output_tokens_per_second, 0.0, None, now.model)
+    if not comparable(running, smaller) or running.layout.gpus < smaller.layout.gpus:
+        return None
+    return ratio(running.tokens_per_gpu, smaller.tokens_per_gpu)
 
 
 @dataclass
@@ -157,6 +181,9 @@ class CapacityProfileStep:
         if stale is not None:
             out.append(Sample(STALE, labels, stale))
         out += [Sample(DRIFT, {**labels, "dimension": dim}, ratio) for dim, ratio in drifts.items()]
+        scaling = scaling_efficiency(p, live, now)
+        if scaling is not None:
+            out.append(Sample(SCALING, labels, scaling))
         return out
 
     def _stale(self, e: _Engine, p: Profile, now: fpr.Fingerprint | None, drifted: list[str]) -> float | None:
@@ -192,5 +219,6 @@ __all__ = [
     "drift",
     "drifted",
     "recommended_max_concurrency",
+    "scaling_efficiency",
     "used_ratio",
 ]

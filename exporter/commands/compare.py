@@ -2,6 +2,9 @@
 
 A side is a ramp report (report.json or its directory) or a tune record with a
 stage: ``tune.json`` (the baseline), ``tune.json#best``, ``tune.json#trial-N``.
+Where the two layouts differ (TP x PP x DP, the GPUs) it also prints them, each side's output
+tokens/s and requests/s per GPU and tokens/s per user at the SLO, and the larger's scaling
+efficiency against the smaller (exporter/capacity/layout.py).
 Exit status: 0 the diff was printed, 2 a record that cannot be read or a bad SLO.
 A tool command only by company: it imports nothing outside exporter/tune/ but the SLO flags'
 parser it shares with ``tune`` (exporter/commands/tune.py, the one duration grammar of exporter/values.py).
@@ -26,11 +29,11 @@ def run(args: argparse.Namespace) -> int:
     from exporter import jsonsafe
     from exporter.commands.tune import slo_seconds
     from exporter.tune.capacity import SLO
-    from exporter.tune.compare import CompareError, diff, load_side, render
+    from exporter.tune.compare import CompareError, diff, load_stage, render
 
     try:
-        a, slo_a, label_a = load_side(args.a)
-        b, slo_b, label_b = load_side(args.b)
+        a, slo_a, label_a, fingerprint_a = load_stage(args.a)
+        b, slo_b, label_b, fingerprint_b = load_stage(args.b)
     except CompareError as err:
         raise UsageError(str(err)) from None
     slo = slo_a or slo_b or SLO()
@@ -38,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         slo = SLO(slo_seconds(args.slo_ttft or None, "--slo-ttft"), slo_seconds(args.slo_itl or None, "--slo-itl"))
     if not a or not b:
         raise UsageError(f"{args.a if not a else args.b}: that stage holds no completed run")
-    d = diff(a, b, slo)
+    d = diff(a, b, slo, fingerprint_a, fingerprint_b)
     if args.json:
         print(jsonsafe.dumps({"a_label": label_a, "b_label": label_b, **d}, indent=2))
     else:

@@ -61,6 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar = {"int": "N", "float": "X", "bool": "BOOL"}.get(kind, "TEXT")
         knobs.add_argument(
             "--" + f.name.replace("_", "-"),
+            *f.metadata.get("aliases", ()),  # vLLM's short spellings (-tp, -pp, -dp)
             dest=f"knob_{f.name}",
             type=conv,
             default=None,
@@ -116,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
             return 1
         cfg = simulator.engine.config
         print(
-            f"{READY_PREFIX}{server.base_url} (scenario={args.scenario} dialect={args.dialect} gpus={cfg.gpus} "
+            f"{READY_PREFIX}{server.base_url} (scenario={args.scenario} dialect={args.dialect} gpus={cfg.total_gpus} "
             f"time_scale={cfg.time_scale:g} pid={os.getpid()})",
             flush=True,
         )

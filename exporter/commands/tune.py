@@ -55,7 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("--slo-ttft", metavar="D", help="TTFT p95 target, e.g. 500ms or 0.5s (at least one of --slo-ttft/--slo-itl)")
     add("--slo-itl", metavar="D", help="inter-token latency p95 target, e.g. 50ms")
-    add("--out", type=Path, default=Path("tune-report"), help="directory for tune.json, report.md/html, capacity.png")
+    add(
+        "--out", type=Path, default=Path("tune-report"), help="directory for tune.json, report.md/html, capacity.png, scaling.png"
+    )
     add("--trials", type=_positive(int), default=8, help="most candidates to measure (default 8)")
     add("--repeats", type=_positive(int), default=2, help="measurements per configuration (default 2)")
     add("--budget", metavar="DURATION", help="wall-clock budget, e.g. 30m, 1h, 900s")
@@ -67,6 +69,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="apply mode: a command template applying a candidate ({args}, {changes}, {env}; docs/tune.md)",
     )
     add("--keep-best", action="store_true", help="leave the recommended configuration running (default: the baseline)")
+    add(
+        "--gpus",
+        type=_positive(int),
+        default=None,
+        metavar="N",
+        help="the most GPUs a candidate may occupy, TP x PP x DP (default: the baseline's; docs/tune.md)",
+    )
+    add(
+        "--quantized-model",
+        metavar="PATH",
+        default=None,
+        help="a quantised build of the served model: compute- and bandwidth-bound moves may serve it (docs/tune.md)",
+    )
     add("--demo", action="store_true", help="a whole tuning run on the simulator (kv_pressure) in a few minutes")
     add("--concurrency", type=_concurrency_list, default=[1, 2, 4, 8, 16], help="ramp steps (default 1,2,4,8,16)")
     add("--step-seconds", type=seconds_type(), default=20.0, help="length of each ramp step (default 20)")
@@ -150,6 +165,16 @@ def settings_from(args: argparse.Namespace) -> tuple[Any, Any]:
     if not 0.0 <= args.shared_prefix_ratio <= 1.0:
         raise UsageError("--shared-prefix-ratio: expected a value from 0 to 1")
     prefix = args.prompt_tokens // 2 if args.shared_prefix_tokens is None else args.shared_prefix_tokens
+    gpus = getattr(args, "gpus", None)
+    if gpus is not None:
+        from exporter.tune.layout import gpus_of
+
+        using = gpus_of(cmd)
+        if using is not None and gpus < using:
+            raise UsageError(f"--gpus {gpus}: the baseline already occupies {using} GPUs (TP x PP x DP)")
+    quantized = getattr(args, "quantized_model", None)
+    if quantized is not None and not quantized.strip():
+        raise UsageError("--quantized-model: expected the path or name of the quantised build")
     settings = TuneSettings(
         slo=slo,
         out=args.out,
@@ -169,6 +194,8 @@ def settings_from(args: argparse.Namespace) -> tuple[Any, Any]:
         request_timeout_s=args.request_timeout,
         sample_interval_s=args.sample_interval,
         warmup_s=args.warmup_seconds,
+        gpus=gpus,
+        quantized_model=quantized,
     )
     return settings, cmd
 
@@ -237,4 +264,6 @@ def _summary(console: Any, doc: dict[str, Any], out: Path) -> None:
     if left and left.get("pid"):
         text += f"  Left running (pid {left['pid']}): {command_line(left['argv'])}"
     console.print(text, highlight=False, markup=False)
-    console.print(f"tune record and report in {out}/ (tune.json, report.md, report.html, capacity.png)", highlight=False)
+    console.print(
+        f"tune record and report in {out}/ (tune.json, report.md, report.html, capacity.png, scaling.png)", highlight=False
+    )

@@ -68,6 +68,10 @@ EXPLAINS: dict[str, frozenset[str]] = {
     "queue_backlog": frozenset({QUEUE, SATURATED, TTFT}),
     # parallel: every step waits for the slowest GPU, so the group serves less than it could
     "gpu_imbalance": _ALL_LOAD,
+    # every step, prefill and decode, all-reduces twice per layer: a link at its capacity stretches each
+    # decode step (ITL) and caps the steps per second (saturation, and the queue behind it); a prefill
+    # all-reduces tokens x hidden per layer, more than a decode step, so the first token waits too (TTFT)
+    "communication_bound": _ALL_LOAD,
     # speculative decoding: rejected drafts cost decode time, and the wasted work lowers throughput;
     # the drafts are verified in the same steps as prefill, so under load they take compute prefill
     # needs too (TTFT): a GPU kept busy by thrown-away tokens is not the limit, the drafts are
@@ -99,6 +103,8 @@ CAUSAL_ORDER: tuple[str, ...] = (
     # the GPU idle is that thread), before any cause inside the engine, whose TTFT is fine then
     "front_end_overhead",
     "pcie_transfer_bound",
+    # the SMs wait on the group's links, as on a host copy: outside the math, before the KV cache it fills
+    "communication_bound",
     # graphs off or too small name why the kernels are launch-bound: before the generic launch cause
     "cuda_graphs_not_covering_batches",
     "launch_bound_small_kernels",

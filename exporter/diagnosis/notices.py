@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from exporter.diagnosis import signals as sig
 from exporter.diagnosis.backends import long_context_notices
+from exporter.diagnosis.communication import pipeline_notice
 from exporter.diagnosis.thresholds import Thresholds
 from exporter.store import Snapshot
 
@@ -29,6 +30,7 @@ _SM_CAUSES = frozenset(
         "launch_bound_small_kernels",
         "tensor_cores_unused",
         "gpu_imbalance",
+        "communication_bound",
         "batching_window_too_large",
     }
 )
@@ -126,6 +128,7 @@ def notices_for(
     if seen and sig.BUSIEST_THREAD not in v:
         out.append("no process sampler (--engine-process or --engine-pid): the serial host ceiling cannot be judged")
     out += _sm_notice(v, t) + _preemption_notice(v, t) + long_context_notices(v, snap, t)
+    out += pipeline_notice(v)  # pipeline stages run, and nothing tells their bubbles (exporter/diagnosis/communication.py)
     if sig.SLEEPING in v and v[sig.SLEEPING] >= 1:
         out.append("the engine is asleep (sleep mode): it serves nothing by design")
     unknown = [layer for layer, status in statuses.items() if status == "unknown"]
@@ -145,8 +148,8 @@ def _sm_notice(v: View, t: Thresholds) -> list[str]:
     else:
         host = f'the serial host ceiling could not be judged (SM activity missing; "GPU util" {100 * util:.0f} % cannot tell)'
     return [
-        f"SM activity missing (NVML only): {host}; compute-bound, launch-bound, tensor-core, PCIe, batching-window "
-        "and imbalance causes cannot be judged. Enable DCGM profiling (--gpu-source dcgm) or NVML GPM (Hopper and newer)"
+        f"SM activity missing (NVML only): {host}; compute-bound, launch-bound, tensor-core, PCIe, batching-window, "
+        "imbalance and communication causes cannot be judged. Enable DCGM profiling (--gpu-source dcgm) or NVML GPM (Hopper and newer)"
     ]
 
 

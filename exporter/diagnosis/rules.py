@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 
 from exporter.diagnosis import capacity_profile as cp
 from exporter.diagnosis import causality
+from exporter.diagnosis import communication as cm
 from exporter.diagnosis import draft_cost as dc
 from exporter.diagnosis import kv_tiers as kt
 from exporter.diagnosis import prefix_cache as pc
@@ -557,6 +558,38 @@ def _describe_imbalance(v: View, t: Thresholds) -> str:
     return f"one GPU's SMs ×{v[s.GROUP_SKEW]:.2f} the group mean"
 
 
+def _gb(x: float) -> str:
+    return f"{x / 1e9:.0f}" if x >= 10e9 else f"{x / 1e9:.1f}"
+
+
+def _describe_communication(v: View, t: Thresholds) -> str:
+    """ "TP 4 over PCIe Gen5 x16: 49 GB/s of 63 GB/s per GPU while SM active 31 %", the profile's
+    share added where it is what holds."""
+    parts = [cm.layout(v)]
+    if cm.ON_NVLINK in v:
+        if v[cm.ON_NVLINK] == 1.0:
+            link = f"NVLink ({v[cm.NVLINK_LINKS]:.0f} links)" if cm.NVLINK_LINKS in v else "NVLink"
+        elif cm.PCIE_GEN in v and cm.PCIE_WIDTH in v:
+            link = f"PCIe Gen{v[cm.PCIE_GEN]:.0f} x{v[cm.PCIE_WIDTH]:.0f}"
+        else:
+            link = "PCIe"
+        parts.append(f" over {link}")
+    text = "".join(parts)
+    if cm.TRAFFIC in v and cm.CAPACITY in v:
+        text += f": {_gb(v[cm.TRAFFIC])} GB/s of {_gb(v[cm.CAPACITY])} GB/s per GPU"
+    if cm.by_profile(v, t):
+        text += f"{';' if ':' in text else ':'} collectives {pct(v[cm.COMM_SHARE])} of the last profile's GPU time"
+    return f"{text} while SM active {pct(v[s.GROUP_SM_MEAN])}"
+
+
+def _communication_severity(v: View, t: Thresholds) -> float:
+    """Deeper the fuller the link (or the larger the collectives' share) and the idler the SMs."""
+    link = ramp(v.get(cm.USE, 0.0), t.communication_link_use, 1.0) if cm.by_link(v, t) else 0.0
+    share = ramp(v.get(cm.COMM_SHARE, 0.0), t.communication_time_share, min(1.0, 2 * t.communication_time_share))
+    wait = ramp(t.communication_sm_active_max - v[s.GROUP_SM_MEAN], 0.0, t.communication_sm_active_max)
+    return (max(link, share if cm.by_profile(v, t) else 0.0) + wait) / 2
+
+
 def _describe_spec(v: View, t: Thresholds) -> str:
     cost = dc.draft_cost(v, t.spec_draft_token_cost)
     if cost is None:  # neither the draft tokens per step nor the setting: acceptance alone
@@ -829,8 +862,12 @@ RULES: tuple[Rule, ...] = (
         "pcie_transfer_bound",
         "gpu",
         requires=(s.UTIL, s.SM, s.PCIE),
+        # PCIe traffic with a parallel group's collective shape is communication_bound's, not copies
         condition=lambda v, t: (
-            v[s.UTIL] >= t.busy_utilization and v[s.PCIE] >= t.pcie_busy_bytes_per_second and v[s.UTIL] - v[s.SM] >= t.util_sm_gap
+            v[s.UTIL] >= t.busy_utilization
+            and v[s.PCIE] >= t.pcie_busy_bytes_per_second
+            and v[s.UTIL] - v[s.SM] >= t.util_sm_gap
+            and not cm.collective_pcie(v, t)
         ),
         severity=lambda v, t: (
             (
@@ -1142,6 +1179,24 @@ RULES: tuple[Rule, ...] = (
         "tensor/pipeline-parallel step waits for it. Check uneven pipeline stages, MoE expert load skew (hot "
         "experts), data-parallel routing, or another process sharing that GPU.",
         describe=_describe_imbalance,
+    ),
+    Rule(
+        "parallel",
+        "communication_bound",
+        "group",
+        requires=(s.GROUP_GPUS, s.GROUP_SM_MEAN),
+        requires_any=(cm.USE, cm.COMM_SHARE),
+        condition=cm.communication_bound,
+        severity=_communication_severity,
+        evidence=cm.EVIDENCE,
+        advice="The GPUs of the group wait on each other: their collectives (the all-reduces of tensor "
+        "parallelism) run near the link's capacity, or take much of each step, while the SMs idle. Use fewer "
+        "tensor-parallel ranks and more data-parallel replicas where the model fits (TP 2 x DP 2 instead of "
+        "TP 4), pipeline parallelism across GPUs without NVLink, or a faster interconnect (NVLink, GPUs on "
+        "one PCIe switch with peer-to-peer on). Check NCCL: NCCL_DEBUG=INFO shows the transport (P2P, SHM "
+        "or NET) and NCCL_P2P_DISABLE must not be set; a PCIe link trained below its maximum generation "
+        "or width (llm_gpu_pcie_link_generation / _width against their max) carries less (x8 of x16: half).",
+        describe=_describe_communication,
     ),
     # ------------------------------------------------------------------ speculative decoding
     Rule(

@@ -295,7 +295,7 @@ class Partition:
 
 
 #: families labelled ``engine`` (the engine's name) rather than ``server``: they belong to that engine's scope
-ENGINE_KEYED_PREFIXES: tuple[str, ...] = ("llm_capacity_",)
+ENGINE_KEYED_PREFIXES: tuple[str, ...] = ("llm_capacity_", "llm_operator_")
 
 
 def partition(snap: Snapshot) -> Partition:
@@ -305,7 +305,7 @@ def partition(snap: Snapshot) -> Partition:
     for p in snap.points:
         server = p.labels.get("server")
         if server is None and p.name.startswith(ENGINE_KEYED_PREFIXES):
-            server = p.labels.get("engine")  # published per engine under its name (exporter/capacity)
+            server = p.labels.get("engine")  # published per engine under its name (exporter/capacity, exporter/profile)
         if server is not None:
             by_server.setdefault(server, []).append(p)
             continue

@@ -24,7 +24,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from exporter.diagnosis import draft_cost, kv_tiers
+from exporter.diagnosis import communication, draft_cost, kv_tiers
 from exporter.diagnosis.capacity_profile import capacity_signals
 from exporter.diagnosis.finite import mean, ratio
 from exporter.diagnosis.prefix_cache import prefix_signals
@@ -233,6 +233,7 @@ def reads(name: str) -> bool:
         or name.startswith(_READ_PREFIXES)
         or name in kv_tiers.READS  # KV moved to and from host memory (exporter/diagnosis/kv_tiers.py)
         or name in draft_cost.READS  # what the speculative draft costs (exporter/diagnosis/draft_cost.py)
+        or name in communication.READS  # the profile's collective share (exporter/diagnosis/communication.py)
     )
 
 
@@ -265,6 +266,8 @@ def compute(window: Window, groups: Mapping[str, list[str]] | None = None, recen
     sig.scopes["gpu"] = gpu_signals(snap)
     sig.scopes["group"] = group_signals(snap, sig.scopes["gpu"], groups or {})
     sig.scopes["service"] = {"": service_signals(window, sig.scopes["gpu"], recent_seconds)}
+    # each group's link against its capacity, and the shape of its PCIe traffic (communication_bound)
+    communication.link_signals(snap, sig.scopes, groups or resolve_groups(None, snap))
     sig.non_finite = _drop_non_finite(sig.scopes)
     return sig
 

@@ -172,6 +172,26 @@ class Thresholds:
     imbalance_skew: float = 1.3
     #: ... when the group's mean SM active is at least this (idle groups are not judged)
     imbalance_min_sm_active: float = 0.1
+    #: communication_bound (exporter/diagnosis/communication.py): a group's link carries at least this
+    #: share of its per-direction capacity in the busier direction, averaged over time. A transfer runs
+    #: at 0.85-0.95 of the capacity (after line encoding, the counters count packet headers: the
+    #: recorded H200 host-to-device copy moved 58 GB/s of Gen5 x16's 63.0, 0.92) and a tensor-parallel
+    #: all-reduce is not overlapped with the math it waits on, so the average is about the share of
+    #: each step the collectives take: at 0.4 they hold the step about half the time while the SMs
+    #: wait. A TP 4 8B group over PCIe Gen5 x16 reads 0.43-0.6 in the simulator (exporter/simulator/
+    #: roofline.py: 46-64 % of its time in all-reduces), over NVLink 4 below 0.1 ...
+    communication_link_use: float = 0.4
+    #: ... or the engine's last profile spent at least this share of its GPU kernel time in
+    #: collectives: a TP 4 decode of an 8B model all-reduces ~49 MiB per step, ~0.1 ms over NVLink 4
+    #: beside ~0.8 ms of weight reads (~11 %), ~0.9 ms over PCIe Gen5 x16 (~50 %); 0.3 lies between
+    communication_time_share: float = 0.3
+    #: ... while the group's mean SM active is below this: the SMs wait through at least half of each
+    #: step (a decode's math keeps SM active near 0.9; NCCL's kernels hold a few SMs, 16-32 channels)
+    communication_sm_active_max: float = 0.5
+    #: PCIe traffic is a group's collectives only when every GPU's transmit and receive are within this
+    #: ratio of each other and of the other GPUs' (a ring all-reduce: equal both ways, on every rank);
+    #: host<->device copies run one way (pcie_transfer_bound): the two causes are told apart by it
+    communication_balance_min: float = 0.7
 
     # --- speculative decoding --------------------------------------------------------
     spec_acceptance_min: float = 0.5
@@ -245,6 +265,10 @@ class Thresholds:
             "kv_usage_low",
             "sm_idle",
             "imbalance_min_sm_active",
+            "communication_link_use",
+            "communication_time_share",
+            "communication_sm_active_max",
+            "communication_balance_min",
             "spec_acceptance_min",
             "spec_draft_token_cost",
             "failure_share",

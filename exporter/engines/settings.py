@@ -67,6 +67,10 @@ NUMBER_SETTINGS: dict[str, str] = {
     "pays the draft for (vLLM --speculative-config / -sc num_speculative_tokens or --spec-tokens, SGLang "
     "--speculative-num-steps or its sglang:spec_num_steps gauge, TGI --speculate, llama.cpp --spec-draft-n-max or "
     "the older --draft-max / --draft / --draft-n: an upper bound)",
+    "pipeline_parallel_size": "pipeline stages the model's layers are split over, one GPU group each (vLLM -pp / "
+    "--pipeline-parallel-size, SGLang --pp-size, trtllm-serve --pp_size)",
+    "data_parallel_size": "replicas of the whole model inside one engine, each on its own GPUs (vLLM -dp / "
+    "--data-parallel-size, SGLang --dp-size / --dp)",
 }
 #: Text settings: name -> what it means (labels of ``llm_engine_config_info``).
 TEXT_SETTINGS: dict[str, str] = {
@@ -146,6 +150,8 @@ FLAGS: dict[str, tuple[Flag, ...]] = {
         _f("--gpu-memory-utilization", "gpu_memory_utilization"),
         _f("--block-size", "block_size"),
         _f("--tensor-parallel-size -tp", "tensor_parallel_size"),
+        _f("--pipeline-parallel-size -pp", "pipeline_parallel_size"),
+        _f("--data-parallel-size -dp", "data_parallel_size"),
         _f("--max-cudagraph-capture-size", "cuda_graph_max_batch_size"),
         _f("--cudagraph-capture-sizes", "cuda_graph_max_batch_size", "list_max"),
         _f("--enforce-eager", "enforce_eager", "set", "true"),
@@ -167,7 +173,9 @@ FLAGS: dict[str, tuple[Flag, ...]] = {
         _f("--context-length", "max_model_len"),
         _f("--mem-fraction-static", "gpu_memory_utilization"),
         _f("--page-size", "block_size"),
-        _f("--tp-size --tp", "tensor_parallel_size"),
+        _f("--tp-size --tp --tensor-parallel-size", "tensor_parallel_size"),
+        _f("--pp-size --pipeline-parallel-size", "pipeline_parallel_size"),
+        _f("--dp-size --dp --data-parallel-size", "data_parallel_size"),
         _f("--cuda-graph-max-bs", "cuda_graph_max_batch_size"),
         _f("--disable-cuda-graph", "enforce_eager", "set", "true"),
         _f("--enable-torch-compile", "compile_level", "set", "1"),
@@ -191,6 +199,7 @@ FLAGS: dict[str, tuple[Flag, ...]] = {
         _f("--max_num_tokens", "max_num_batched_tokens"),
         _f("--max_seq_len", "max_model_len"),
         _f("--tp_size", "tensor_parallel_size"),
+        _f("--pp_size", "pipeline_parallel_size"),
         _f("--kv_cache_free_gpu_memory_fraction", "gpu_memory_utilization"),
     ),
     "llamacpp": (
@@ -491,6 +500,8 @@ INFO_ROUTES: dict[str, tuple[str, Mapping[str, tuple[str, Kind]]]] = {
             "mem_fraction_static": ("gpu_memory_utilization", "number"),
             "page_size": ("block_size", "number"),
             "tp_size": ("tensor_parallel_size", "number"),
+            "pp_size": ("pipeline_parallel_size", "number"),
+            "dp_size": ("data_parallel_size", "number"),
             "cuda_graph_max_bs": ("cuda_graph_max_batch_size", "number"),
             "disable_cuda_graph": ("enforce_eager", "set"),
             "attention_backend": ("attention_backend", "text"),

@@ -64,6 +64,12 @@ DCGM_FIELDS: dict[int, tuple[str, float]] = {
     1011: ("nvlink_tx_mib_s", 1.0 / MIB),
     1012: ("nvlink_rx_mib_s", 1.0 / MIB),
     156: ("energy_mj", 1.0),
+    # the PCIe link (DCGM_FI_DEV_PCIE_LINK_GEN / _WIDTH, _MAX_LINK_GEN / _WIDTH); DCGM has no NVLink
+    # state field (dcgmGetNvLinkLinkStatus is an API call): the NVLink capacity stays absent here
+    237: ("pcie_link_gen", 1.0),
+    238: ("pcie_link_width", 1.0),
+    235: ("pcie_link_gen_max", 1.0),
+    236: ("pcie_link_width_max", 1.0),
 }
 THROTTLE_FIELD = 112  # clocks-event reasons bitmask, same bits as NVML
 NAME_FIELD = 50

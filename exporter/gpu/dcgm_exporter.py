@@ -112,6 +112,11 @@ FIELDS: dict[str, tuple[str, float]] = {
     "DCGM_FI_PROF_NVLINK_RX_BYTES": ("nvlink_rx_mib_s", 1.0 / MIB),
     # mJ since the driver loaded
     "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": ("energy_mj", 1.0),
+    # the PCIe link (not in dcgm-exporter's default CSV; the capacity is absent without them)
+    "DCGM_FI_DEV_PCIE_LINK_GEN": ("pcie_link_gen", 1.0),
+    "DCGM_FI_DEV_PCIE_LINK_WIDTH": ("pcie_link_width", 1.0),
+    "DCGM_FI_DEV_PCIE_MAX_LINK_GEN": ("pcie_link_gen_max", 1.0),
+    "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH": ("pcie_link_width_max", 1.0),
 }
 THROTTLE_FIELDS: tuple[str, ...] = ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS")
 FB_FREE, FB_RESERVED = "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED"

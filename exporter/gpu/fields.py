@@ -2,7 +2,8 @@
 
 A reading is a flat mapping whose keys are the column names of the replay CSV
 (see ``exporter/gpu/replay.py`` and docs/gpu-sources.md), in the units NVML
-speaks: percent, MiB, MHz, W, mJ and a clocks-event bitmask. Every GPU source
+speaks: percent, MiB, MHz, W, mJ, a clocks-event bitmask, and the links' PCIe
+generation and lane count and active NVLink count and generation. Every GPU source
 (replay, sim, nvml, dcgm) builds one reading per GPU and hands it to
 :func:`reading_points`.
 
@@ -68,8 +69,60 @@ COLUMNS: tuple[Column, ...] = (
     Column("nvlink_rx_mib_s", "llm_gpu_nvlink_receive_bytes_per_second", multiply=MIB),
     Column("temp_c", "llm_gpu_temperature_celsius"),
     Column("energy_mj", "llm_gpu_energy_joules_total", divide=1000.0),
+    # the links themselves (pcie_capacity / nvlink_capacity below turn them into per-direction capacities)
+    Column("pcie_link_gen", "llm_gpu_pcie_link_generation"),
+    Column("pcie_link_width", "llm_gpu_pcie_link_width"),
+    Column("pcie_link_gen_max", "llm_gpu_pcie_link_max_generation"),
+    Column("pcie_link_width_max", "llm_gpu_pcie_link_max_width"),
+    Column("nvlink_links", "llm_gpu_nvlink_links_active"),
+    Column("nvlink_version", "llm_gpu_nvlink_version"),
 )
 NUMERIC_KEYS: frozenset[str] = frozenset(c.key for c in COLUMNS)
+
+GB = 1e9
+#: PCIe data rate per lane and direction after line encoding, bytes/s, by generation: the transfer
+#: rate (GT/s) x the encoding's payload share / 8 bits. Gen1/2: 2.5 / 5 GT/s with 8b/10b (0.25, 0.5
+#: GB/s); Gen3/4/5: 8 / 16 / 32 GT/s with 128b/130b (0.985, 1.969, 3.938 GB/s); Gen6: 64 GT/s in
+#: 256-byte FLITs of which 242 carry TLP and DLLP bytes, the rest CRC and FEC (7.563 GB/s). Packet headers are not taken
+#: out: the PCIe counters (DCGM 1009/1010, GPM) count header and payload too, so a saturated link
+#: reads close to this (the recorded H200 host-to-device copy: 58 GB/s of Gen5 x16's 63.0).
+PCIE_LANE_BYTES_PER_SECOND: dict[int, float] = {
+    1: 2.5 * GB * 8 / 10 / 8,
+    2: 5.0 * GB * 8 / 10 / 8,
+    3: 8.0 * GB * 128 / 130 / 8,
+    4: 16.0 * GB * 128 / 130 / 8,
+    5: 32.0 * GB * 128 / 130 / 8,
+    6: 64.0 * GB * 242 / 256 / 8,
+}
+#: NVLink data rate per link and direction, bytes/s, by NVLink generation: NVLink 1 (P100) 20 GB/s;
+#: NVLink 2 (V100, Turing), 3 (A100) and 4 (H100, H200) 25 GB/s (NVLink 3 doubled the lane rate and
+#: halved the lanes per link; NVLink 4 keeps 25 GB/s per link and adds links: 18 x 25 = 450 GB/s per
+#: direction, NVIDIA's "900 GB/s" counts both); NVLink 5 (B200, GB200) 50 GB/s (18 x 50 = 900 per
+#: direction). Not in the table (NVLink 6 and later): the capacity is absent, never guessed. GA102
+#: boards (RTX 3090, A40, A6000) run NVLink 3 at 14.06 GB/s per link: their capacity reads high.
+NVLINK_LINK_BYTES_PER_SECOND: dict[int, float] = {1: 20 * GB, 2: 25 * GB, 3: 25 * GB, 4: 25 * GB, 5: 50 * GB}
+PCIE_CAPACITY = "llm_gpu_pcie_link_bandwidth_bytes_per_second"
+NVLINK_CAPACITY = "llm_gpu_nvlink_bandwidth_bytes_per_second"
+
+
+def pcie_capacity(generation: float | None, width: float | None) -> float | None:
+    """Per-direction capacity (bytes/s) of a PCIe link of ``generation`` and ``width`` lanes; None when
+    either is unknown, the generation is not in the table, or the width is not a lane count."""
+    if generation is None or width is None or not float(generation).is_integer() or width <= 0:
+        return None
+    lane = PCIE_LANE_BYTES_PER_SECOND.get(int(generation))
+    return None if lane is None else lane * width
+
+
+def nvlink_capacity(links: float | None, generation: float | None) -> float | None:
+    """Per-direction capacity (bytes/s) of ``links`` active NVLinks of ``generation``; None without an
+    active link (no NVLink carries anything) or for a generation not in the table."""
+    if links is None or generation is None or links <= 0 or not float(generation).is_integer():
+        return None
+    per_link = NVLINK_LINK_BYTES_PER_SECOND.get(int(generation))
+    return None if per_link is None else per_link * links
+
+
 #: profiling reading key -> the metric it feeds (the ``metric`` label of llm_gpu_profiling_metric_available)
 PROFILING_METRICS: dict[str, str] = {c.key: c.metric for c in COLUMNS if c.key in PROFILING_KEYS}
 
@@ -207,7 +260,18 @@ def reading_points(
         v = values.get(col.key)
         if v is not None:
             points.append(Sample(col.metric, labels, to_base_unit(float(v), col)))
+    for metric, capacity in (
+        (PCIE_CAPACITY, pcie_capacity(_num(values, "pcie_link_gen"), _num(values, "pcie_link_width"))),
+        (NVLINK_CAPACITY, nvlink_capacity(_num(values, "nvlink_links"), _num(values, "nvlink_version"))),
+    ):
+        if capacity is not None:
+            points.append(Sample(metric, labels, capacity))
     mask = values.get(THROTTLE_KEY)
     if isinstance(mask, int):
         points.extend(throttle_points(mask, labels))
     return points
+
+
+def _num(values: Mapping[str, float | int | str], key: str) -> float | None:
+    v = values.get(key)
+    return float(v) if isinstance(v, (int, float)) else None

@@ -5,9 +5,13 @@ GPM gives the SM / tensor / DRAM activity that NVML's "GPU util" hides
 (proven on an H200 with no DCGM installed, exporter/data/traces/README.md).
 
 Per sample and GPU: utilization rates, memory info, power and enforced limit,
-SM and memory clocks, clocks-event reasons, temperature (each 2-10 us), GPM
-metrics over the previous sample (~75 us). Maximum SM clock, name and UUID are
-read once. Total energy costs 3-16 ms, so it is read every
+SM and memory clocks, clocks-event reasons, temperature, the PCIe link's current
+generation and width (each 2-10 us), GPM metrics over the previous sample
+(~75 us). Maximum SM clock, the PCIe link's maximum generation and width, the
+architecture, name and UUID are read once. Which NVLinks are up (one call per
+link) is read every ``link_interval`` seconds (30 by default): link state only
+changes on a fault or a reset. The current PCIe generation is read every sample
+because an idle GPU trains its link down to save power and back up under load. Total energy costs 3-16 ms, so it is read every
 ``energy_interval`` seconds (30 by default) and the last value is repeated in
 between; it is never read on the scrape path (a scrape never calls a source).
 
@@ -39,11 +43,21 @@ from exporter.samples import Point, Sample, SampleResult, SourceError
 log = logging.getLogger(__name__)
 
 ENERGY_INTERVAL_S = 30.0
+LINK_INTERVAL_S = 30.0
 LOST_RETRY_S = 5.0
 
 #: (function name, positional args after the handle, keyword args); a read
 #: tries its candidates in order and keeps the first one the driver has.
 Candidate = tuple[str, tuple[Any, ...], dict[str, Any]]
+
+
+#: NVML's ``nvmlNvlinkVersion_t`` (nvml.h: 1 = 1.0, 2 = 2.0, 3 = 2.2, 4 = 3.0, 5 = 3.1, 6 = 4.0,
+#: 7 = 5.0, 8 = 6.0) -> NVLink generation. An A100 answers 5 (3.1), not 3 (hwloc issue 658).
+NVLINK_VERSION_GENERATION: dict[int, int] = {1: 1, 2: 2, 3: 2, 4: 3, 5: 3, 6: 4, 7: 5, 8: 6}
+#: GPU architecture (``nvmlDeviceGetArchitecture``: Pascal 4, Volta 5, Turing 6, Ampere 7, Hopper 9,
+#: Blackwell 10) -> the NVLink generation it carries. It decides where known: drivers have answered
+#: 5.0 for an H100's links, which would double its capacity.
+ARCH_NVLINK_GENERATION: dict[int, int] = {4: 1, 5: 2, 6: 2, 7: 3, 9: 4, 10: 5}
 
 
 def _error_classes(nvml: Any, *names: str) -> tuple[type[BaseException], ...]:
@@ -64,6 +78,13 @@ class _Device:
     uuid: str = ""
     name: str = ""
     sm_clock_max_mhz: float | None = None
+    pcie_gen_max: float | None = None
+    pcie_width_max: float | None = None
+    #: nvmlDeviceGetArchitecture (None: unknown)
+    arch: int | None = None
+    nvlink_links: int | None = None
+    nvlink_version: int | None = None
+    link_due: float = 0.0
     gpm: GpmPair | None = None
     lost: bool = False
     retry_at: float = 0.0
@@ -77,6 +98,13 @@ class _Device:
 
 def _text(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _number(value: Any) -> float | None:
+    """An NVML count or generation; None when absent (the NVML_VALUE_NOT_AVAILABLE sentinels included)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or value >= 0xFFFFFFFF:
+        return None
+    return float(value)
 
 
 class NvmlSource:
@@ -93,10 +121,12 @@ class NvmlSource:
         energy_interval: float = ENERGY_INTERVAL_S,
         lost_retry: float = LOST_RETRY_S,
         clock: Callable[[], float] = time.monotonic,
+        link_interval: float = LINK_INTERVAL_S,
     ) -> None:
         self.interval = interval
         self.timeout = timeout
         self.energy_interval = energy_interval
+        self.link_interval = link_interval
         self.lost_retry = lost_retry
         self._clock = clock
         self._nvml = nvml
@@ -154,6 +184,12 @@ class NvmlSource:
             dev.choice.clear()
             clock = self._read(dev, "sm_clock_max", [("nvmlDeviceGetMaxClockInfo", (nvml.NVML_CLOCK_SM,), {})], [])
             dev.sm_clock_max_mhz = float(clock) if clock is not None else None
+            dev.pcie_gen_max = _number(self._read(dev, "pcie_gen_max", [("nvmlDeviceGetMaxPcieLinkGeneration", (), {})], []))
+            dev.pcie_width_max = _number(self._read(dev, "pcie_width_max", [("nvmlDeviceGetMaxPcieLinkWidth", (), {})], []))
+            arch = self._read(dev, "architecture", [("nvmlDeviceGetArchitecture", (), {})], [])
+            dev.arch = int(arch) if isinstance(arch, int) else None
+            dev.nvlink_links = dev.nvlink_version = None
+            dev.link_due = 0.0
             if gpm_supported(nvml, dev.handle):
                 try:
                     dev.gpm = GpmPair(nvml, dev.handle)
@@ -277,9 +313,63 @@ class NvmlSource:
             if energy is not None:
                 dev.energy_mj = float(energy)
         r["energy_mj"] = dev.energy_mj
+        r["pcie_link_gen"] = _number(read("pcie_gen", ("nvmlDeviceGetCurrPcieLinkGeneration", (), {})))
+        r["pcie_link_width"] = _number(read("pcie_width", ("nvmlDeviceGetCurrPcieLinkWidth", (), {})))
+        r["pcie_link_gen_max"] = dev.pcie_gen_max
+        r["pcie_link_width_max"] = dev.pcie_width_max
+        if now >= dev.link_due:  # one call per link: slow cadence only
+            dev.link_due = now + self.link_interval
+            self._nvlinks(dev, errors)
+        r["nvlink_links"] = dev.nvlink_links
+        r["nvlink_version"] = dev.nvlink_version
         if dev.gpm is not None:
             r.update(self._gpm(dev, errors))
         return r, errors
+
+    def _nvlinks(self, dev: _Device, errors: list[SourceError]) -> None:
+        """How many NVLinks are up, and their generation. Links are asked in index order until the GPU
+        has no more (InvalidArgument past its last link, as a GB200 answers at 18); NotSupported on link
+        0 means no NVLink at all (a PCIe card): absent, not asked again. A failed look keeps the last."""
+        if "nvlink" in dev.unsupported:
+            return
+        nvml = self._nvml
+        state = getattr(nvml, "nvmlDeviceGetNvLinkState", None)
+        if state is None:
+            dev.unsupported.add("nvlink")
+            return
+        absent = _error_classes(nvml, "NVMLError_NotSupported", "NVMLError_NoPermission", "NVMLError_FunctionNotFound")
+        past_end = _error_classes(nvml, "NVMLError_InvalidArgument", "NVMLError_NotFound")
+        gone = _error_classes(nvml, "NVMLError_Uninitialized", "NVMLError_DriverNotLoaded", "NVMLError_LibraryNotFound")
+        active: list[int] = []
+        for link in range(int(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18))):
+            try:
+                on = state(dev.handle, link)
+            except past_end:
+                break
+            except absent:
+                if link == 0:
+                    dev.unsupported.add("nvlink")
+                    dev.nvlink_links = dev.nvlink_version = None
+                    return
+                break
+            except gone as err:
+                raise _LibraryGone(f"nvmlDeviceGetNvLinkState: {err}") from None
+            except self._lost_errors():
+                raise
+            except nvml.NVMLError as err:
+                errors.append(SourceError("internal", f"GPU {dev.index}: nvmlDeviceGetNvLinkState({link}): {err}"))
+                return
+            if on == getattr(nvml, "NVML_FEATURE_ENABLED", 1):
+                active.append(link)
+        dev.nvlink_links = len(active)
+        dev.nvlink_version = self._nvlink_generation(dev, active[0], errors) if active else None
+
+    def _nvlink_generation(self, dev: _Device, link: int, errors: list[SourceError]) -> int | None:
+        """The NVLink generation of an active link: the architecture's where it has one, else NVML's version."""
+        if dev.arch in ARCH_NVLINK_GENERATION:
+            return ARCH_NVLINK_GENERATION[dev.arch]
+        version = self._read(dev, "nvlink_version", [("nvmlDeviceGetNvLinkVersion", (link,), {})], errors)
+        return NVLINK_VERSION_GENERATION.get(version) if isinstance(version, int) else None
 
     def _gpm(self, dev: _Device, errors: list[SourceError]) -> dict[str, float]:
         nvml = self._nvml

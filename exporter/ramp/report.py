@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from exporter import jsonsafe
+from exporter.capacity.atslo import DIAGNOSIS_SLO, SLO, capacity_at_slo
+from exporter.capacity.layout import GPUS_ASSUMED, GPUS_FROM_TEXT, parse_layout, scaled
 from exporter.ramp.knee import SOURCE_PRIMARY, Saturation, baseline_saturated, fallback_note
 from exporter.ramp.model import PrimaryFigures, Step
 from exporter.ramp.traced import sentence as traced_sentence
@@ -31,6 +33,7 @@ def build_report(
     error: str | None = None,
     complete: bool = True,
     fingerprint: dict[str, Any] | None = None,
+    slo: SLO | None = None,
 ) -> dict[str, Any]:
     """The report.json document (keys ``steps``, ``knee``, ``first_saturated_layer``, ``cause`` and context).
 
@@ -41,8 +44,12 @@ def build_report(
     For a capacity profile (exporter/capacity): ``fingerprint``, the engine configuration the
     exporter published when the ramp began (``ExporterProbe.fingerprint``; null when unknown), and
     ``workload``, the mean prompt / output tokens per request the run made (``workload_means``).
+
+    Per configuration (exporter/capacity/layout.py): ``capacity_at_slo`` (the highest step meeting
+    ``slo``, default the diagnosis's 2 s / 200 ms, with that SLO), ``layout`` (TP x PP x DP and the
+    GPUs, from the fingerprint), ``per_gpu`` and ``per_user_output_tokens_per_second``.
     """
-    return {
+    doc = {
         "version": REPORT_VERSION,
         "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "complete": complete and error is None,
@@ -78,6 +85,17 @@ def build_report(
             "output_tokens": sum(s.client.output_tokens for s in steps),
         },
     }
+    doc.update(scaling_fields(doc, fingerprint, slo or DIAGNOSIS_SLO))
+    return doc
+
+
+def scaling_fields(doc: dict[str, Any], fingerprint: dict[str, Any] | None, slo: SLO) -> dict[str, Any]:
+    """``capacity_at_slo``, ``layout``, ``per_gpu`` and ``per_user_output_tokens_per_second`` of one ramp record."""
+    cap = capacity_at_slo(doc, slo)
+    return {
+        "capacity_at_slo": {**cap.as_dict(), "slo": {"ttft_s": slo.ttft_s, "itl_s": slo.itl_s}},
+        **scaled([cap], cap, fingerprint).fields(),
+    }
 
 
 def workload_means(steps: Sequence[Step], config: dict[str, Any]) -> dict[str, Any] | None:
@@ -98,6 +116,27 @@ def workload_means(steps: Sequence[Step], config: dict[str, Any]) -> dict[str, A
         "output_tokens_mean": sum(s.client.output_tokens for s in steps) / requests,
         "source": "client",
     }
+
+
+def _scaling_line(report: dict[str, Any]) -> str:
+    """The layout and what it carried per GPU and per user at the SLO, in one sentence."""
+    lay, cap, per_gpu = parse_layout(report["layout"]), report["capacity_at_slo"], report["per_gpu"]
+    if lay is None:
+        return "Layout: unknown."
+    slo = SLO(cap["slo"]["ttft_s"], cap["slo"]["itl_s"])
+    if lay.gpus_from == GPUS_ASSUMED:
+        text = "Layout: not published (no TP, PP, DP or GPU read), counted as 1 GPU"
+    else:
+        text = f"Layout: {lay.with_gpus()}, GPU count from {GPUS_FROM_TEXT[lay.gpus_from]}"
+        if lay.assumed:
+            text += f"; {', '.join(d.upper() for d in lay.assumed)} not published (1 each)"
+    if not cap["concurrency"]:
+        return text + f". No step met the SLO ({slo.describe()}): nothing carried per GPU."
+    return (
+        text + f". At the SLO ({slo.describe()}, concurrency {cap['concurrency']}): "
+        f"{per_gpu['output_tokens_per_second_at_slo']:.1f} output tok/s and {per_gpu['requests_per_second_at_slo']:.3g} req/s "
+        f"per GPU, {_num(report.get('per_user_output_tokens_per_second'), '{:.1f}')} output tok/s per user."
+    )
 
 
 def _primary_name(p: PrimaryFigures | None) -> str | None:
@@ -216,6 +255,8 @@ def render_markdown(report: dict[str, Any], steps: Sequence[Step], knee: Step | 
     out.append("")
     if steps:
         out += [f"Baseline (concurrency {steps[0].concurrency}): **{_state_cell(steps[0])}**.", ""]
+    if report.get("layout") and report.get("capacity_at_slo"):
+        out += [_scaling_line(report), ""]
     if saturation is not None:
         out += _verdict(saturation, knee)
     elif knee is not None:

@@ -71,6 +71,15 @@ class SimClock:
             self._state = _GAP
             return self._model
 
+    def cut_step(self) -> float:
+        """End the step in progress where the wall clock has got to, short of its full length (a
+        data-parallel engine: an idle replica takes a new request at once); model time holds there."""
+        with self._lock:
+            if self._state == _STEP:
+                self._model += min((self._wall() - self._mark) * self.scale, self._step)
+            self._state = _GAP
+            return self._model
+
     def hold(self) -> float:
         """Stop model time where it is (a closed-loop client is due back, exporter/simulator/lockstep.py):
         a step in progress ends first; the next ``begin_step`` or ``begin_idle`` resumes it."""

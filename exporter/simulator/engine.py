@@ -18,13 +18,27 @@ so a scenario stopped being its scenario for reasons of the host. For the same
 reason the engine holds its model clock while a named closed-loop client it
 answered has not sent its next request (exporter/simulator/lockstep.py): a slow
 load generator then slows the simulation down, it does not lighten the load.
+
+Data parallel (``--data-parallel-size`` / ``-dp`` N): N replicas behind the one
+endpoint, each with a scheduler, a KV cache and GPUs of its own (``Replica``), as
+vLLM runs one engine core per DP rank. A request goes to the replica with the least
+``4 * waiting + running`` (vLLM's DP load balancer, ``DPLBAsyncMPClient``; the
+lowest index on a tie), chosen when the scheduler takes it from the inbox, so the
+counts are exact where vLLM's are up to 100 ms old. The one scheduler thread steps
+every replica event by event in model time (``_run_replicas``): each replica runs
+its own steps, of its own length, and an idle replica takes a new request at once.
+The statistics, the queue bound and the metrics stay per endpoint (sums over the
+replicas); /sim/gpu lists every GPU, replica by replica. With one replica the loop
+is the single-scheduler one (``_run``), unchanged.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import os
+import random
 import threading
 import time
 from collections import deque
@@ -34,11 +48,11 @@ from typing import Any
 
 from exporter.simulator.clock import SimClock
 from exporter.simulator.delivery import deliver
-from exporter.simulator.gpu import GpuTelemetry
+from exporter.simulator.gpu import GpuTelemetry, link_readings
 from exporter.simulator.hostwork import burn_cpu
 from exporter.simulator.lockstep import ClientLedger
 from exporter.simulator.requests import SimRequest, TokenEvent
-from exporter.simulator.roofline import GpuParams, StepWork, step_cost
+from exporter.simulator.roofline import MIB, GpuParams, StepWork, stage_layers, step_cost
 from exporter.simulator.scheduler import Plan, QueueFull, Scheduler
 from exporter.simulator.settings import SimConfig
 from exporter.simulator.stats import EngineStats, FrozenStats
@@ -94,20 +108,101 @@ class EngineStopped(Exception):
 def fb_used_mib(config: SimConfig) -> float:
     """Framebuffer in use per GPU: driver, weights share, KV pool share, activations."""
     geo = config.geometry
+    lay = config.layout
+    if lay.modelled:
+        kv_rank = replica_kv_blocks(config) * rank_block_bytes(config)
+        return BASE_FB_MIB + (geo.weight_bytes / lay.ranks + kv_rank) / MIB + ACTIVATION_MIB
     kv = config.num_gpu_blocks * config.block_size * geo.kv_bytes_per_token
     return BASE_FB_MIB + (geo.weight_bytes + kv) / config.gpus / (1024 * 1024) + ACTIVATION_MIB
 
 
+def rank_block_bytes(config: SimConfig) -> int:
+    """Bytes one GPU holds of one KV block: its stage's layers (the largest stage), its KV heads (1/TP of
+    them, or one whole head where TP exceeds their count: vLLM replicates them)."""
+    geo, lay = config.geometry, config.layout
+    heads = max(1, geo.kv_heads // lay.tp)
+    return config.block_size * 2 * max(stage_layers(geo.layers, lay.pp)) * heads * geo.head_dim * geo.dtype_bytes
+
+
+def replica_kv_blocks(config: SimConfig) -> int:
+    """KV-cache blocks of one replica. ``num_gpu_blocks`` is what one GPU holds beside the whole model
+    (TP = PP = 1); a replica of n = TP x PP GPUs reserves that same memory on each of them (vLLM's
+    --gpu-memory-utilization is a share of every GPU), and each holds only 1/n of the weights, so each
+    has ``num_gpu_blocks`` blocks' worth plus the (n - 1)/n of the weights it no longer holds for KV,
+    in blocks of its own slice (``rank_block_bytes``). The replica's capacity is the sum over its GPUs:
+    n times the pool plus the weights freed (8B at TP 4: 39,271 blocks against 4,096). The pre-layout
+    ``--gpus`` group keeps ``num_gpu_blocks`` as given."""
+    lay = config.layout
+    if not lay.modelled or lay.ranks == 1:
+        return config.num_gpu_blocks
+    geo = config.geometry
+    whole_model_block = config.block_size * geo.kv_bytes_per_token
+    per_rank = config.num_gpu_blocks * whole_model_block + geo.weight_bytes * (lay.ranks - 1) / lay.ranks
+    return int(per_rank // rank_block_bytes(config))
+
+
+def replica_config(config: SimConfig) -> SimConfig:
+    """``config`` as one replica's scheduler sees it: its own KV pool (``replica_kv_blocks``)."""
+    blocks = replica_kv_blocks(config)
+    return config if blocks == config.num_gpu_blocks else dataclasses.replace(config, num_gpu_blocks=blocks)
+
+
 def gpu_params(config: SimConfig) -> GpuParams:
+    lay = config.layout
     return GpuParams(
-        gpus=config.gpus,
+        gpus=lay.tp,
         power_limit_w=config.power_limit_w,
         pcie_mib_s=config.pcie_mib_s,
         hbm_bytes_s=config.hbm_gb_s * 1e9,
         tp_imbalance=config.tp_imbalance,
         draft_share=config.spec_draft_cost,
         geometry=config.geometry,
+        pp=lay.pp,
+        modelled=lay.modelled,
+        interconnect=lay.interconnect,
     )
+
+
+def host_seconds(config: SimConfig, plan: Plan, work: StepWork) -> float:
+    """Scheduler CPU time of one step (model s)."""
+    return config.host_base_s + config.host_per_seq_s * len(plan.items) + config.host_per_token_s * work.tokens
+
+
+#: the settings a running engine keeps as started: its GPUs (``reconfigure``)
+LAYOUT_FIELDS: tuple[str, ...] = ("gpus", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "interconnect")
+
+
+@dataclass
+class InFlight:
+    """A replica's step in progress (data parallel): its plan and the model seconds it still runs."""
+
+    plan: Plan
+    work: StepWork
+    duration: float
+    host_s: float
+    gpu_s: float
+    remaining: float
+
+
+class Replica:
+    """One data-parallel replica: a scheduler with its KV cache, the telemetry of its GPUs, its step in flight."""
+
+    def __init__(self, index: int, config: SimConfig, stats: EngineStats) -> None:
+        lay = config.layout
+        self.index = index
+        self.scheduler = Scheduler(replica_config(config), stats)
+        if index:
+            self.scheduler.rng = random.Random(f"{config.seed}/{index}")
+        self.telemetry = GpuTelemetry(
+            lay.ranks, config.gpu_window_s, fb_used_mib(config), config.power_limit_w, config.seed, first_index=index * lay.ranks
+        )
+        self.telemetry.static = link_readings(config)
+        self.step: InFlight | None = None
+
+    @property
+    def load(self) -> int:
+        """vLLM's DP load-balancing score: a waiting request weighs four running ones."""
+        return 4 * len(self.scheduler.waiting) + len(self.scheduler.running)
 
 
 def eager_launch_s(config: SimConfig, work: StepWork) -> float:
@@ -197,7 +292,8 @@ class EngineSnapshot:
             "model_time_s": self.model_time,
             "wall_time_s": self.wall_elapsed,
             "time_scale": cfg.time_scale,
-            "gpus": cfg.gpus,
+            "gpus": cfg.total_gpus,
+            "layout": cfg.layout.as_dict(),
             "running": self.running,
             "waiting": self.waiting,
             "waiting_by_reason": {"capacity": self.waiting - self.waiting_deferred, "deferred": self.waiting_deferred},
@@ -273,8 +369,7 @@ class Engine:
         self.scenario = scenario
         self.stats = EngineStats(buckets)
         self.clock = SimClock(config.time_scale)
-        self.scheduler = Scheduler(config, self.stats)
-        self.telemetry = GpuTelemetry(config.gpus, config.gpu_window_s, fb_used_mib(config), config.power_limit_w, config.seed)
+        self.replicas = [Replica(i, config, self.stats) for i in range(config.layout.dp)]
         self._params = gpu_params(config)
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
@@ -286,7 +381,8 @@ class Engine:
         self.clients = ClientLedger()
         #: set by whatever gives an idle scheduler work: a submission, an abort, a reconfigure, stop
         self._wake = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="sim-scheduler", daemon=True)
+        run = self._run if len(self.replicas) == 1 else self._run_replicas
+        self._thread = threading.Thread(target=run, name="sim-scheduler", daemon=True)
         self._ids = itertools.count(1)
         self.start_unix = time.time()
         self._start_mono = time.monotonic()
@@ -298,6 +394,20 @@ class Engine:
         self._last_step = (0.0, 0, 0)
         self._window: deque[tuple[float, tuple[float, ...]]] = deque()
         self.fatal: BaseException | None = None
+
+    @property
+    def scheduler(self) -> Scheduler:
+        """The (first) replica's scheduler: the only one without data parallelism."""
+        return self.replicas[0].scheduler
+
+    @scheduler.setter
+    def scheduler(self, value: Scheduler) -> None:
+        self.replicas[0].scheduler = value
+
+    @property
+    def telemetry(self) -> GpuTelemetry:
+        """The (first) replica's GPU telemetry."""
+        return self.replicas[0].telemetry
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> Engine:
@@ -335,7 +445,7 @@ class Engine:
         """
         if self._stopping.is_set() or not self._thread.is_alive():
             raise EngineStopped("the simulated engine is not running")
-        waiting = len(self.scheduler.waiting) + len(self._inbox)
+        waiting = sum(len(r.scheduler.waiting) for r in self.replicas) + len(self._inbox)
         if waiting >= self.config.max_queue_len:
             self._front.inc("rejected", {"reason": "queue_full"})
             if client is not None:
@@ -376,22 +486,28 @@ class Engine:
     def _take_inbox(self) -> None:
         """Under the engine lock: admit what the front end submitted, add its counts to the stats."""
         while self._inbox:
-            self.scheduler.admit(self._inbox.popleft())
+            req = self._inbox.popleft()
+            target = self.replicas[0] if len(self.replicas) == 1 else min(self.replicas, key=lambda r: r.load)
+            target.scheduler.admit(req)
         for (name, labels), amount in self._front.take().items():
             self.stats.inc(name, amount, dict(labels) if labels else None)
 
     def reconfigure(self, config: SimConfig, scenario: str) -> None:
-        """Switch knobs live (POST /sim/scenario). The GPU count and dialect stay as started."""
+        """Switch knobs live (POST /sim/scenario). The GPUs (count and layout) and dialect stay as started."""
         config.validate()
-        if config.gpus != self.config.gpus:
-            config = _replace(config, gpus=self.config.gpus)
+        started = {name: getattr(self.config, name) for name in LAYOUT_FIELDS}
+        if any(getattr(config, name) != value for name, value in started.items()):
+            config = _replace(config, **started)
+            config.validate()
         with self._cond:
             self.config = config
             self.scenario = scenario
-            self.scheduler.reconfigure(config, self.clock.now())
+            now = self.clock.now()
+            for rep in self.replicas:
+                rep.scheduler.reconfigure(replica_config(config), now)
+                rep.telemetry.configure(config.gpu_window_s, config.power_limit_w, fb_used_mib(config))
             self._params = gpu_params(config)
             self.clock.set_scale(config.time_scale)
-            self.telemetry.configure(config.gpu_window_s, config.power_limit_w, fb_used_mib(config))
             self._cond.notify_all()
         self._wake.set()
 
@@ -399,7 +515,9 @@ class Engine:
     def snapshot(self) -> EngineSnapshot:
         with self._lock:
             self._take_inbox()
-            sch = self.scheduler
+            schs = [r.scheduler for r in self.replicas]
+            running = [r for sch in schs for r in sch.running]
+            waiting = [r for sch in schs for r in sch.waiting]
             now = self.clock.now()
             return EngineSnapshot(
                 config=self.config,
@@ -407,35 +525,36 @@ class Engine:
                 model_time=now,
                 wall_elapsed=time.monotonic() - self._start_mono,
                 start_unix=self.start_unix,
-                running=len(sch.running),
-                running_prefill=sum(1 for r in sch.running if not r.in_decode),
-                waiting=len(sch.waiting),
-                waiting_deferred=sch.waiting_deferred(),
-                swapped=sum(1 for r in sch.waiting if r.swapped_blocks),
-                kv_blocks_total=sch.pool.total,
-                kv_blocks_used=sch.pool.used,
-                kv_blocks_cached=sch.pool.cached,
-                cpu_blocks_total=sch.host.total,
-                cpu_blocks_used=sch.host.used,
+                running=len(running),
+                running_prefill=sum(1 for r in running if not r.in_decode),
+                waiting=len(waiting),
+                waiting_deferred=sum(sch.waiting_deferred() for sch in schs),
+                swapped=sum(1 for r in waiting if r.swapped_blocks),
+                kv_blocks_total=sum(sch.pool.total for sch in schs),
+                kv_blocks_used=sum(sch.pool.used for sch in schs),
+                kv_blocks_cached=sum(sch.pool.cached for sch in schs),
+                cpu_blocks_total=sum(sch.host.total for sch in schs),
+                cpu_blocks_used=sum(sch.host.used for sch in schs),
                 stats=self.stats.freeze(),
                 steps=self._steps,
                 busy_seconds=self._busy,
                 host_seconds=self._host,
                 scheduler_cpu_seconds=self._cpu,
                 scheduler_thread_id=self.thread_native_id,
-                batch_max_tokens=sum(r.prompt_len + r.max_tokens for r in sch.running),
-                max_seq_len=sch.max_seq_len,
+                batch_max_tokens=sum(r.prompt_len + r.max_tokens for r in running),
+                max_seq_len=max(sch.max_seq_len for sch in schs),
                 last_step_seconds=self._last_step[0],
                 last_step_tokens=self._last_step[1],
                 last_step_prefill_tokens=self._last_step[2],
                 window=self._window_rates(now),
-                running_lengths=tuple((r.prompt_len, len(r.output_ids)) for r in sch.running),
-                offload_blocks_total=sch.offload.total,
-                offload_blocks_used=sch.offload.used,
+                running_lengths=tuple((r.prompt_len, len(r.output_ids)) for r in running),
+                offload_blocks_total=sum(sch.offload.total for sch in schs),
+                offload_blocks_used=sum(sch.offload.used for sch in schs),
             )
 
     def gpu_readings(self) -> list[dict[str, object]]:
-        return self.telemetry.readings()
+        """One reading per GPU: replica by replica, stage by stage, TP rank by TP rank."""
+        return [reading for rep in self.replicas for reading in rep.telemetry.readings()]
 
     # ------------------------------------------------------------------ the loop
     def _run(self) -> None:
@@ -465,8 +584,8 @@ class Engine:
                         work = plan.work(cfg.spec_tokens)
                         work.eager_launch_s = eager_launch_s(cfg, work)
                         gpu_steps = step_cost(work, self._params)
-                        gpu_s = max(s.busy_s for s in gpu_steps)
-                        host_s = cfg.host_base_s + cfg.host_per_seq_s * len(plan.items) + cfg.host_per_token_s * work.tokens
+                        gpu_s = max(s.span_s for s in gpu_steps)
+                        host_s = host_seconds(cfg, plan, work)
                         duration = max(host_s, gpu_s) if cfg.overlap_host else host_s + gpu_s
                         self.clock.begin_step(duration)
                         scale = self.clock.scale
@@ -493,6 +612,102 @@ class Engine:
             log.exception("simulated engine stopped")
             raise
 
+    def _run_replicas(self) -> None:
+        """The loop of a data-parallel engine: one thread drives every replica, event by event in model time.
+
+        Each pass starts a step on every idle replica that has work, lets model time run to the end of the
+        first step in flight (or, while a replica idles, until a submission wakes it: an idle replica takes
+        a new request at once) and finishes the steps that ended there; a step still running keeps its
+        remaining model seconds. Host work of every replica is burnt on this one thread (vLLM gives each
+        DP rank an engine-core process of its own).
+        """
+        self.thread_native_id = threading.get_native_id()
+        cpu0 = time.thread_time()
+        try:
+            while not self._stopping.is_set():
+                self._wake.clear()
+                idle_wait: float | None = None
+                host_total, t0, any_idle = 0.0, 0.0, False
+                scale = self.clock.scale
+                with self._cond:
+                    self._take_inbox()
+                    now = self.clock.now()
+                    for rep in self.replicas:
+                        for gone in rep.scheduler.reap_aborted(now):
+                            self._answered(gone)
+                    if self.clients.awaited():  # a closed-loop client is due back: model time waits for it
+                        self.clock.hold()
+                        idle_wait = self.clients.wait_s()
+                    else:
+                        host_total = self._start_steps(now, scale)
+                        flying = [rep.step.remaining for rep in self.replicas if rep.step is not None]
+                        if flying:
+                            t0 = self.clock.begin_step(min(flying))
+                            any_idle = any(rep.step is None for rep in self.replicas)
+                        else:
+                            self.clock.begin_idle()
+                            holds = [h for rep in self.replicas if (h := rep.scheduler.hold_remaining(now)) is not None]
+                            idle_wait = 0.05 if not holds else min(0.05, max(min(holds) / scale, 0.0005))
+                    self._cpu = time.thread_time() - cpu0
+                if idle_wait is not None:
+                    if not self._inbox:  # outside the lock: a submission wakes it at once
+                        self._wake.wait(idle_wait)
+                    continue
+                burn_cpu(host_total / scale)
+                delay = self.clock.step_wall_deadline() - time.monotonic()
+                # with a replica idle, a submission (or an abort, or stop) ends the wait early
+                woken = delay > 0 and (self._wake if any_idle else self._stopping).wait(delay)
+                with self._cond:
+                    t1 = self.clock.cut_step() if woken else self.clock.end_step()
+                    events = self._finish_steps(t1, t1 - t0)
+                    self._cpu = time.thread_time() - cpu0
+                deliver(events, self.abort)
+        except BaseException as err:  # pragma: no cover - surfaced through /health (503)
+            self.fatal = err
+            log.exception("simulated engine stopped")
+            raise
+
+    def _start_steps(self, now: float, scale: float) -> float:
+        """Under the lock: plan a step on every replica not stepping; returns their host seconds together."""
+        cfg = self.config
+        host_total = 0.0
+        for rep in self.replicas:
+            if rep.step is not None:
+                continue
+            plan = rep.scheduler.schedule(now)
+            if plan.empty:
+                rep.telemetry.idle(scale)
+                continue
+            work = plan.work(cfg.spec_tokens)
+            work.eager_launch_s = eager_launch_s(cfg, work)
+            gpu_steps = step_cost(work, self._params)
+            gpu_s = max(s.span_s for s in gpu_steps)
+            host_s = host_seconds(cfg, plan, work)
+            duration = max(host_s, gpu_s) if cfg.overlap_host else host_s + gpu_s
+            rep.step = InFlight(plan, work, duration, host_s, gpu_s, duration)
+            rep.telemetry.record(duration, scale, gpu_steps)
+            host_total += host_s
+        return host_total
+
+    def _finish_steps(self, t1: float, elapsed: float) -> list[tuple[SimRequest, TokenEvent]]:
+        """Under the lock: model time ran ``elapsed`` seconds to ``t1``; apply the steps that ended."""
+        events: list[tuple[SimRequest, TokenEvent]] = []
+        for rep in self.replicas:
+            st = rep.step
+            if st is None:
+                continue
+            st.remaining -= elapsed
+            if st.remaining > 1e-9:
+                continue
+            rep.step = None
+            done = rep.scheduler.apply(st.plan, t1)
+            for req, event in done:
+                if event.finish_reason:
+                    self._answered(req)
+            self._account(st.plan, st.work.prefill_tokens, st.work.decode_tokens, st.duration, st.host_s, st.gpu_s, t1)
+            events.extend(done)
+        return events
+
     def _answered(self, req: SimRequest) -> None:
         """``req`` finished or was aborted: its closed-loop client, if named, is due back."""
         if req.client is not None:
@@ -516,7 +731,7 @@ class Engine:
             st.inc("decode_steps")
             st.inc("decode_batch", len(plan.items))
         self._steps += 1
-        self._busy += duration
+        self._busy += duration / len(self.replicas)  # data parallel: the replicas' mean busy time
         self._host += host_s
         self._last_step = (duration, tokens, prefill)
         self._window.append((t1, tuple(st.total(k) for k in _WINDOW_KEYS)))

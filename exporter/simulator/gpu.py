@@ -7,6 +7,13 @@ starts, and when it starts to idle; a reading averages everything that
 overlaps the last ``window`` wall seconds, weighted by the model time each
 stretch stands for, so idle gaps, partly idle steps and stragglers show up as
 they would on a real board. Keys and units are those of the replay CSV columns.
+
+The peers' link (a modelled parallel layout, exporter/simulator/roofline.py): the bytes
+each GPU sends and receives for all-reduces and pipeline sends read on the NVLink
+counters, or on the PCIe counters (beside the host copies) with ``--interconnect
+pcie``; and each reading names its links (``link_readings``: the PCIe generation and
+width, the active NVLinks and their generation) so the exporter can publish their
+capacity. The pre-layout server (one GPU, or the ``--gpus`` group) reads as before.
 """
 
 from __future__ import annotations
@@ -20,10 +27,50 @@ from dataclasses import dataclass
 
 from exporter.simulator import calibration as cal
 from exporter.simulator.roofline import MIB, PROFILE_KEYS, GpuStep
+from exporter.simulator.settings import SimConfig
 
 #: Share of the window the power cap must hold for the bitmask to read 0x4.
 THROTTLE_SHARE = 0.5
-_INTEGRALS = PROFILE_KEYS + ("power_ws", "clock_mhz_s", "capped_s", "busy_s", "kernel_s", "rx_bytes", "tx_bytes", "nvlink_bytes")
+_INTEGRALS = PROFILE_KEYS + (
+    "power_ws",
+    "clock_mhz_s",
+    "capped_s",
+    "busy_s",
+    "kernel_s",
+    "rx_bytes",
+    "tx_bytes",
+    "nvlink_rx_bytes",
+    "nvlink_tx_bytes",
+)
+#: the simulated board's links (H200 SXM): PCIe Gen5 x16 to the host, 18 NVLink 4 links
+PCIE_GENERATION = 5
+PCIE_WIDTH = 16
+NVLINK_LINKS = 18
+NVLINK_GENERATION = 4
+#: PCIe Gen5 bytes per lane and direction after 128b/130b encoding (32 GT/s)
+PCIE_GEN5_LANE_BYTES_S = 32e9 * 128 / 130 / 8
+
+
+def link_readings(config: SimConfig) -> dict[str, object]:
+    """The links each GPU reports (reading keys of exporter/gpu/fields.py), for a modelled layout only:
+    the pre-layout server's readings stay as they were. The PCIe link is Gen5, as wide as the narrowest
+    standard width that carries ``pcie_mib_s`` (x16 for the recorded 55,981 MiB/s: a narrowed link reads
+    as one trained down); NVLink: 18 links of NVLink 4, or none with ``--interconnect pcie``."""
+    if not config.layout.modelled:
+        return {}
+    rate = config.pcie_mib_s * MIB
+    width = next((w for w in (1, 2, 4, 8) if w * PCIE_GEN5_LANE_BYTES_S >= rate), PCIE_WIDTH)
+    out: dict[str, object] = {
+        "pcie_link_gen": PCIE_GENERATION,
+        "pcie_link_width": width,
+        "pcie_link_gen_max": PCIE_GENERATION,
+        "pcie_link_width_max": PCIE_WIDTH,
+    }
+    if config.layout.interconnect == "nvlink":
+        out.update({"nvlink_links": NVLINK_LINKS, "nvlink_version": NVLINK_GENERATION})
+    else:
+        out["nvlink_links"] = 0
+    return out
 
 
 @dataclass
@@ -42,14 +89,23 @@ def _integrals(step: GpuStep, duration: float) -> dict[str, float]:
     out = {k: step.kernel_profile[k] * step.kernel_s + getattr(cal.PCIE_COPY, k) * step.copy_s for k in PROFILE_KEYS}
     idle = max(0.0, duration - step.busy_s)
     out["power_ws"] = step.kernel_power_w * step.kernel_s + cal.PCIE_COPY.power_w * step.copy_s + cal.ACTIVE_IDLE_POWER_W * idle
-    out["clock_mhz_s"] = cal.SM_CLOCK_MAX_MHZ * (step.clock_scale * step.kernel_s + (duration - step.kernel_s))
-    out["capped_s"] = step.kernel_s if step.clock_scale < 0.999 else 0.0
+    # the power cap holds the clock while the math draws past it; NCCL's transfers of a modelled layout (the copy
+    # phase, SMs idle, ``GpuStep.comm_idle``) draw far less, so the clock is not held then
+    math_s = step.kernel_s - step.comm_s if step.comm_idle else step.kernel_s
+    out["clock_mhz_s"] = cal.SM_CLOCK_MAX_MHZ * (step.clock_scale * math_s + (duration - math_s))
+    out["capped_s"] = math_s if step.clock_scale < 0.999 else 0.0
     out["busy_s"] = step.busy_s
     out["kernel_s"] = step.kernel_s
     h2d, d2h = step.h2d_bytes, step.d2h_bytes
     out["rx_bytes"] = h2d + d2h * cal.PCIE_TX_PER_RX
     out["tx_bytes"] = d2h + h2d * cal.PCIE_TX_PER_RX
-    out["nvlink_bytes"] = step.nvlink_bytes
+    if step.over_pcie:  # the peers' traffic shares the PCIe link with the host copies
+        out["rx_bytes"] += step.link_rx_bytes
+        out["tx_bytes"] += step.link_tx_bytes
+        out["nvlink_rx_bytes"] = out["nvlink_tx_bytes"] = 0.0
+    else:
+        out["nvlink_rx_bytes"] = step.link_rx_bytes
+        out["nvlink_tx_bytes"] = step.link_tx_bytes
     return out
 
 
@@ -70,8 +126,11 @@ class GpuTelemetry:
         power_limit_w: float,
         seed: int = 0,
         wall: Callable[[], float] = time.monotonic,
+        first_index: int = 0,
     ) -> None:
         self.gpus = gpus
+        #: reading keys every reading carries as they are (the links: ``link_readings``)
+        self.static: dict[str, object] = {}
         self.window = window_s
         self.fb_used_mib = fb_used_mib
         self.power_limit_w = power_limit_w
@@ -81,7 +140,10 @@ class GpuTelemetry:
         self._energy_j = [0.0] * gpus
         self._idle_since: float | None = wall()
         self._idle_scale = 1.0
-        self.uuids = [str(uuidlib.uuid5(uuidlib.NAMESPACE_OID, f"llm-layer-exporter-sim/{seed}/{i}")) for i in range(gpus)]
+        #: GPU ``first_index + i`` of the server (a data-parallel replica's GPUs follow the replicas before it)
+        self.uuids = [
+            str(uuidlib.uuid5(uuidlib.NAMESPACE_OID, f"llm-layer-exporter-sim/{seed}/{first_index + i}")) for i in range(gpus)
+        ]
 
     def configure(self, window_s: float, power_limit_w: float, fb_used_mib: float) -> None:
         with self._lock:
@@ -165,8 +227,8 @@ class GpuTelemetry:
                 {
                     "pcie_rx_mib_s": round(acc["rx_bytes"] / span / MIB, 3),
                     "pcie_tx_mib_s": round(acc["tx_bytes"] / span / MIB, 3),
-                    "nvlink_rx_mib_s": round(acc["nvlink_bytes"] / span / MIB, 3),
-                    "nvlink_tx_mib_s": round(acc["nvlink_bytes"] / span / MIB, 3),
+                    "nvlink_rx_mib_s": round(acc["nvlink_rx_bytes"] / span / MIB, 3),
+                    "nvlink_tx_mib_s": round(acc["nvlink_tx_bytes"] / span / MIB, 3),
                     "fb_used_mib": round(self.fb_used_mib),
                     "fb_total_mib": cal.FB_TOTAL_MIB,
                     "power_w": round(power, 3),
@@ -181,5 +243,6 @@ class GpuTelemetry:
                     "uuid": "GPU-" + self.uuids[i],
                 }
             )
+            reading.update(self.static)
             out.append(reading)
         return out

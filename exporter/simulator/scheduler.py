@@ -72,6 +72,7 @@ class Plan:
                 w.decode_seqs += 1
         if spec_tokens and any(s.draft_tokens for s in self.items):
             w.draft_passes = spec_tokens
+        w.seqs = len(self.items)
         return w
 
 

@@ -15,6 +15,10 @@ from typing import Any
 
 DIALECTS: tuple[str, ...] = ("vllm", "vllm-legacy", "sglang", "tgi", "trtllm", "llamacpp")
 PREEMPTION_MODES: tuple[str, ...] = ("recompute", "swap")
+#: the link between the GPUs of one replica (``interconnect``): exporter/simulator/roofline.py argues their figures
+INTERCONNECTS: tuple[str, ...] = ("nvlink", "pcie")
+#: the most GPUs one simulated server models (its /sim/gpu list)
+MAX_GPUS = 64
 
 
 def _k(help: str, **extra: Any) -> dict[str, Any]:
@@ -41,13 +45,86 @@ class ModelGeometry:
         """K and V, every layer: 2 * layers * kv_heads * head_dim * dtype bytes."""
         return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
 
+    @property
+    def heads(self) -> int:
+        """Attention (query) heads: hidden size over head dimension (32 for the Llama-3-8B default)."""
+        return self.hidden // self.head_dim
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one simulated server spreads the model over its GPUs (vLLM's parallel config).
+
+    ``tp`` GPUs share every layer (tensor parallel), ``pp`` stages hold a slice of the layers
+    each (pipeline parallel): one replica is ``tp * pp`` GPUs, ranked stage by stage
+    (GPU ``stage * tp + tp_rank``). ``dp`` replicas (data parallel) serve behind the one
+    endpoint, each with its own scheduler and KV cache: ``tp * pp * dp`` GPUs in all, replica
+    by replica on /sim/gpu. ``modelled`` is False for the pre-layout ``--gpus N`` group (a
+    tensor-parallel group of N with the KV pool as given, kept bit for bit).
+    """
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    interconnect: str = "nvlink"
+    modelled: bool = False
+
+    @property
+    def ranks(self) -> int:
+        """GPUs of one replica."""
+        return self.tp * self.pp
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "tensor_parallel_size": self.tp,
+            "pipeline_parallel_size": self.pp,
+            "data_parallel_size": self.dp,
+            "interconnect": self.interconnect,
+            "gpus": self.gpus,
+            "modelled": self.modelled,
+        }
+
 
 @dataclass
 class SimConfig:
     """Knobs of one simulated server. Field metadata ``help`` becomes the flag's help."""
 
     model: str = field(default="sim-llama-8b", metadata=_k("served model name (the model_name label)"))
-    gpus: int = field(default=1, metadata=_k("GPUs in the tensor-parallel group"))
+    gpus: int = field(
+        default=1,
+        metadata=_k(
+            "GPUs in the tensor-parallel group of the pre-layout model (KV pool as given, NVLink, no per-call latency: "
+            "the tp_imbalance scenario); any layout flag above 1 replaces it"
+        ),
+    )
+    # --- parallel layout (vLLM spellings: the exporter reads them from the command line) ----
+    tensor_parallel_size: int = field(
+        default=1,
+        metadata=_k(
+            "GPUs every layer is split over (vLLM -tp): each reads 1/TP of the weights and KV, two all-reduces per "
+            "layer over --interconnect",
+            aliases=("-tp",),
+        ),
+    )
+    pipeline_parallel_size: int = field(
+        default=1,
+        metadata=_k("stages the layers are split over (vLLM -pp): micro-batches and a pipeline bubble", aliases=("-pp",)),
+    )
+    data_parallel_size: int = field(
+        default=1,
+        metadata=_k(
+            "replicas behind the one endpoint (vLLM -dp), each its own scheduler and KV cache; requests go to the least loaded",
+            aliases=("-dp",),
+        ),
+    )
+    interconnect: str = field(
+        default="nvlink",
+        metadata=_k("link between the GPUs of a replica: nvlink (450 GB/s per direction) or pcie (--pcie-mib-s)"),
+    )
     # --- scheduler -------------------------------------------------------------------
     max_num_seqs: int = field(default=64, metadata=_k("most requests in the running batch"))
     max_num_batched_tokens: int = field(default=2048, metadata=_k("per-step token budget (chunked prefill)"))
@@ -125,10 +202,26 @@ class SimConfig:
     def geometry(self) -> ModelGeometry:
         return ModelGeometry(self.params_b, self.layers, self.hidden, self.kv_heads, self.head_dim)
 
+    @property
+    def layout(self) -> Layout:
+        """The parallel layout: the layout flags when any is above 1, else the pre-layout ``gpus`` group."""
+        tp, pp, dp = self.tensor_parallel_size, self.pipeline_parallel_size, self.data_parallel_size
+        if tp == pp == dp == 1:
+            return Layout(tp=self.gpus, interconnect=self.interconnect)
+        return Layout(tp, pp, dp, self.interconnect, modelled=True)
+
+    @property
+    def total_gpus(self) -> int:
+        """GPUs the server models (one /sim/gpu entry each)."""
+        return self.layout.gpus
+
     def validate(self) -> None:
         """Raise ValueError naming the first bad knob."""
         positive_ints = (
             "gpus",
+            "tensor_parallel_size",
+            "pipeline_parallel_size",
+            "data_parallel_size",
             "max_num_seqs",
             "max_num_batched_tokens",
             "max_model_len",
@@ -163,8 +256,36 @@ class SimConfig:
             raise ValueError("kv_offload_blocks: not with kv_offload (the prefix cache is either offloaded whole or tiered)")
         if self.spec_tokens > 16:
             raise ValueError(f"spec_tokens: at most 16, got {self.spec_tokens}")
-        if self.gpus > 64:
-            raise ValueError(f"gpus: at most 64, got {self.gpus}")
+        if self.gpus > MAX_GPUS:
+            raise ValueError(f"gpus: at most {MAX_GPUS}, got {self.gpus}")
+        self._validate_layout()
+
+    def _validate_layout(self) -> None:
+        """The layout flags as vLLM checks them (vllm/config: heads must split evenly over TP)."""
+        if self.interconnect not in INTERCONNECTS:
+            raise ValueError(f"interconnect: expected one of {', '.join(INTERCONNECTS)}, got {self.interconnect!r}")
+        lay = self.layout
+        if not lay.modelled:
+            if self.gpus > 1 and self.interconnect != "nvlink":
+                raise ValueError(
+                    "interconnect: --gpus is the pre-layout NVLink group; give --tensor-parallel-size for a layout over pcie"
+                )
+            return
+        if lay.gpus > MAX_GPUS:
+            raise ValueError(
+                f"tensor_parallel_size x pipeline_parallel_size x data_parallel_size: at most {MAX_GPUS} GPUs, got {lay.gpus}"
+            )
+        heads, kv = self.hidden // self.head_dim, self.kv_heads
+        if heads < 1 or heads % lay.tp:
+            raise ValueError(
+                f"tensor_parallel_size: the model's {heads} attention heads (hidden / head_dim) do not split over {lay.tp} GPUs"
+            )
+        if (kv % lay.tp) if lay.tp <= kv else (lay.tp % kv):
+            raise ValueError(
+                f"tensor_parallel_size: {kv} KV heads neither split over {lay.tp} GPUs nor replicate evenly onto them"
+            )
+        if lay.pp > self.layers:
+            raise ValueError(f"pipeline_parallel_size: {lay.pp} stages for {self.layers} layers")
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

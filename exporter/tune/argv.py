@@ -23,8 +23,32 @@ from exporter.tune.knobs import Move
 #: every other flag's spellings come from the runtime's one flag table (exporter/engines/settings.py
 #: FLAGS, through ``settings.aliases``), so the tuner and the exporter agree on what a flag is called
 TUNE_ONLY_SPELLINGS: dict[str, tuple[tuple[str, ...], ...]] = {
-    "llamacpp": (("-ub", "--ubatch-size"), ("-t", "--threads"), ("--cache-type-v", "-ctv")),
+    "llamacpp": (
+        ("-ub", "--ubatch-size"),
+        ("-t", "--threads"),
+        ("--cache-type-v", "-ctv"),
+        ("--split-mode", "-sm"),
+        ("-m", "--model"),
+    ),
+    "sglang": (("--ep-size", "--ep", "--expert-parallel-size"), ("--model-path", "--model")),
+    # the simulator takes vLLM's layout spellings (exporter/simulator/settings.py aliases)
+    "simulator": (
+        ("--tensor-parallel-size", "-tp"),
+        ("--pipeline-parallel-size", "-pp"),
+        ("--data-parallel-size", "-dp"),
+    ),
 }
+#: the flag naming the served model, per engine (vLLM and trtllm-serve also take it as the first argument)
+MODEL_FLAGS: dict[str, tuple[str, ...]] = {
+    "vllm": ("--model",),
+    "sglang": ("--model-path",),
+    "tgi": ("--model-id",),
+    "trtllm": (),
+    "llamacpp": ("-m",),
+    "simulator": (),
+}
+#: the positional model argument's name in a change (``model=PATH`` in apply mode's ``{changes}``)
+MODEL_ARGUMENT = "model"
 
 
 @cache
@@ -285,9 +309,49 @@ def apply_move(cmd: EngineCommand, move: Move) -> tuple[EngineCommand, list[Chan
     return out, changes
 
 
+@dataclass(frozen=True)
+class ModelArgument:
+    """Where a command names its model: a flag (``--model-path``), TGI's ``MODEL_ID`` or a positional argument."""
+
+    #: the flag, the environment variable, or MODEL_ARGUMENT for a positional argument
+    flag: str
+    value: str
+    #: the positional argument's index in ``argv`` (None: a flag or a variable)
+    index: int | None = None
+
+
+def model_argument(cmd: EngineCommand) -> ModelArgument | None:
+    """The model ``cmd`` serves and where it is written; None where it cannot be read."""
+    for flag in MODEL_FLAGS.get(cmd.engine, ()):
+        value = cmd.get(flag)
+        if value is not None:
+            return ModelArgument(flag, value)
+    if cmd.engine == "tgi" and cmd.env.get("MODEL_ID"):
+        return ModelArgument("MODEL_ID", cmd.env["MODEL_ID"])
+    if cmd.engine in ("vllm", "trtllm"):
+        at = 2 if len(cmd.argv) > 1 and cmd.argv[1] == "serve" else 1
+        if cmd.engine == "vllm" and at != 2:
+            return None  # python -m vllm.entrypoints... names it with --model only
+        if len(cmd.argv) > at and not _is_flag(cmd.argv[at]):
+            return ModelArgument(MODEL_ARGUMENT, cmd.argv[at], at)
+    return None
+
+
+def set_model(cmd: EngineCommand, where: ModelArgument, value: str) -> None:
+    """Write ``value`` where ``cmd`` names its model (``where``: ``model_argument(cmd)``)."""
+    if where.index is not None:
+        cmd.argv[where.index] = value
+    else:
+        cmd.set(where.flag, value)
+
+
 def changes_between(before: EngineCommand, after: EngineCommand) -> list[Change]:
-    """Every flag (and environment variable) whose value differs, in the order of ``after``."""
+    """Every flag (and environment variable) whose value differs, in the order of ``after``; a positional
+    model argument that differs first (``model``)."""
     out: list[Change] = []
+    was, now = model_argument(before), model_argument(after)
+    if was is not None and now is not None and was.index is not None and was.value != now.value:
+        out.append(Change(MODEL_ARGUMENT, was.value, now.value))
     names = _flag_names(after) + [n for n in _flag_names(before) if n not in _flag_names(after)]
     for name in names:
         a, b = before.has(name), after.has(name)
@@ -310,4 +374,17 @@ def _flag_names(cmd: EngineCommand) -> list[str]:
     return names
 
 
-__all__ = ["TUNE_ONLY_SPELLINGS", "ArgvError", "Change", "EngineCommand", "apply_move", "changes_between", "identify"]
+__all__ = [
+    "MODEL_ARGUMENT",
+    "MODEL_FLAGS",
+    "TUNE_ONLY_SPELLINGS",
+    "ArgvError",
+    "Change",
+    "EngineCommand",
+    "ModelArgument",
+    "apply_move",
+    "changes_between",
+    "identify",
+    "model_argument",
+    "set_model",
+]

@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from exporter.capacity.layout import GPUS_ASSUMED, GPUS_FROM_TEXT, Layout, Scaled, efficiency, gpus_text, parse_layout, scaled
 from exporter.tune.accept import spread
-from exporter.tune.capacity import SLO, capacity_at_slo
+from exporter.tune.capacity import SLO, Capacity, capacity_at_slo
 from exporter.tune.decide import common_primary
 
 #: a layer "lost headroom" when its mean headroom fell by more than this (0-1 scale)
@@ -29,6 +30,26 @@ class CompareError(ValueError):
 
 def load_side(spec: str) -> tuple[list[dict[str, Any]], SLO | None, str]:
     """``PATH`` (report.json or tune.json) or ``PATH#baseline`` / ``#trial-N`` / ``#best``: (runs, the record's SLO, label)."""
+    runs, slo, label, _ = load_stage(spec)
+    return runs, slo, label
+
+
+def stage_fingerprint(doc: dict[str, Any], part: dict[str, Any]) -> Any:
+    """A tune stage's fingerprint, its family filled in from the record's ``engine`` where its exporter
+    named none: the flags of its command line then say its layout (exporter/capacity/layout.py)."""
+    fp = part.get("fingerprint")
+    if isinstance(fp, dict) and not fp.get("engine") and isinstance(doc.get("engine"), str):
+        return {**fp, "engine": doc["engine"]}
+    return fp
+
+
+def _stage(doc: dict[str, Any], part: dict[str, Any], slo: SLO, label: str) -> tuple[list[dict[str, Any]], SLO | None, str, Any]:
+    return list(part.get("runs") or []), slo, label, stage_fingerprint(doc, part)
+
+
+def load_stage(spec: str) -> tuple[list[dict[str, Any]], SLO | None, str, Any]:
+    """``load_side`` and the stage's fingerprint (a tune configuration's, with the settings its command
+    line writes out; a ramp report's own): what its layout is read from (exporter/capacity/layout.py)."""
     path_text, _, stage = spec.partition("#")
     path = Path(path_text)
     if path.is_dir():
@@ -40,25 +61,25 @@ def load_side(spec: str) -> tuple[list[dict[str, Any]], SLO | None, str]:
     if not isinstance(doc, dict):
         raise CompareError(f"{spec}: expected a JSON object")
     if "steps" in doc:
-        return [doc], None, path.name
+        return [doc], None, path.name, doc.get("fingerprint")
     if "baseline" not in doc:
         raise CompareError(f"{spec}: neither a ramp report (steps) nor a tune record (baseline)")
     slo_doc = doc.get("slo") or {}
     slo = SLO(slo_doc.get("ttft_s"), slo_doc.get("itl_s"))
     stage = stage or "baseline"
     if stage == "baseline":
-        return list(doc["baseline"].get("runs") or []), slo, f"{path.name}#baseline"
+        return _stage(doc, doc["baseline"], slo, f"{path.name}#baseline")
     trials = doc.get("trials") or []
     if stage == "best":
         accepted = [t for t in trials if t.get("accepted")]
         if not accepted:
-            return list(doc["baseline"].get("runs") or []), slo, f"{path.name}#best (the baseline)"
-        return list(accepted[-1].get("runs") or []), slo, f"{path.name}#best (trial {accepted[-1].get('trial')})"
+            return _stage(doc, doc["baseline"], slo, f"{path.name}#best (the baseline)")
+        return _stage(doc, accepted[-1], slo, f"{path.name}#best (trial {accepted[-1].get('trial')})")
     if stage.startswith("trial-") and stage[6:].isdigit():
         n = int(stage[6:])
         for t in trials:
             if t.get("trial") == n:
-                return list(t.get("runs") or []), slo, f"{path.name}#{stage}"
+                return _stage(doc, t, slo, f"{path.name}#{stage}")
     raise CompareError(f"{spec}: no stage {stage!r} (expected baseline, best or trial-N of 1..{len(trials)})")
 
 
@@ -89,11 +110,23 @@ def _headroom(runs: Sequence[dict[str, Any]], concurrency: int) -> dict[str, flo
     return {layer: sum(v) / len(v) for layer, v in seen.items()}
 
 
-def _side(runs: Sequence[dict[str, Any]], slo: SLO) -> dict[str, Any]:
+def _fingerprint(runs: Sequence[dict[str, Any]]) -> Any:
+    """The fingerprint the last run that recorded one saw (None: none did)."""
+    return next((r["fingerprint"] for r in reversed(runs) if isinstance(r.get("fingerprint"), dict)), None)
+
+
+def _scaled(runs: Sequence[dict[str, Any]], side: dict[str, Any], slo: SLO, fingerprint: Any) -> Scaled:
+    caps = [capacity_at_slo(r, slo) for r in runs]
+    c = side["capacity"]
+    mean = Capacity(c["concurrency"], c["requests_per_second"], c["tokens_per_second"])
+    return scaled(caps, mean, fingerprint if fingerprint is not None else _fingerprint(runs))
+
+
+def _side(runs: Sequence[dict[str, Any]], slo: SLO, fingerprint: Any = None) -> tuple[dict[str, Any], Scaled]:
     low, mean, high = spread(runs, slo)
     caps = [capacity_at_slo(r, slo) for r in runs]
     primary = common_primary(runs, slo)
-    return {
+    side = {
         "repeats": len(runs),
         "capacity": {
             "concurrency": min((c.concurrency for c in caps), default=0),
@@ -104,11 +137,24 @@ def _side(runs: Sequence[dict[str, Any]], slo: SLO) -> dict[str, Any]:
         "knee": _knee(runs),
         "primary": primary.name if primary else None,
     }
+    found = _scaled(runs, side, slo, fingerprint)
+    side.update(found.fields())
+    return side, found
 
 
-def diff(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]], slo: SLO) -> dict[str, Any]:
-    """What moved from ``a`` to ``b``."""
-    sa, sb = _side(a, slo), _side(b, slo)
+def diff(
+    a: Sequence[dict[str, Any]],
+    b: Sequence[dict[str, Any]],
+    slo: SLO,
+    fingerprint_a: Any = None,
+    fingerprint_b: Any = None,
+) -> dict[str, Any]:
+    """What moved from ``a`` to ``b``. Each side's layout is read from its ``fingerprint_*`` (a tune
+    stage's, ``load_stage``), else from its runs'; ``scaling_efficiency`` is the larger layout's
+    against the smaller's (``of``: the side it describes; ``against.name``: the other), null when the
+    two have the same GPU count, serve different models, took their GPU counts from different places
+    or the smaller carried nothing within the SLO (``comparable``, exporter/capacity/layout.py)."""
+    (sa, scaled_a), (sb, scaled_b) = _side(a, slo, fingerprint_a), _side(b, slo, fingerprint_b)
     ra, rb = sa["capacity"]["requests_per_second"], sb["capacity"]["requests_per_second"]
     levels_a = {s["concurrency"] for r in a for s in r.get("steps") or []}
     levels_b = {s["concurrency"] for r in b for s in r.get("steps") or []}
@@ -131,7 +177,17 @@ def diff(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]], slo: SLO) -> 
         "headroom_fell": fell,
         "causes_appeared": sorted(cb - ca),
         "causes_cleared": sorted(ca - cb),
+        "layout_changed": scaled_a.layout.shape != scaled_b.layout.shape,
+        "scaling_efficiency": _efficiency(scaled_a, scaled_b),
     }
+
+
+def _efficiency(a: Scaled, b: Scaled) -> dict[str, Any] | None:
+    for one, other, of, against in ((b, a, "b", "a"), (a, b, "a", "b")):
+        found = efficiency(one, other, against)
+        if found is not None:
+            return {"of": of, **found}
+    return None
 
 
 def _knee_text(k: int | None) -> str:
@@ -157,7 +213,47 @@ def render(d: dict[str, Any], label_a: str = "A", label_b: str = "B") -> list[st
         lines.append("causes appeared: " + ", ".join(d["causes_appeared"]))
     if d["causes_cleared"]:
         lines.append("causes cleared: " + ", ".join(d["causes_cleared"]))
+    if d.get("layout_changed"):
+        lines += _layout_lines(d, label_a, label_b)
     return lines
 
 
-__all__ = ["CompareError", "diff", "load_side", "render"]
+def _per_gpu_text(side: dict[str, Any]) -> str:
+    per_gpu, per_user = side.get("per_gpu") or {}, side.get("per_user_output_tokens_per_second")
+    tokens, requests = per_gpu.get("output_tokens_per_second_at_slo"), per_gpu.get("requests_per_second_at_slo")
+    if tokens is None or requests is None:
+        return "-"
+    user = "-" if per_user is None else f"{per_user:.1f}"
+    return f"{tokens:.1f} tok/s, {requests:.3g} req/s per GPU, {user} tok/s per user"
+
+
+def _why_not(d: dict[str, Any], la: Layout, lb: Layout) -> str:
+    """Why two layouts with different GPU counts have no efficiency (``comparable``, exporter/capacity/layout.py)."""
+    if GPUS_ASSUMED in (la.gpus_from, lb.gpus_from) or la.gpus_from != lb.gpus_from:
+        return f"GPU counts from {GPUS_FROM_TEXT[la.gpus_from]} and {GPUS_FROM_TEXT[lb.gpus_from]} do not compare"
+    smaller = d["a"] if la.gpus < lb.gpus else d["b"]
+    if not (smaller.get("per_gpu") or {}).get("output_tokens_per_second_at_slo"):
+        return "the smaller layout carried nothing within the SLO"
+    return "different models"
+
+
+def _layout_lines(d: dict[str, Any], label_a: str, label_b: str) -> list[str]:
+    """The layouts, each side's per-GPU and per-user figures at the SLO, and the scaling efficiency."""
+    la, lb = parse_layout(d["a"].get("layout")), parse_layout(d["b"].get("layout"))
+    if la is None or lb is None:
+        return []
+    lines = [
+        f"layout: {label_a} {la.with_gpus()} -> {label_b} {lb.with_gpus()}",
+        f"at SLO: {label_a} {_per_gpu_text(d['a'])} -> {label_b} {_per_gpu_text(d['b'])}",
+    ]
+    eff = d.get("scaling_efficiency")
+    if eff is not None:
+        lines.append(f"scaling: {eff['text']}")
+    elif la.gpus == lb.gpus:
+        lines.append(f"scaling: both on {gpus_text(la.gpus)}, no efficiency to tell")
+    else:
+        lines.append(f"scaling: no efficiency ({_why_not(d, la, lb)})")
+    return lines
+
+
+__all__ = ["CompareError", "diff", "load_side", "load_stage", "render", "stage_fingerprint"]

@@ -28,9 +28,31 @@ from typing import Any
 from exporter.diagnosis.thresholds import Thresholds
 from exporter.tune.argv import Change, EngineCommand, apply_move, running_value
 from exporter.tune.capacity import SLO, slo_holds_everywhere, step_meets
-from exporter.tune.knobs import DRAFT, LARGER_CAPTURE, SLOTS_FULL, Knob, Move, group_rank, lookup, no_move_stop, stop_sentence
+from exporter.tune.knobs import (
+    BATCH_ROOM,
+    DATA_PARALLEL,
+    DRAFT,
+    DRAFT_MORE,
+    EXPERT_PARALLEL,
+    KV_NOT_FULL,
+    LARGER_CAPTURE,
+    LAYOUT,
+    QUANTISED,
+    SLOTS_FULL,
+    Knob,
+    Move,
+    group_rank,
+    lookup,
+    no_move_stop,
+    stop_sentence,
+)
+from exporter.tune.layout import Deployment, apply_layout, apply_quantised, data_parallel, expert_parallel, gpus_of
 
 SLO_HOLDS = "the SLO holds at the highest tested concurrency: nothing to tune at this load"
+#: the KV cache at or beyond the knee at least this full: full (a layout holding less of it would preempt)
+KV_FULL = 0.9
+#: ... at most this full: room for twice the running sequences (a larger batch on a memory-bound decode)
+KV_ROOM_FOR_DOUBLE = 0.5
 
 
 @dataclass(frozen=True)
@@ -55,6 +77,8 @@ class Decision:
     changes: list[Change] = field(default_factory=list)
     move: Move | None = None
     stop: str | None = None
+    #: the trade the move makes, throughput per GPU against latency per user (knobs.py TRADE_*; "" where none is named)
+    trade: str = ""
 
     @property
     def stage(self) -> int:
@@ -171,6 +195,33 @@ def slots_full(runs: Sequence[dict[str, Any]], cmd: EngineCommand, move: Move) -
     if slots is None or not seen:
         return True
     return max(seen) >= 0.9 * slots
+
+
+def _gauge_max(runs: Sequence[dict[str, Any]], name: str) -> float | None:
+    """The highest ``name`` gauge at or beyond the knee over the runs (None: never measured)."""
+    seen = [
+        float(g["max"])
+        for r in runs
+        for step in _from_the_knee(r)
+        if (g := ((step.get("exporter") or {}).get("gauges") or {}).get(name)) and g.get("max") is not None
+    ]
+    return max(seen) if seen else None
+
+
+def slots_measured_full(runs: Sequence[dict[str, Any]], cmd: EngineCommand, move: Move) -> bool:
+    """The running requests were *measured* reaching the slot count at or beyond the knee (unknown: no)."""
+    value = running_value(cmd, move)
+    try:
+        slots = float(value) if value is not None else None
+    except ValueError:
+        slots = None
+    running = _gauge_max(runs, "requests_running")
+    return slots is not None and running is not None and running >= 0.9 * slots
+
+
+def kv_usage(runs: Sequence[dict[str, Any]]) -> float | None:
+    """The fullest the KV cache was at or beyond the knee (0-1; None: not measured)."""
+    return _gauge_max(runs, "kv_cache_usage_ratio")
 
 
 def _largest(value: float | str | None) -> int | None:
@@ -319,6 +370,28 @@ def draft_move(cmd: EngineCommand, moves: Sequence[Move], acceptance: Acceptance
     return f"the command line sets no draft length the tuner can read ({spelled})"
 
 
+def longer_draft(cmd: EngineCommand, move: Move, acceptance: Acceptance) -> DraftMove | str | None:
+    """The draft lengthened to the positions the measured acceptance pays for (a memory-bound decode: more
+    tokens per weight read), at most ``move.high``; why not; None when the command sets no draft length on
+    this flag (drafting on, and its draft model, are the operator's)."""
+    k = draft_length(cmd, move)
+    if k is None:
+        return None
+    if k < 1:
+        return "the configuration drafts no tokens: drafting on, and its draft model, are the operator's"
+    t = Thresholds()
+    if acceptance.drafted < t.spec_min_draft_tokens:
+        return (
+            f"{acceptance.drafted:.0f} draft tokens measured at the knee, fewer than the {t.spec_min_draft_tokens:.0f} "
+            "acceptance is judged on: no draft is lengthened blind"
+        )
+    alpha = per_token_acceptance(acceptance.rate, k)
+    pays = paying_length(alpha, max(k, int(move.high or k)), t.spec_acceptance_min)
+    if pays <= k:
+        return f"the measured acceptance, {alpha:.2f} per draft token, pays for no more than the {k} draft tokens configured"
+    return DraftMove(move, pays, *_with_draft_length(cmd, move, pays))
+
+
 def _draft_decision(engine: str, primary: Primary, entry: Knob, d: DraftMove | str, tried: set[str]) -> Decision:
     """A speculative setting is proposed only when the measured acceptance says it pays; else the no-move stop."""
     if not isinstance(d, str):
@@ -328,20 +401,95 @@ def _draft_decision(engine: str, primary: Primary, entry: Knob, d: DraftMove | s
     return Decision(primary.cause, entry.group, entry.reason, stop=f"{primary.name}: {no_move_stop(engine, entry.advice, d)}")
 
 
-def _applies(cmd: EngineCommand, runs: Sequence[dict[str, Any]], move: Move) -> bool:
-    """The move's condition holds (slots full at the knee, a larger capture list); moves without one apply."""
+def _condition(cmd: EngineCommand, runs: Sequence[dict[str, Any]], move: Move) -> str | None:
+    """Why the move's condition does not hold (slots full at the knee, a larger capture list, room for a larger
+    batch, ...); None when it holds or the move has none."""
     if move.when == SLOTS_FULL:
-        return slots_full(runs, cmd, move)
+        return None if slots_full(runs, cmd, move) else f"{move.flag}: the running requests did not fill the slots"
     if move.when == LARGER_CAPTURE:
-        return captures_larger(cmd, move)
-    return True
+        return None if captures_larger(cmd, move) else f"{move.flag}: captures no larger batches"
+    if move.when == BATCH_ROOM:
+        if not slots_measured_full(runs, cmd, move):
+            return f"{move.flag}: the running batch was not measured filling its slots at the knee"
+        usage = kv_usage(runs)
+        if usage is not None and usage > KV_ROOM_FOR_DOUBLE:
+            return f"{move.flag}: the KV cache was {usage:.0%} full at the knee, no room for twice the sequences"
+        return None
+    if move.when == KV_NOT_FULL:
+        usage = kv_usage(runs)
+        if usage is not None and usage >= KV_FULL:
+            return (
+                f"the KV cache was {usage:.0%} full at the knee: more replicas hold more copies of the weights and less KV in all"
+            )
+        return None
+    if move.when == EXPERT_PARALLEL:
+        return None if expert_parallel(cmd) else f"{move.flag}: the command runs no expert parallelism"
+    if move.when == DATA_PARALLEL:
+        return None if data_parallel(cmd) else f"{move.flag}: the command runs one data-parallel replica"
+    return None
 
 
-def decide(engine: str, cmd: EngineCommand, runs: Sequence[dict[str, Any]], slo: SLO, tried: set[str]) -> Decision:
+def _candidate(
+    cmd: EngineCommand, runs: Sequence[dict[str, Any]], slo: SLO, move: Move, deployment: Deployment
+) -> tuple[EngineCommand, list[Change]] | str | None:
+    """``cmd`` with ``move`` applied; why not (a reason worth saying); None when it does not apply silently."""
+    if move.op == LAYOUT:
+        return apply_layout(cmd, move)
+    if move.op == QUANTISED:
+        return apply_quantised(cmd, deployment)
+    if move.op == DRAFT_MORE:
+        d = longer_draft(cmd, move, measured_acceptance(runs, slo))
+        return d if d is None or isinstance(d, str) else (d.cmd, d.changes)
+    return apply_move(cmd, move)
+
+
+def _first_move(
+    primary: Primary,
+    entry: Knob,
+    cmd: EngineCommand,
+    runs: Sequence[dict[str, Any]],
+    slo: SLO,
+    tried: set[str],
+    deployment: Deployment,
+) -> Decision | str:
+    """The first of ``entry``'s moves that applies, inside the deployment's GPUs and not measured yet; else why
+    none was proposed (the reasons worth saying, joined)."""
+    notes: list[str] = []
+    for move in entry.moves:
+        why = _condition(cmd, runs, move)
+        found = _candidate(cmd, runs, slo, move, deployment) if why is None else why
+        if found is None:
+            continue
+        if isinstance(found, str):
+            notes.append(found)
+            continue
+        new, changes = found
+        shown = ", ".join(f"{c.flag} {c.new}" for c in changes)
+        gpus = gpus_of(new)
+        if deployment.gpus is not None and gpus is not None and gpus > deployment.gpus:
+            notes.append(f"{shown}: {gpus} GPUs, more than the {deployment.describe()}")
+            continue
+        if new.shell() in tried:  # measured already (rejected, or the best itself)
+            notes.append(f"{shown}: measured already")
+            continue
+        return Decision(primary.cause, entry.group, entry.reason, new, changes, move, trade=move.trade)
+    return "; ".join(dict.fromkeys(notes))
+
+
+def decide(
+    engine: str,
+    cmd: EngineCommand,
+    runs: Sequence[dict[str, Any]],
+    slo: SLO,
+    tried: set[str],
+    deployment: Deployment | None = None,
+) -> Decision:
     """The next candidate from the best configuration's runs, or why the search stops.
 
     ``tried`` holds the command lines measured already: after an accepted move the same move
     may apply again from the new best (48 -> 96 KV blocks); a rejected one is not re-measured.
+    ``deployment``: the GPUs a candidate may occupy and the quantised build named (default: ``cmd``'s
+    own GPUs, none named); no candidate occupies more GPUs than it allows.
     """
     if runs and all(slo_holds_everywhere(r, slo) for r in runs):
         return Decision(None, stop=SLO_HOLDS)
@@ -353,20 +501,20 @@ def decide(engine: str, cmd: EngineCommand, runs: Sequence[dict[str, Any]], slo:
             "(the runs in tune.json show each step's verdict)",
         )
     entry = lookup(engine, primary.cause).knob
+    dep = deployment if deployment is not None else Deployment.of(cmd)
     if entry.limit is not None:
-        return Decision(primary.cause, entry.group, entry.reason, stop=f"{primary.name}: {stop_sentence(engine, entry)}")
+        why = ""
+        if entry.before is not None:  # the moves tried before the stop (issue 33)
+            found = _first_move(primary, entry.before, cmd, runs, slo, tried, dep)
+            if isinstance(found, Decision):
+                return found
+            why = found
+        return Decision(primary.cause, entry.group, entry.reason, stop=f"{primary.name}: {stop_sentence(engine, entry, why)}")
     if entry.moves and all(m.op == DRAFT for m in entry.moves):
         return _draft_decision(engine, primary, entry, draft_move(cmd, entry.moves, measured_acceptance(runs, slo)), tried)
-    for move in entry.moves:
-        if not _applies(cmd, runs, move):
-            continue
-        applied = apply_move(cmd, move)
-        if applied is None:
-            continue
-        new, changes = applied
-        if new.shell() in tried:  # measured already (rejected, or the best itself)
-            continue
-        return Decision(primary.cause, entry.group, entry.reason, new, changes, move)
+    found = _first_move(primary, entry, cmd, runs, slo, tried, dep)
+    if isinstance(found, Decision):
+        return found
     return Decision(
         primary.cause, entry.group, entry.reason, stop=f"{primary.name}: every {engine} move for it was tried or is at its bound"
     )
@@ -383,9 +531,12 @@ __all__ = [
     "decide",
     "draft_length",
     "draft_move",
+    "kv_usage",
+    "longer_draft",
     "measured_acceptance",
     "paying_length",
     "per_token_acceptance",
     "primary_of",
     "slots_full",
+    "slots_measured_full",
 ]

@@ -39,6 +39,21 @@ flag the tuner could not stand behind):
   tokenizer workers, default 2), llama.cpp ``-t``. trtllm-serve's
   ``--num_postprocess_workers`` is marked a prototype in its reference: left out.
 
+Why some "no knob" entries carry moves of their own (``Knob.before``, issue 33): the GPU at its
+bandwidth or compute limit, a group waiting on its link or on one GPU, still leave the engine a
+setting worth one measurement — a larger running batch, an FP8 KV cache, a longer draft where the
+acceptance pays, the quantised build the deployment names, another layout inside the same GPUs
+(exporter/tune/layout.py), the engine's own balancing. They are tried first; the entry's stop,
+unchanged, ends the search once none applies. Each names its trade, throughput per GPU against
+latency per user (``TRADE_*``), which tune.json and report.md carry. Spellings, verified against the
+engines' references (docs/tune.md, "Layouts and GPU-bound causes"): vLLM ``--tensor-parallel-size``,
+``--data-parallel-size``, ``--pipeline-parallel-size``, ``--enable-eplb`` (with
+``--enable-expert-parallel``); SGLang ``--tp-size``, ``--dp-size``, ``--pp-size``, ``--enable-eplb``,
+``--load-balance-method``, ``--kv-cache-dtype fp8_e5m2``; TGI ``--num-shard`` (no replicas or stages
+in one launcher), ``--kv-cache-dtype fp8_e5m2``; trtllm-serve ``--tp_size``, ``--pp_size`` (its
+KV-cache dtype, attention DP and expert balancing live in the ``--extra_llm_api_options`` file, not
+flags); llama.cpp ``--split-mode``.
+
 Groups follow the method's order (docs/tune.md): ``resource`` (memory ceiling,
 maximum concurrency) before ``strategy`` (batching, scheduling) before
 ``optimisation`` (graph capture, compilation, cache policy).
@@ -46,7 +61,7 @@ maximum concurrency) before ``strategy`` (batching, scheduling) before
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 GROUPS: tuple[str, ...] = ("resource", "strategy", "optimisation")
 #: the stop kind of a cause the engine has no move for: the sentence quotes the diagnosis's advice
@@ -56,12 +71,30 @@ LIMITS: tuple[str, ...] = ("hardware", "capacity", "outage", NO_MOVE)
 ENGINES: tuple[str, ...] = ("vllm", "sglang", "tgi", "trtllm", "llamacpp", "simulator")
 #: a move that sets the speculative draft length to what the measured acceptance pays for (decide.py)
 DRAFT = "draft"
+#: a move that lengthens the draft to the positions the measured acceptance pays for (a memory-bound decode)
+DRAFT_MORE = "draft_more"
+#: a layout move (exporter/tune/layout.py): the tensor-parallel size (``flag``) times ``by``; a ``couple``
+#: dimension (data or pipeline parallel) divided by it, so the GPUs stay; without one the GPUs change with TP
+LAYOUT = "layout"
+#: a move that serves the quantised build the deployment names (``tune --quantized-model PATH``) instead of the model
+QUANTISED = "quantised"
 #: the ``op`` of a move: multiply, add, set a value, add a boolean flag, drop a boolean flag, the draft length
-OPS: tuple[str, ...] = ("mul", "add", "set", "on", "off", DRAFT)
+#: (shorter; longer), the layout, the quantised build
+OPS: tuple[str, ...] = ("mul", "add", "set", "on", "off", DRAFT, DRAFT_MORE, LAYOUT, QUANTISED)
 #: a move whose ``when`` is this is tried only while the running requests fill the slots
 SLOTS_FULL = "slots_full"
 #: a move whose ``when`` is this is tried only when its list of captured batch sizes reaches past the current one
 LARGER_CAPTURE = "larger_capture"
+#: ... only when the running requests were measured filling the slots and the KV cache at most half full at and
+#: beyond the knee (twice the sequences fit): a larger running batch on a memory-bound decode
+BATCH_ROOM = "batch_room"
+#: ... only when the KV cache was not full at and beyond the knee (unknown: not full): fewer tensor-parallel ranks
+#: and more replicas hold more copies of the weights and so less KV in all
+KV_NOT_FULL = "kv_not_full"
+#: ... only when the command runs expert parallelism (vLLM --enable-expert-parallel, SGLang --ep-size above 1)
+EXPERT_PARALLEL = "expert_parallel"
+#: ... only when the command runs two or more data-parallel replicas
+DATA_PARALLEL = "data_parallel"
 
 HARDWARE_STOP = "the engine runs at its hardware limit; no flag will help — scale out"
 CAPACITY_STOP = "every layer has headroom: the service gets more load than it serves; no flag will help — add replicas"
@@ -95,11 +128,19 @@ class Move:
     integer: bool = True
     #: the key the move changes inside the flag's JSON value (vLLM --speculative-config)
     key: str | None = None
+    #: the trade the move makes, throughput per GPU against latency per user (tune.json ``trade``, report.md)
+    trade: str = ""
 
 
 @dataclass(frozen=True)
 class Knob:
-    """What to change for one cause on one engine; ``limit`` set means no knob (the search stops)."""
+    """What to change for one cause on one engine; ``limit`` set means no knob (the search stops).
+
+    ``before``: on a "no knob" entry, the moves tried before its stop (issue 33: the GPU at its compute or
+    bandwidth limit, its group waiting on the link or on one GPU) — a larger batch, an FP8 KV cache, another
+    layout inside the GPUs the deployment has. The entry stays a stop: once none of them applies or all were
+    measured, the search ends with the limit's sentence.
+    """
 
     group: str
     reason: str
@@ -107,6 +148,7 @@ class Knob:
     limit: str | None = None
     #: the diagnosis's advice, quoted (QUOTE_GAP between fragments): what a no-move stop says instead
     advice: str = ""
+    before: Knob | None = None
 
 
 def _hw(why: str) -> Knob:
@@ -132,11 +174,17 @@ def no_move_stop(engine: str, advice: str, why: str = "") -> str:
     return NO_MOVE_STOP.format(engine=engine, why=f" ({why})" if why else "", advice=advice.rstrip("."))
 
 
-def stop_sentence(engine: str, knob: Knob) -> str:
-    """Why the search ends on a "no knob" entry: its kind's sentence, the no-move one with the advice quoted."""
+def stop_sentence(engine: str, knob: Knob, why: str = "") -> str:
+    """Why the search ends on a "no knob" entry: its kind's sentence, the no-move one with the advice quoted;
+    ``why``: why none of the entry's ``before`` moves was proposed (in brackets)."""
     if knob.limit == NO_MOVE:
-        return no_move_stop(engine, knob.advice)
-    return STOPS[knob.limit or "capacity"]
+        return no_move_stop(engine, knob.advice, why)
+    return STOPS[knob.limit or "capacity"] + (f" ({why})" if why else "")
+
+
+def with_before(knob: Knob, group: str, reason: str, *moves: Move) -> Knob:
+    """``knob`` (a "no knob" entry) with ``moves`` tried before its stop."""
+    return replace(knob, before=Knob(group, reason, moves))
 
 
 #: the diagnosis's advice (exporter/diagnosis/rules.py), quoted where an engine has no move for it
@@ -173,6 +221,11 @@ _ADVICE_TENSOR = (
     "custom kernel without tensor-core support, or matrix shapes that are not multiples of 8/16."
 )
 _ADVICE_IMBALANCE = "Check uneven pipeline stages, MoE expert load skew (hot experts), data-parallel routing, or another process sharing that GPU."
+_ADVICE_COMMUNICATION = _quote(
+    "Use fewer tensor-parallel ranks and more data-parallel replicas where the model fits (TP 2 x DP 2 instead of TP 4), "
+    "pipeline parallelism across GPUs without NVLink, or a faster interconnect (NVLink, GPUs on one PCIe switch with "
+    "peer-to-peer on). Check NCCL: NCCL_DEBUG=INFO shows the transport (P2P, SHM or NET) and NCCL_P2P_DISABLE must not be set",
+)
 #: the prefix-cache advice per engine: the engine's own flag where it has one, the others' left out
 _PREFIX_CHECK = (
     "Check that prefix caching is still enabled on the engine after the last deployment (llm_engine_config_info{prefix_caching}"
@@ -196,6 +249,10 @@ _COMMON: dict[str, Knob] = {
     "memory_bandwidth_bound": _hw("every decode step streams weights and KV at the GPU's memory bandwidth"),
     "power_or_thermal_throttling": _hw("the board's power or thermal limit sets the clock, not the engine"),
     "gpu_imbalance": _no_move("placement, routing and expert load across the group, found by hand", _ADVICE_IMBALANCE),
+    # the engines with layout flags try another layout first (``before``, issue 33); the interconnect stays the deployment's
+    "communication_bound": _no_move(
+        "the parallel layout and the interconnect are the deployment's where no layout move applies", _ADVICE_COMMUNICATION
+    ),
     "tensor_cores_unused": _no_move("the dtype and kernels are a model and build choice", _ADVICE_TENSOR),
     "queue_backlog": _cap("a symptom with no cause behind it"),
     "slo_breach": _cap("a symptom with no cause behind it"),
@@ -220,9 +277,114 @@ _T = "docs/tune.md#tgi"
 _R = "docs/tune.md#trtllm-serve"
 _L = "docs/tune.md#llamacpp"
 _M = "docs/tune.md#simulator"
+#: the layout moves and the moves tried before the GPU-bound stops (issue 33)
+_G = "docs/tune.md#layouts-and-gpu-bound-causes"
+
+# --- the trade each move of issue 33 makes: throughput per GPU against latency per user ------------------
+TRADE_FEWER_TP = (
+    "throughput per GPU up, latency per user up: the replicas no longer wait on each other's all-reduces, "
+    "but each request runs on fewer GPUs, so each of its decode steps reads more of the weights per GPU"
+)
+TRADE_PIPELINE = (
+    "throughput per GPU up where the link is the limit, latency per user up: a pipeline hop per stage and its "
+    "bubble for fewer all-reduces over the link; each GPU holds the same share of the weights"
+)
+TRADE_MORE_TP = (
+    "more KV cache per replica and latency per user down, throughput per GPU down: more GPUs share each request "
+    "and their all-reduces grow with them"
+)
+TRADE_BATCH = (
+    "throughput per GPU up, latency per user up: more sequences share each read of the weights, and each decode "
+    "step carries more of them"
+)
+TRADE_FP8_KV = (
+    "throughput per GPU up, latency per user about the same, for some accuracy: half the KV bytes read per decode "
+    "step and twice the tokens the cache holds"
+)
+TRADE_DRAFT = (
+    "latency per user down, throughput per GPU down where drafts are rejected: more tokens per target step, and "
+    "each draft costs GPU time"
+)
+TRADE_QUANTISED = (
+    "throughput per GPU up and latency per user down, for accuracy: the quantised build does less math and reads "
+    "fewer bytes per token"
+)
+TRADE_EPLB = (
+    "throughput per GPU up, latency per user up while experts move: the hot experts are spread over the GPUs, "
+    "with a pause at each rebalancing"
+)
+TRADE_BALANCE = "throughput per GPU up, latency per user about the same: no replica idles while another queues"
+TRADE_LAYER_SPLIT = (
+    "throughput per GPU up, latency per user up: the GPUs hold whole layers in turn instead of a slice of every "
+    "matrix, so no layer waits on an exchange, and a token crosses the GPUs one after another"
+)
+
+_WHY_COMMUNICATION = (
+    "the group waits on its link: fewer tensor-parallel ranks and more data-parallel replicas, or pipeline stages, "
+    "inside the same GPUs"
+)
+_WHY_BANDWIDTH = (
+    "every decode step streams the weights and the KV cache: a larger running batch while the KV cache has room, "
+    "an FP8 KV cache, a longer draft where the measured acceptance pays for it, the quantised build named"
+)
+_WHY_COMPUTE = "the math units are busy: the quantised build the deployment names (tune --quantized-model)"
+_WHY_IMBALANCE = "one GPU of an expert- or data-parallel group works harder: the engine's own balancing"
+_WHY_MORE_TP = "with GPUs to spare (tune --gpus above the GPUs in use): more tensor-parallel ranks hold more KV"
+
+
+def _fewer_tp(tp: str, other: str, doc: str = _G, when: str | None = KV_NOT_FULL) -> Move:
+    """TP halved, ``other`` doubled: the GPUs kept."""
+    trade = TRADE_FEWER_TP if "data" in other or "dp" in other else TRADE_PIPELINE
+    return Move(tp, LAYOUT, 0.5, low=1, default=1, couple=other, when=when, doc=doc, trade=trade)
+
+
+def _more_tp(tp: str, default: float | None = 1) -> Move:
+    """TP doubled: more GPUs, allowed only inside the budget (tune --gpus)."""
+    return Move(tp, LAYOUT, 2, high=64, default=default, doc=_G, trade=TRADE_MORE_TP)
+
+
+def _batch(flag: str, default: float | None, high: float = 1024, couple: str | None = None) -> Move:
+    return Move(flag, "mul", 2, high=high, default=default, couple=couple, when=BATCH_ROOM, doc=_G, trade=TRADE_BATCH)
+
+
+def _fp8_kv(flag: str, value: str, default: str | None = "auto") -> Move:
+    return Move(flag, "set", value, default=default, doc=_G, trade=TRADE_FP8_KV)
+
+
+def _longer_draft(flag: str, key: str | None = None, high: float = 8) -> Move:
+    return Move(flag, DRAFT_MORE, low=1, high=high, key=key, doc=_G, trade=TRADE_DRAFT)
+
+
+#: the quantised build, where the deployment names one (the flag is the engine's model argument, exporter/tune/argv.py)
+_QUANTISED = Move("model", QUANTISED, doc=_G, trade=TRADE_QUANTISED)
 
 _VLLM: dict[str, Knob] = {
     "prefix_cache_hit_drop": _no_move(_PREFIX_WHY, _ADVICE_PREFIX_VLLM),
+    "communication_bound": with_before(
+        _COMMON["communication_bound"],
+        "resource",
+        _WHY_COMMUNICATION,
+        _fewer_tp("--tensor-parallel-size", "--data-parallel-size"),
+        _fewer_tp("--tensor-parallel-size", "--pipeline-parallel-size", when=None),
+    ),
+    "memory_bandwidth_bound": with_before(
+        _COMMON["memory_bandwidth_bound"],
+        "strategy",
+        _WHY_BANDWIDTH,
+        _batch("--max-num-seqs", 256),
+        _fp8_kv("--kv-cache-dtype", "fp8"),
+        _longer_draft("--speculative-config", "num_speculative_tokens"),
+        _longer_draft("-sc", "num_speculative_tokens"),
+        _longer_draft("--spec-tokens"),
+        _QUANTISED,
+    ),
+    "compute_bound": with_before(_COMMON["compute_bound"], "optimisation", _WHY_COMPUTE, _QUANTISED),
+    "gpu_imbalance": with_before(
+        _COMMON["gpu_imbalance"],
+        "strategy",
+        _WHY_IMBALANCE,
+        Move("--enable-eplb", "on", when=EXPERT_PARALLEL, doc=_G, trade=TRADE_EPLB),
+    ),
     "context_reserved_not_used": Knob(
         "resource",
         "each sequence reserves the configured maximum context, far above what requests use: a shorter one",
@@ -249,6 +411,7 @@ _VLLM: dict[str, Knob] = {
             Move("VLLM_CPU_KVCACHE_SPACE", "mul", 2, high=64, doc=_V, env=True),
             Move("--num-gpu-blocks-override", "mul", 2, high=1 << 20, doc=_V),
             Move("--kv-cache-dtype", "set", "fp8", default="auto", doc=_V),
+            _more_tp("--tensor-parallel-size"),
             Move("--max-num-seqs", "mul", 0.5, low=1, default=256, doc=_V),
             Move("--max-model-len", "mul", 0.5, low=256, doc=_V),
         ),
@@ -261,6 +424,7 @@ _VLLM: dict[str, Knob] = {
             Move("--max-num-batched-tokens", "mul", 2, high=65536, default=2048, doc=_V),
             Move("--block-size", "mul", 0.5, low=8, default=16, doc=_V),
             Move("--max-model-len", "mul", 0.5, low=256, doc=_V),
+            _more_tp("--tensor-parallel-size"),
         ),
     ),
     "batching_window_too_large": Knob(
@@ -305,6 +469,38 @@ _VLLM: dict[str, Knob] = {
 
 _SGLANG: dict[str, Knob] = {
     "prefix_cache_hit_drop": _no_move(_PREFIX_WHY, _ADVICE_PREFIX_SGLANG),
+    "communication_bound": with_before(
+        _COMMON["communication_bound"],
+        "resource",
+        _WHY_COMMUNICATION,
+        _fewer_tp("--tp-size", "--dp-size"),
+        _fewer_tp("--tp-size", "--pp-size", when=None),
+    ),
+    "memory_bandwidth_bound": with_before(
+        _COMMON["memory_bandwidth_bound"],
+        "strategy",
+        _WHY_BANDWIDTH,
+        _batch("--max-running-requests", 128, high=4096),
+        _fp8_kv("--kv-cache-dtype", "fp8_e5m2"),
+        _longer_draft("--speculative-num-steps"),
+        _QUANTISED,
+    ),
+    "compute_bound": with_before(_COMMON["compute_bound"], "optimisation", _WHY_COMPUTE, _QUANTISED),
+    "gpu_imbalance": with_before(
+        _COMMON["gpu_imbalance"],
+        "strategy",
+        _WHY_IMBALANCE,
+        Move("--enable-eplb", "on", when=EXPERT_PARALLEL, doc=_G, trade=TRADE_EPLB),
+        Move(
+            "--load-balance-method",
+            "set",
+            "shortest_queue",
+            default="round_robin",
+            when=DATA_PARALLEL,
+            doc=_G,
+            trade=TRADE_BALANCE,
+        ),
+    ),
     "context_reserved_not_used": Knob(
         "resource",
         "requests use far less than the configured context: a shorter context length",
@@ -325,13 +521,17 @@ _SGLANG: dict[str, Knob] = {
         "the KV pool is full: a larger static memory fraction, or fewer running requests",
         (
             Move("--mem-fraction-static", "add", 0.05, high=0.95, default=0.85, doc=_S, integer=False),
+            _more_tp("--tp-size"),
             Move("--max-running-requests", "mul", 0.5, low=1, doc=_S),
         ),
     ),
     "kv_fragmentation_or_capacity_misjudged": Knob(
         "resource",
         "requests wait while the KV pool is mostly free: allow more running requests",
-        (Move("--max-running-requests", "mul", 2, high=4096, default=128, when=SLOTS_FULL, doc=_S),),
+        (
+            Move("--max-running-requests", "mul", 2, high=4096, default=128, when=SLOTS_FULL, doc=_S),
+            _more_tp("--tp-size"),
+        ),
     ),
     "batching_window_too_large": Knob(
         "strategy",
@@ -380,6 +580,20 @@ _TGI_GRAPHS: tuple[Move, ...] = tuple(
 )
 
 _TGI: dict[str, Knob] = {
+    "communication_bound": _no_move(
+        "TGI shards one model over --num-shard GPUs and runs no data-parallel replicas or pipeline stages: more "
+        "replicas with fewer shards each are more launchers behind a router, the deployment's",
+        _ADVICE_COMMUNICATION,
+    ),
+    "memory_bandwidth_bound": with_before(
+        _COMMON["memory_bandwidth_bound"],
+        "strategy",
+        _WHY_BANDWIDTH,
+        _batch("--max-batch-size", None),
+        _fp8_kv("--kv-cache-dtype", "fp8_e5m2", default=None),
+        _QUANTISED,
+    ),
+    "compute_bound": with_before(_COMMON["compute_bound"], "optimisation", _WHY_COMPUTE, _QUANTISED),
     "context_reserved_not_used": Knob(
         "resource",
         "requests use far less than the configured total tokens: a smaller per-request maximum",
@@ -395,13 +609,15 @@ _TGI: dict[str, Knob] = {
         "the token budget of the batch is exhausted: more CUDA memory, or fewer concurrent requests",
         (
             Move("--cuda-memory-fraction", "add", 0.05, high=1.0, default=0.95, doc=_T, integer=False),
+            # absent, TGI shards over every visible GPU: a count the tuner cannot read, so it needs the flag
+            _more_tp("--num-shard", default=None),
             Move("--max-concurrent-requests", "mul", 0.5, low=1, default=128, doc=_T),
         ),
     ),
     "kv_fragmentation_or_capacity_misjudged": Knob(
         "resource",
         "requests wait while memory is free: a larger batch token budget",
-        (Move("--max-batch-total-tokens", "mul", 2, high=1 << 22, doc=_T),),
+        (Move("--max-batch-total-tokens", "mul", 2, high=1 << 22, doc=_T), _more_tp("--num-shard", default=None)),
     ),
     "batching_window_too_large": Knob(
         "strategy",
@@ -434,6 +650,22 @@ _TGI: dict[str, Knob] = {
 }
 
 _TRTLLM: dict[str, Knob] = {
+    "communication_bound": with_before(
+        _COMMON["communication_bound"],
+        "resource",
+        "the group waits on its link: pipeline stages instead of tensor-parallel ranks inside the same GPUs "
+        "(attention data parallelism is set in an --extra_llm_api_options file, not a flag)",
+        _fewer_tp("--tp_size", "--pp_size", when=None),
+    ),
+    "memory_bandwidth_bound": with_before(
+        _COMMON["memory_bandwidth_bound"],
+        "strategy",
+        "every decode step streams the weights and the KV cache: a larger running batch while the KV cache has room, "
+        "the quantised build named (the KV-cache dtype and speculation are set in an --extra_llm_api_options file)",
+        _batch("--max_batch_size", 2048, high=4096),
+        _QUANTISED,
+    ),
+    "compute_bound": with_before(_COMMON["compute_bound"], "optimisation", _WHY_COMPUTE, _QUANTISED),
     "context_reserved_not_used": Knob(
         "resource",
         "requests use far less than the configured sequence length: a shorter maximum",
@@ -449,6 +681,7 @@ _TRTLLM: dict[str, Knob] = {
         "the KV cache is full: a larger free-memory fraction for it, or a smaller batch",
         (
             Move("--kv_cache_free_gpu_memory_fraction", "add", 0.05, high=0.95, default=0.9, doc=_R, integer=False),
+            _more_tp("--tp_size"),
             Move("--max_batch_size", "mul", 0.5, low=1, default=2048, doc=_R),
         ),
     ),
@@ -458,6 +691,7 @@ _TRTLLM: dict[str, Knob] = {
         (
             Move("--max_batch_size", "mul", 2, high=4096, default=2048, when=SLOTS_FULL, doc=_R),
             Move("--max_num_tokens", "mul", 2, high=65536, default=8192, doc=_R),
+            _more_tp("--tp_size"),
         ),
     ),
     "batching_window_too_large": Knob(
@@ -468,6 +702,24 @@ _TRTLLM: dict[str, Knob] = {
 }
 
 _LLAMACPP: dict[str, Knob] = {
+    "communication_bound": with_before(
+        _COMMON["communication_bound"],
+        "resource",
+        "the GPUs exchange every layer's slices (--split-mode row): whole layers per GPU instead",
+        Move("--split-mode", "set", "layer", default="layer", doc=_G, trade=TRADE_LAYER_SPLIT),
+    ),
+    "memory_bandwidth_bound": with_before(
+        _COMMON["memory_bandwidth_bound"],
+        "strategy",
+        "every decode step streams the weights and the KV cache: more slots while the context has room, an 8-bit "
+        "KV cache, a longer draft where the measured acceptance pays for it, the quantised build named",
+        _batch("-np", 1, high=64, couple="-c"),
+        Move("--cache-type-k", "set", "q8_0", default="f16", doc=_G, trade=TRADE_FP8_KV),
+        Move("--cache-type-v", "set", "q8_0", default="f16", doc=_G, trade=TRADE_FP8_KV),
+        *(_longer_draft(flag, high=16) for flag in ("--spec-draft-n-max", "--draft-max", "--draft", "--draft-n")),
+        _QUANTISED,
+    ),
+    "compute_bound": with_before(_COMMON["compute_bound"], "optimisation", _WHY_COMPUTE, _QUANTISED),
     "context_reserved_not_used": Knob(
         "resource",
         "each slot holds -c / -np of context, far above what requests use: more slots in the same -c",
@@ -522,6 +774,22 @@ _LLAMACPP: dict[str, Knob] = {
 }
 
 _SIMULATOR: dict[str, Knob] = {
+    "communication_bound": with_before(
+        _COMMON["communication_bound"],
+        "resource",
+        _WHY_COMMUNICATION,
+        _fewer_tp("--tensor-parallel-size", "--data-parallel-size"),
+        _fewer_tp("--tensor-parallel-size", "--pipeline-parallel-size", when=None),
+    ),
+    # no FP8 KV cache and no quantised weights in the simulator's model: the batch, then a longer draft
+    "memory_bandwidth_bound": with_before(
+        _COMMON["memory_bandwidth_bound"],
+        "strategy",
+        "every decode step streams the weights and the KV cache: a larger running batch while the KV cache has room, "
+        "a longer draft where the measured acceptance pays for it",
+        _batch("--max-num-seqs", 64, high=4096),
+        _longer_draft("--spec-tokens", high=16),
+    ),
     "cuda_graphs_not_covering_batches": Knob(
         "optimisation",
         "the decode runs eager or above the largest captured graph: graphs on, larger capture sizes",
@@ -545,6 +813,7 @@ _SIMULATOR: dict[str, Knob] = {
         "the KV cache is full or preempting: more KV blocks, or fewer sequences",
         (
             Move("--num-gpu-blocks", "mul", 2, high=1 << 20, default=4096, doc=_M),
+            _more_tp("--tensor-parallel-size"),
             Move("--max-num-seqs", "mul", 0.5, low=1, default=64, doc=_M),
         ),
     ),
@@ -555,6 +824,7 @@ _SIMULATOR: dict[str, Knob] = {
             Move("--max-num-seqs", "mul", 2, high=4096, default=64, when=SLOTS_FULL, doc=_M),
             Move("--num-gpu-blocks", "mul", 2, high=1 << 20, default=4096, doc=_M),
             Move("--kv-reserve-full", "set", "false", default="false", doc=_M),
+            _more_tp("--tensor-parallel-size"),
         ),
     ),
     "batching_window_too_large": Knob(
@@ -622,8 +892,25 @@ def group_rank(group: str) -> int:
 
 
 __all__ = [
+    "BATCH_ROOM",
+    "DATA_PARALLEL",
     "DRAFT",
+    "DRAFT_MORE",
     "ENGINES",
+    "EXPERT_PARALLEL",
+    "KV_NOT_FULL",
+    "LAYOUT",
+    "QUANTISED",
+    "TRADE_BALANCE",
+    "TRADE_BATCH",
+    "TRADE_DRAFT",
+    "TRADE_EPLB",
+    "TRADE_FEWER_TP",
+    "TRADE_FP8_KV",
+    "TRADE_LAYER_SPLIT",
+    "TRADE_MORE_TP",
+    "TRADE_PIPELINE",
+    "TRADE_QUANTISED",
     "GROUPS",
     "HARDWARE_STOP",
     "LARGER_CAPTURE",
@@ -639,4 +926,5 @@ __all__ = [
     "lookup",
     "no_move_stop",
     "stop_sentence",
+    "with_before",
 ]

@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from exporter import jsonsafe
+from exporter.capacity.layout import Scaled, layout_of_fingerprint, scaled, smallest_against
 from exporter.tune import redact
 from exporter.tune.accept import RULE
 from exporter.tune.argv import changes_between
-from exporter.tune.capacity import SLO
+from exporter.tune.capacity import SLO, capacity_at_slo
 from exporter.tune.decide import common_primary
 from exporter.tune.session import Measurement, TuneResult
 
@@ -64,12 +65,36 @@ def _workload(m: Measurement) -> dict[str, Any] | None:
     return out
 
 
+def _layout_fingerprint(m: Measurement) -> dict[str, Any]:
+    """The fingerprint a layout is read from: the family the tuner started, where the exporter named none
+    (the flags of its command line then say the layout, exporter/capacity/layout.py)."""
+    fp = _fingerprint(m) or {}
+    return fp if fp.get("engine") else {**fp, "engine": m.cmd.engine}
+
+
+def _scaled(m: Measurement, slo: SLO) -> Scaled | None:
+    """The configuration's capacity at SLO against its layout (exporter/capacity/layout.py); None: not measured."""
+    if not m.runs:
+        return None
+    return scaled([capacity_at_slo(r, slo) for r in m.runs], m.capacity(slo), _layout_fingerprint(m))
+
+
+def _scaling(m: Measurement, slo: SLO) -> dict[str, Any]:
+    """``layout``, ``per_gpu`` and ``per_user_output_tokens_per_second`` (the last two null when not measured)."""
+    found = _scaled(m, slo)
+    if found is None:
+        layout = layout_of_fingerprint(_layout_fingerprint(m)).as_dict()
+        return {"layout": layout, "per_gpu": None, "per_user_output_tokens_per_second": None}
+    return found.fields()
+
+
 def _config(m: Measurement, slo: SLO) -> dict[str, Any]:
     return {
         "argv": redact.argv(m.cmd.full()),
         "capacity": m.capacity(slo).as_dict(),
         "fingerprint": _fingerprint(m),
         "workload": _workload(m),
+        **_scaling(m, slo),
         "knee": _knee(m),
         "primary": _primary(m, slo),
         "warmup": m.warmup,
@@ -79,9 +104,23 @@ def _config(m: Measurement, slo: SLO) -> dict[str, Any]:
     }
 
 
+def _deployment(result: TuneResult) -> dict[str, Any] | None:
+    """What every candidate stayed inside (exporter/tune/layout.py): the GPUs, where that count came from
+    (``--gpus`` or the baseline's TP x PP x DP; null: unknown, not checked), the quantised build named."""
+    dep = result.deployment
+    if dep is None:
+        return None
+    source = "--gpus" if dep.gpus_given else ("baseline" if dep.gpus is not None else None)
+    return {"gpus": dep.gpus, "gpus_from": source, "quantized_model": dep.quantized_model}
+
+
 def build(result: TuneResult, slo: SLO, engine: str, mode: str) -> dict[str, Any]:
     base = result.baseline
     best = result.best
+    names = {id(base): "baseline", **{id(t.measurement): f"trial {t.number}" for t in result.trials}}
+    efficiencies = smallest_against(
+        [("baseline", _scaled(base, slo))] + [(f"trial {t.number}", _scaled(t.measurement, slo)) for t in result.trials]
+    )
     recommendation = None
     if best is not None and best is not base:
         b_rps = base.capacity(slo).requests_per_second
@@ -93,6 +132,8 @@ def build(result: TuneResult, slo: SLO, engine: str, mode: str) -> dict[str, Any
             "capacity": best.capacity(slo).as_dict(),
             "fingerprint": _fingerprint(best),
             "workload": _workload(best),
+            **_scaling(best, slo),
+            "scaling_efficiency": efficiencies.get(names.get(id(best), "")),
         }
     trials = []
     for t in result.trials:
@@ -105,7 +146,9 @@ def build(result: TuneResult, slo: SLO, engine: str, mode: str) -> dict[str, Any
                 "cause": d.cause,
                 "reason": d.reason,
                 "changes": [redact.change(c.as_dict()) for c in d.changes],
+                "trade": d.trade or None,
                 **{k: v for k, v in _config(t.measurement, slo).items()},
+                "scaling_efficiency": efficiencies.get(f"trial {t.number}"),
                 "accepted": t.accepted,
                 "why": t.why,
                 "gain": t.gain,
@@ -122,11 +165,12 @@ def build(result: TuneResult, slo: SLO, engine: str, mode: str) -> dict[str, Any
         "mode": mode,
         "slo": {"ttft_s": slo.ttft_s, "itl_s": slo.itl_s},
         "rule": RULE,
-        "baseline": _config(base, slo),
+        "baseline": {**_config(base, slo), "scaling_efficiency": efficiencies.get("baseline")},
         "trials": trials,
         "recommendation": recommendation,
         "rollback": {"argv": redact.argv(base.cmd.full())},
         "stop": result.stop,
+        "deployment": _deployment(result),
         "interrupted": result.interrupted,
         "left_running": left,
         "seconds": round(result.seconds, 1),

@@ -31,6 +31,7 @@ from exporter.tune.argv import EngineCommand, changes_between
 from exporter.tune.capacity import SLO, Capacity, capacity_at_slo
 from exporter.tune.decide import SLO_HOLDS, Decision, common_primary, decide
 from exporter.tune.launch import EngineProcess, Watcher
+from exporter.tune.layout import Deployment
 from exporter.tune.warmup import WARMUP_SEED, warm_up
 
 
@@ -58,6 +59,10 @@ class TuneSettings:
     warmup_s: float | None = None
     criteria: KneeCriteria = field(default_factory=KneeCriteria)
     seed: int = 0
+    #: the most GPUs a candidate may occupy (``--gpus``; None: the baseline's TP x PP x DP, exporter/tune/layout.py)
+    gpus: int | None = None
+    #: the quantised build of the served model (``--quantized-model``): compute- and bandwidth-bound moves serve it
+    quantized_model: str | None = None
 
 
 @dataclass
@@ -134,6 +139,8 @@ class TuneResult:
     interrupted: bool = False
     left_running: dict[str, Any] | None = None
     seconds: float = 0.0
+    #: the GPUs every candidate stayed inside and the quantised build named (tune.json ``deployment``)
+    deployment: Deployment | None = None
 
 
 def _ramp_config(s: TuneSettings, target: str, exporter: str, model: str) -> dict[str, Any]:
@@ -158,6 +165,8 @@ class Tuner:
         self.url = (settings.engine_url or base.url()).rstrip("/")
         self.gpu_source = f"sim:{self.url}" if base.engine == "simulator" else "auto"
         self.engine: EngineProcess | None = None
+        #: the GPUs every candidate stays inside and the quantised build named (issue 33)
+        self.deployment = Deployment.of(base, settings.gpus, settings.quantized_model)
         #: apply mode: the configuration applied last (at the start, the one the command after -- describes)
         self.deployed = base
 
@@ -198,7 +207,9 @@ class Tuner:
         if outcome.interrupted:
             raise KeyboardInterrupt
         config = _ramp_config(self.s, self.url, exporter_url, model)
-        return build_report(outcome.steps, outcome.knee, outcome.saturation, config, outcome.error, fingerprint=fingerprint)
+        return build_report(
+            outcome.steps, outcome.knee, outcome.saturation, config, outcome.error, fingerprint=fingerprint, slo=self.s.slo
+        )
 
     # ------------------------------------------------------------------ one configuration
 
@@ -310,7 +321,7 @@ class Tuner:
         t0 = time.monotonic()
         self.s.out.mkdir(parents=True, exist_ok=True)
         self.hooks.line(f"tune: baseline {redact.command_line(self.base.full())}")
-        result = TuneResult(baseline=Measurement("baseline", self.base))
+        result = TuneResult(baseline=Measurement("baseline", self.base), deployment=self.deployment)
         try:
             result.baseline = self.measure(self.base, "baseline")
             self._line_for("baseline", result.baseline, None)
@@ -327,7 +338,7 @@ class Tuner:
                 if self.s.budget_s is not None and spent + result.baseline.seconds > self.s.budget_s:
                     result.stop = f"the time budget ({self.s.budget_s:g} s) is spent"
                     break
-                d = decide(self.base.engine, best.cmd, best.runs, self.s.slo, tried)
+                d = decide(self.base.engine, best.cmd, best.runs, self.s.slo, tried, self.deployment)
                 if d.stop is not None:
                     result.stop = d.stop
                     break
@@ -337,6 +348,8 @@ class Tuner:
                 shown = [redact.change(c.as_dict()) for c in d.changes]
                 changes = ", ".join(f"{c['flag']} {c['from'] or '(unset)'} -> {c['to'] or '(removed)'}" for c in shown)
                 self.hooks.line(f"trial {n} [{d.group}] {d.cause}: {changes}")
+                if d.trade:
+                    self.hooks.line(f"  trade: {d.trade}")
                 m = self.measure(d.cmd, f"trial-{n}")
                 j = judge(m.runs, best.runs, self.s.slo, m.failure)
                 result.trials.append(Trial(n, d, m, j.accepted, j.why, j.gain))

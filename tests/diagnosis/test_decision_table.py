@@ -23,6 +23,7 @@ from exporter.diagnosis.causality import SYMPTOM_CAUSES
 from exporter.diagnosis.engine import Verdict
 from exporter.diagnosis.thresholds import Thresholds
 from exporter.engines import batchsize
+from exporter.gpu.fields import pcie_capacity
 from exporter.samples import Point
 from tests.diagnosis.diag_points import ENG, GIB, _s, engine, gpu, healthy_gpu, histogram, primary, process, run
 
@@ -115,6 +116,23 @@ def slots_reserving(i: int, per_slot: float, used: float) -> list[Point]:
         + tokens(i, 2, prompt=used / 3, output=2 * used / 3)
         + latency(i, ttft=3.0, queue=2.5, n=2)
     )
+
+
+def tp_group(n: int, tx: float, rx: float, **sms: Any) -> list[Point]:
+    """``n`` GPUs of one engine, each moving ``tx`` / ``rx`` bytes/s over a PCIe Gen5 x16 link whose
+    capacity the GPU source publishes (exporter/gpu/fields.py)."""
+    out: list[Point] = []
+    for i in range(n):
+        labels = {"gpu": str(i), "uuid": f"GPU-{i}"}
+        out += gpu(i, **sms)
+        out += [
+            _s("llm_gpu_pcie_transmit_bytes_per_second", labels, tx),
+            _s("llm_gpu_pcie_receive_bytes_per_second", labels, rx),
+            _s("llm_gpu_pcie_link_generation", labels, 5),
+            _s("llm_gpu_pcie_link_width", labels, 16),
+            _s("llm_gpu_pcie_link_bandwidth_bytes_per_second", labels, pcie_capacity(5, 16) or 0.0),
+        ]
+    return out
 
 
 CAPPED: dict[str, Any] = {"power": 699.0, "reasons": ["sw_power_cap"]}
@@ -391,6 +409,34 @@ ROWS = [
         check=lambda v: _assert(
             {c.cause: c.role for c in v.bottlenecks}.get("kv_cache_pressure") == "contributing", v.bottlenecks
         ),
+    ),
+    # the same PCIe counters, two causes told apart by the traffic's shape (issue 33)
+    Row(
+        "TP 4 over PCIe, 49 GB/s each way per GPU of 63, SMs 31 % busy, a slow decode: the link, not host copies",
+        lambda i: (
+            tp_group(4, 49e9, 49e9, util=0.95, sm=0.31, tensor=0.1, dram=0.3)
+            + process(0.5)
+            + engine(waiting=0, running=32, kv=0.4)
+            + [setting("tensor_parallel_size", 4)]
+            + latency(i, itl=0.35)
+        ),
+        "communication_bound",
+        not_holding=("pcie_transfer_bound",),
+        check=lambda v: _assert(
+            v.primary is not None and "TP 4 over PCIe Gen5 x16: 49 GB/s of 63 GB/s per GPU" in v.primary.chain, v.primary
+        ),
+    ),
+    Row(
+        "every rank of a TP 4 engine offloads KV one way over PCIe while its SMs idle: the copies, not the link",
+        lambda i: (
+            tp_group(4, 50e9, 2e9, util=0.9, sm=0.17, tensor=0.05, dram=0.2)
+            + process(0.5)
+            + engine(waiting=0, running=32, kv=0.4)
+            + [setting("tensor_parallel_size", 4)]
+            + latency(i, itl=0.35)
+        ),
+        "pcie_transfer_bound",
+        not_holding=("communication_bound",),
     ),
     Row(
         "a queue and the timeouts and rejections it causes, nothing at its limit: the queue, failures follow",

@@ -183,6 +183,42 @@ def test_vocabulary_is_the_schema_s_and_every_flag_names_a_known_setting() -> No
     assert settings.aliases("vllm")["-tp"] == ("--tensor-parallel-size", "--tensor_parallel_size")
 
 
+@pytest.mark.parametrize(
+    ("family", "argv", "layout"),
+    [
+        # vLLM engine_args: -tp/-pp/-dp and their long spellings (underscores too, FlexibleArgumentParser)
+        ("vllm", ["vllm", "serve", "m", "-tp", "4", "-pp", "2", "-dp", "2"], (4.0, 2.0, 2.0)),
+        ("vllm", ["vllm", "serve", "m", "--pipeline-parallel-size=2", "--data_parallel_size", "4"], (None, 2.0, 4.0)),
+        # SGLang server_args: --tp-size / --pp-size / --dp-size, the documented --tp / --dp, the long names
+        ("sglang", ["python", "-m", "sglang.launch_server", "--tp", "2", "--pp-size", "2", "--dp", "4"], (2.0, 2.0, 4.0)),
+        ("sglang", ["python", "-m", "sglang.launch_server", "--data-parallel-size=2", "--dp-size", "8"], (None, None, 8.0)),
+        # trtllm-serve (click, underscores): --tp_size / --pp_size; no data-parallel flag
+        ("trtllm", ["trtllm-serve", "serve", "m", "--tp_size", "4", "--pp_size", "2"], (4.0, 2.0, None)),
+        # TGI shards one model only (--num-shard); llama.cpp has none of the three
+        ("tgi", ["text-generation-launcher", "--num-shard", "2"], (2.0, None, None)),
+        ("llamacpp", ["llama-server", "-m", "x.gguf", "-np", "2"], (None, None, None)),
+    ],
+)
+def test_the_parallel_layout_flags_per_engine(family: str, argv: list[str], layout: tuple[float | None, ...]) -> None:
+    got = settings.from_argv(family, argv).numbers
+    names = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
+    assert tuple(got.get(n) for n in names) == layout
+    points = settings.setting_points(settings.from_argv(family, argv), {"server": "a"})
+    assert {p.labels["setting"] for p in points} >= {n for n, v in zip(names, layout) if v is not None}
+
+
+def test_sglang_server_info_publishes_its_layout() -> None:
+    got = settings.from_info("sglang", {**SGLANG_INFO, "pp_size": 2, "dp_size": 4})
+    assert (got.numbers["tensor_parallel_size"], got.numbers["pipeline_parallel_size"], got.numbers["data_parallel_size"]) == (
+        2.0,
+        2.0,
+        4.0,
+    )
+    assert settings.spelling("vllm", "pipeline_parallel_size") == "--pipeline-parallel-size"
+    assert settings.spelling("sglang", "data_parallel_size") == "--dp-size"
+    assert settings.aliases("vllm")["-dp"] == ("--data-parallel-size", "--data_parallel_size")
+
+
 def _sleeper(argv_tail: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     """A real process with ``argv_tail`` on its command line, returned once it has exec'd (bounded wait)."""
     code = "import time; time.sleep(30)"

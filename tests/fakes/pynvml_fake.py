@@ -13,6 +13,11 @@ that answer NotSupported (``FakeGpu.not_supported``), GPM unsupported
 (``FakeGpu.gpm=False``), an old driver without the clocks-event symbol
 (``event_reasons_symbol=False``). ``calls`` counts every function called.
 
+Links answer as nvml.h documents: the PCIe link's current and maximum generation and width,
+the architecture, and per NVLink its state and version (``FakeGpu.nvlinks``: None is a board
+without NVLink, whose link 0 answers NotSupported; a link index past the GPU's last link answers
+InvalidArgument, as a GB200 does at 18; an inactive link's version is VERSION_INVALID).
+
 Running compute processes (``FakeGpu.processes``) and MIG (``FakeGpu.mig_capable``,
 ``mig_enabled``, ``mig_devices``) answer as nvml.h documents: MIG calls raise
 NotSupported on a GPU without MIG, an empty MIG slot raises NotFound, and on a
@@ -72,6 +77,16 @@ class FakeGpu:
     reasons: int = 0x4
     temp: int = 61
     energy_mj: int = 123_456_789
+    #: the PCIe link now (an idle GPU trains it down) and the most the GPU and its slot support
+    pcie_gen: int = 5
+    pcie_width: int = 16
+    pcie_gen_max: int = 5
+    pcie_width_max: int = 16
+    arch: int = _real.NVML_DEVICE_ARCH_HOPPER
+    #: per NVLink index, whether it is up; None: no NVLink on this board (the recorded H200 was a PCIe card)
+    nvlinks: list[bool] | None = None
+    #: what nvmlDeviceGetNvLinkVersion answers for an active link (nvmlNvlinkVersion_t: 6 = 4.0)
+    nvlink_version: int = _real.NVML_NVLINK_VERSION_4_0
     #: GPM metric id -> value NVML reports over a sample pair (percent or MiB/s)
     gpm_values: dict[int, float] = field(
         default_factory=lambda: {
@@ -279,6 +294,39 @@ class FakeNvml:
         if sensor != _real.NVML_TEMPERATURE_GPU:
             raise _err("NVMLError_InvalidArgument")
         return gpu.temp
+
+    # ------------------------------------------------------------------ links
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: Any) -> int:
+        return self._device("nvmlDeviceGetCurrPcieLinkGeneration", handle).pcie_gen
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: Any) -> int:
+        return self._device("nvmlDeviceGetCurrPcieLinkWidth", handle).pcie_width
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: Any) -> int:
+        return self._device("nvmlDeviceGetMaxPcieLinkGeneration", handle).pcie_gen_max
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: Any) -> int:
+        return self._device("nvmlDeviceGetMaxPcieLinkWidth", handle).pcie_width_max
+
+    def nvmlDeviceGetArchitecture(self, handle: Any) -> int:
+        return self._device("nvmlDeviceGetArchitecture", handle).arch
+
+    def _nvlink(self, name: str, handle: Any, link: int) -> tuple[FakeGpu, bool]:
+        gpu = self._device(name, handle)
+        if gpu.nvlinks is None:
+            raise _err("NVMLError_NotSupported")
+        if not 0 <= link < len(gpu.nvlinks):
+            raise _err("NVMLError_InvalidArgument")
+        return gpu, gpu.nvlinks[link]
+
+    def nvmlDeviceGetNvLinkState(self, handle: Any, link: int) -> int:
+        _, up = self._nvlink("nvmlDeviceGetNvLinkState", handle, link)
+        return int(_real.NVML_FEATURE_ENABLED if up else _real.NVML_FEATURE_DISABLED)
+
+    def nvmlDeviceGetNvLinkVersion(self, handle: Any, link: int) -> int:
+        gpu, up = self._nvlink("nvmlDeviceGetNvLinkVersion", handle, link)
+        return gpu.nvlink_version if up else int(_real.NVML_NVLINK_VERSION_INVALID)
 
     # ------------------------------------------------------------------ GPM
 

@@ -130,13 +130,13 @@ def test_pynvml_not_installed_is_library_not_found(monkeypatch: pytest.MonkeyPat
 
 def test_lost_gpu_goes_down_alone_and_comes_back_after_retry() -> None:
     clock = Clock()
-    fake = FakeNvml([FakeGpu(), FakeGpu(uuid="GPU-two", lose_after=25)])
+    fake = FakeNvml([FakeGpu(), FakeGpu(uuid="GPU-two", lose_after=36)])
     src = source(fake, clock, lost_retry=5.0)
     results: list[SampleResult] = []
     for _ in range(3):
         results.append(src.sample())
         clock.now += 1
-    assert value(results[0].points, "llm_gpu_up", gpu="1") == 1  # 25 device calls last into sample 3
+    assert value(results[0].points, "llm_gpu_up", gpu="1") == 1  # 36 device calls last into sample 3
     down = results[-1]
     assert value(down.points, "llm_gpu_up", gpu="1", uuid="GPU-two") == 0
     assert value(down.points, "llm_gpu_info", gpu="1", uuid="GPU-two", source="nvml") == 1

@@ -179,6 +179,7 @@ def test_one_alert_per_diagnosis_cause() -> None:
         ("scheduler", "serial_host_ceiling"),
         ("scheduler", "queue_backlog"),
         ("parallel", "gpu_imbalance"),
+        ("parallel", "communication_bound"),  # issue 33: the group's links near their capacity
         ("speculative_decoding", "low_acceptance"),
         ("application", "batching_window_too_large"),
         ("application", "retries_and_timeouts"),

@@ -26,6 +26,7 @@ speculative-decoding panels have data; it must still fire nothing.
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from contextlib import ExitStack
@@ -61,7 +62,13 @@ pytestmark = [
 
 #: scenario -> (extra simulator flags, the alert that must reach the webhook)
 SCENARIOS: dict[str, tuple[list[str], str | None]] = {
-    "healthy": (["--spec-tokens", "4", "--spec-acceptance", "0.8"], None),
+    # a host KV tier too, so the Memory board's host-tier panel has data (vLLM's offload usage)
+    # (and two tensor-parallel ranks over NVLink, so the Parallel board's link panels have data: the
+    # simulator reports its links for a modelled layout only)
+    "healthy": (
+        ["--spec-tokens", "4", "--spec-acceptance", "0.8", "--kv-offload-blocks", "256", "--tensor-parallel-size", "2"],
+        None,
+    ),
     "kv_pressure": ([], "LLMKVCachePressure"),
     "host_bound": ([], "LLMSerialHostCeiling"),
     "power_throttled": ([], "LLMGPUThrottling"),
@@ -74,12 +81,41 @@ DATA_DEADLINE_S = 120
 ALERT_DEADLINE_S = 190
 
 
+#: families only trtllm-serve publishes (exporter/engines/mappings/trtllm.py, its ``trtllm_*`` series): the
+#: simulator speaks TensorRT-LLM behind Triton (``nv_trt_llm_*``), not trtllm-serve, so no exporter here
+#: can serve them; a panel that reads nothing else is left out of (a). Checked below against the mapping
+#: and the simulator's dialects, so the list cannot hide a family a simulated engine does serve.
+TRTLLM_SERVE_ONLY = frozenset({"llm_kv_cache_tier_transfer_bytes_total", "llm_spec_decode_draft_time_ratio"})
+#: published only after an on-demand profile (POST /profile with --enable-profile, on an engine with a
+#: profiler: tests/profile/); these exporters take none
+ON_DEMAND = frozenset({"llm_operator_time_share"})
+
+
 def dashboard_queries() -> list[tuple[str, str]]:
     """(where, PromQL) for every panel target and every query variable of every dashboard."""
     # llm-fleet reads alerts/fleet_rules.yml: tests/monitoring/test_fleet_prometheus.py; the measured
     # capacity needs --capacity-profile, which these exporters run without: test_capacity_prometheus.py
     uids = [uid for uid in dashboard_uids() if uid != "llm-fleet"]
-    return panel_queries(uids, capacity=False, variables=True)
+    out = []
+    for where, expr in panel_queries(uids, capacity=False, variables=True):
+        read = set(re.findall(r"\bllm_[a-z0-9_]+", expr))
+        if read and (read <= TRTLLM_SERVE_ONLY or read <= ON_DEMAND):
+            continue
+        out.append((where, expr))
+    return out
+
+
+def test_the_trtllm_serve_only_families_are_served_by_no_simulated_engine() -> None:
+    from exporter.engines.mappings import trtllm
+    from exporter.engines.table import Series
+
+    dialects = "".join(p.read_text() for p in (ROOT / "exporter" / "simulator" / "dialects").glob("*.py"))
+    for family in TRTLLM_SERVE_ONLY:
+        sources = [src for row in trtllm.MAPPING.rows if row.neutral == family for src in row.sources]
+        assert all(isinstance(src, Series) for src in sources), (family, sources)
+        raw = [src.name for src in sources if isinstance(src, Series)]
+        assert raw and all(name.startswith("trtllm_") for name in raw), (family, raw)
+        assert not any(name in dialects for name in raw), (family, raw)
 
 
 def recording_rules() -> list[str]:
