@@ -109,7 +109,7 @@ def _engine(case: Case, request: pytest.FixtureRequest) -> Iterator[tuple[str, i
 def _start_exporter(case: Case, engine_base: str, engine_pid: int, otlp_port: int | None) -> tuple[Proc, str]:
     # deployed beside the engine as the README says: its metrics and its process (the sampler), no GPU;
     # the engine's request spans, where it sends them (docs/tracing.md)
-    traces = ["--otlp-grpc-listen-address", f"127.0.0.1:{otlp_port}"] if otlp_port is not None else []
+    traces = ["--otlp-http-listen-address", f"127.0.0.1:{otlp_port}"] if otlp_port is not None else []
     return start_exporter_with(
         [
             *traces,
@@ -209,8 +209,8 @@ def test_verdict_on_a_real_engine_under_load(case: Case, request: pytest.Fixture
 PHASE_SUM_TOLERANCE = 0.05
 #: the slowest traced requests read, of those that arrived while the verdict was read
 SLOWEST = 5
-#: the longest wait for their spans (the OpenTelemetry SDK's OTLP exporter backs off up to 64 s)
-SPANS_DEADLINE_S = 90.0
+#: the longest wait for their spans (batches every 0.5 s; generous for a starved host)
+SPANS_DEADLINE_S = 60.0
 
 
 def _check_traced_requests(case: Case, exporter_base: str, read_from: float) -> None:
@@ -228,8 +228,8 @@ def _check_traced_requests(case: Case, exporter_base: str, read_from: float) -> 
         recent = [r for r in held() if r["arrival"] >= read_from]
         return recent if len(recent) >= SLOWEST else None
 
-    # vLLM's span processor exports in batches, seconds late, and after failed exports (nobody
-    # listened between two tests) with back-off: wait for the readings' requests, bounded
+    # vLLM's span processor exports in batches, a little late (integration_helpers.TRACING_ENV):
+    # wait for the readings' requests, bounded
     wait_until(arrived_while_read, SPANS_DEADLINE_S, f"{SLOWEST} traced requests that arrived while the verdict was read")
     records = held()
     LOG_DIR.mkdir(parents=True, exist_ok=True)
