@@ -53,3 +53,19 @@ def origin(url: str) -> tuple[str, str, int]:
     scheme = parts.scheme.lower()
     port = _port(url)
     return scheme, (parts.hostname or "").lower(), port if port is not None else DEFAULT_PORTS.get(scheme, 0)
+
+
+def plain_http_url(value: str, what: str, default_path: str) -> str:
+    """``value`` as an http(s) URL with a valid port and no user info (a password in a flag ends up
+    in process lists and logs), ``default_path`` added when it has none; ValueError naming ``what``."""
+    text = value.strip()
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{what}: expected an http:// or https:// URL, got {value[:200]!r}")
+    if "@" in parts.netloc:
+        raise ValueError(f"{what}: the URL must not carry a user or password")
+    try:
+        parts.port  # noqa: B018 - validates the port
+    except ValueError as err:
+        raise ValueError(f"{what}: {err}") from None
+    return text if parts.path not in ("", "/") else text.rstrip("/") + default_path

@@ -57,11 +57,10 @@ import logging
 import ssl
 from dataclasses import dataclass, field
 from decimal import Decimal
-from urllib.parse import urlsplit
 
 from exporter.engines.fetch import Request, get
 from exporter.engines.textparse import Labels, ParseError, SeriesLimitError, parse
-from exporter.engines.urls import safe_url
+from exporter.engines.urls import plain_http_url, safe_url
 from exporter.gpu.dcgm import is_blank
 from exporter.gpu.fields import MIB, PROFILING_KEYS, PROFILING_METRICS, reading_points
 from exporter.samples import Point, Sample, SampleResult, SourceError
@@ -143,21 +142,9 @@ POD_LABELS: tuple[tuple[str, str, str], ...] = (
 
 
 def parse_url(arg: str) -> str:
-    """The /metrics URL of a ``dcgm-exporter:`` spec; ValueError says what is wrong.
-
-    A URL with no path gets ``/metrics``; user:password in the URL is refused (this
-    source sends no credentials, and a password in a flag ends up in process lists)."""
-    parts = urlsplit(arg.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"dcgm-exporter: expected an http:// or https:// URL, got {arg!r}")
-    if "@" in parts.netloc:
-        raise ValueError("dcgm-exporter: the URL must not carry a user or password")
-    try:
-        parts.port  # noqa: B018 - validates the port
-    except ValueError as err:
-        raise ValueError(f"dcgm-exporter: {err}") from None
-    url = arg.strip()
-    return url if parts.path not in ("", "/") else url.rstrip("/") + "/metrics"
+    """The /metrics URL of a ``dcgm-exporter:`` spec (``/metrics`` added without a path; no user
+    info: this source sends no credentials); ValueError says what is wrong."""
+    return plain_http_url(arg, "dcgm-exporter", "/metrics")
 
 
 @dataclass

@@ -22,10 +22,10 @@ import threading
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 import requests
 
+from exporter.engines.urls import plain_http_url
 from exporter.samples import Sample
 from exporter.schema import TRACE_FORWARD_OUTCOMES
 from exporter.tracing.join import Explanation
@@ -43,18 +43,8 @@ _LOG_EVERY_S = 60.0
 
 
 def parse_forward_url(value: str) -> str:
-    """An http(s) URL, ``/v1/traces`` added when it has no path; ValueError otherwise."""
-    parts = urlsplit(value.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"expected an http:// or https:// OTLP/HTTP URL, got {value[:200]!r}")
-    if "@" in parts.netloc:
-        raise ValueError("the URL must not carry a user or password (it would show in logs and process lists)")
-    try:
-        parts.port  # noqa: B018 - validates the port
-    except ValueError as err:
-        raise ValueError(str(err)) from None
-    url = value.strip()
-    return url if parts.path not in ("", "/") else url.rstrip("/") + "/v1/traces"
+    """An http(s) OTLP/HTTP URL, ``/v1/traces`` added when it has no path; ValueError otherwise."""
+    return plain_http_url(value, "OTLP/HTTP", "/v1/traces")
 
 
 def annotate(request: ExportTraceServiceRequest, explained: Mapping[tuple[str, str], Explanation]) -> int:
