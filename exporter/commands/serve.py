@@ -16,9 +16,7 @@ ends by that signal (143 / 130 in a shell).
 from __future__ import annotations
 
 import argparse
-import errno
 import logging
-import os
 import socket
 import sys
 from typing import TYPE_CHECKING
@@ -63,39 +61,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
 
 
-def _reason(err: OSError) -> str:
-    if isinstance(err, socket.gaierror):
-        return f"cannot resolve the host ({err.strerror or err})"
-    known = {
-        errno.EADDRINUSE: "address already in use",
-        errno.EADDRNOTAVAIL: "address not available on this host",
-        errno.EACCES: "permission denied",
-    }
-    if err.errno in known:
-        return known[err.errno]
-    return (os.strerror(err.errno) if err.errno else str(err)).lower()
-
-
 def bind_listen_socket(host: str, port: int, listen_address: str) -> socket.socket:
-    """Bind the server's socket now (the way uvicorn would), so a bad address fails before anything starts.
+    """Bind the server's socket now (the way uvicorn would, exporter/listen.py), so a bad address
+    fails before anything starts."""
+    from exporter.listen import bind_tcp
 
-    The protocol is named (IPPROTO_TCP, not 0) because asyncio switches Nagle off
-    (TCP_NODELAY) only on accepted sockets whose ``proto`` says TCP. With proto 0 every
-    response after the first on a keep-alive connection (every Prometheus scrape) waited
-    ~40 ms for the client's delayed ACK: /metrics and /healthz took 44 ms instead of 1-3 ms.
-    """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
-        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        return bind_tcp(host, port, listen_address)
     except OSError as err:
-        raise CannotListen(f"cannot listen on {listen_address}: {_reason(err)}") from None
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-    except OSError as err:
-        sock.close()
-        raise CannotListen(f"cannot listen on {listen_address}: {_reason(err)}") from None
-    return sock
+        raise CannotListen(str(err)) from None
 
 
 def setup_logging(level: str) -> None:

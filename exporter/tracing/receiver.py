@@ -69,11 +69,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import datetime
-import errno
 import json
 import logging
 import math
-import os
 import socket
 import threading
 import time
@@ -95,6 +93,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceS
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from exporter.basicauth import BasicAuthVerifier, Verdict
+from exporter.listen import bind_tcp
 from exporter.samples import Sample
 from exporter.tlscontext import TLSSettings
 from exporter.tracing.limits import EPSILON, ReceiverCounters, ReceiverLimits, TokenBucket, retry_after_seconds
@@ -197,33 +196,9 @@ def parse_address(value: str, what: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _reason(err: OSError) -> str:
-    if isinstance(err, socket.gaierror):
-        return f"cannot resolve the host ({err.strerror or err})"
-    known = {
-        errno.EADDRINUSE: "address already in use",
-        errno.EADDRNOTAVAIL: "address not available on this host",
-        errno.EACCES: "permission denied",
-    }
-    if err.errno in known:
-        return known[err.errno]
-    return (os.strerror(err.errno) if err.errno else str(err)).lower()
-
-
 def _bind(host: str, port: int, address: str, what: str) -> socket.socket:
-    """A bound TCP socket (IPPROTO_TCP named: asyncio switches Nagle off only then; exporter/commands/serve.py)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    try:
-        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    except OSError as err:
-        raise OSError(f"cannot listen on {address} ({what}): {_reason(err)}") from None
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-    except OSError as err:
-        sock.close()
-        raise OSError(f"cannot listen on {address} ({what}): {_reason(err)}") from None
-    return sock
+    """A bound TCP socket (exporter/listen.py); OSError naming the address and the receiver."""
+    return bind_tcp(host, port, f"{address} ({what})")
 
 
 # --------------------------------------------------------------------------- decoding
