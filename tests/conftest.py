@@ -75,13 +75,22 @@ def cpu_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator["CpuVllm"]:
     duration. A start that fails is reported once and fails every test that uses it (pytest keeps
     a session fixture's error). ``tune`` starts its own engines: they are what it measures.
     """
-    from tests.integration.integration_helpers import ENGINE_READY_S, CpuVllm, shared_vllm_args, skip_if_off, vllm_proc
+    from tests.integration.integration_helpers import (
+        ENGINE_READY_S,
+        TRACING_ENV,
+        CpuVllm,
+        shared_vllm_args,
+        skip_if_off,
+        vllm_proc,
+    )
+    from tests.support.ports import free_port
 
     skip_if_off("vllm")
     profiles = tmp_path_factory.mktemp("vllm-profiles")
-    proc, base = vllm_proc(shared_vllm_args(profiles), "vllm-shared")
+    otlp_port = free_port()  # its request spans: a test's serve listens there (docs/tracing.md)
+    proc, base = vllm_proc(shared_vllm_args(profiles, otlp_port), "vllm-shared", env=TRACING_ENV)
     startup = proc.start_answering(base + "/health", ENGINE_READY_S)
     try:
-        yield CpuVllm(base, proc, startup, profile_dir=profiles)
+        yield CpuVllm(base, proc, startup, profile_dir=profiles, otlp_port=otlp_port)
     finally:
         proc.stop()

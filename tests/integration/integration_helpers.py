@@ -116,7 +116,9 @@ ENGINE_READY_S = float(os.environ.get("LLM_EXPORTER_ENGINE_READY_S", "300"))
 LLAMACPP_SETUP_TIMEOUT_S = float(os.environ.get("LLM_EXPORTER_LLAMACPP_SETUP_TIMEOUT", "4800"))
 
 
-def vllm_proc(args: Sequence[str], name: str, prefix: Sequence[str] = ()) -> tuple[Proc, str]:
+def vllm_proc(
+    args: Sequence[str], name: str, prefix: Sequence[str] = (), env: Mapping[str, str] | None = None
+) -> tuple[Proc, str]:
     """The cached CPU vLLM (scripts/integration/setup_vllm.sh) with ``args`` on a free port: (not started, base URL).
 
     Offline and without usage reports; ``prefix`` goes before the interpreter (``nice -n 10``).
@@ -131,6 +133,7 @@ def vllm_proc(args: Sequence[str], name: str, prefix: Sequence[str] = ()) -> tup
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "HF_HOME": str(CACHE / "hf-home"),
+        **(env or {}),
     }
     argv = [
         *prefix,
@@ -249,18 +252,37 @@ SHARED_VLLM_ARGS = (
 )  # fmt: skip
 
 
-def shared_vllm_args(profile_dir: Path) -> list[str]:
-    """SHARED_VLLM_ARGS with the torch profiler writing its traces to ``profile_dir``."""
+def shared_vllm_args(profile_dir: Path, otlp_port: int | None = None) -> list[str]:
+    """SHARED_VLLM_ARGS with the torch profiler writing its traces to ``profile_dir`` and, with
+    ``otlp_port``, its request spans sent over OTLP/HTTP to 127.0.0.1:``otlp_port`` (where a test's
+    ``serve --otlp-http-listen-address`` takes them; ``TRACING_ENV`` says how)."""
     profiler = {"profiler": "torch", "torch_profiler_dir": str(profile_dir), "torch_profiler_with_stack": False}
-    return [*SHARED_VLLM_ARGS, "--profiler-config", json.dumps(profiler)]
+    traces = ["--otlp-traces-endpoint", f"http://127.0.0.1:{otlp_port}/v1/traces"] if otlp_port is not None else []
+    return [*SHARED_VLLM_ARGS, "--profiler-config", json.dumps(profiler), *traces]
+
+
+#: The shared engine's span export (the OpenTelemetry SDK's own variables). Most of the session no
+#: test listens on its OTLP port: over gRPC the SDK's channel backed off its reconnects (up to 120 s)
+#: and its batch processor's queue filled with spans of earlier tests while new ones were dropped, so
+#: a test's spans came minutes late or never (seen in a full run). Over HTTP each export is a request
+#: of its own, given up after 2 s: spans nobody takes are dropped at once, and from the moment a
+#: test's ``serve`` listens its requests' spans arrive within the batch delay (0.5 s).
+TRACING_ENV = {
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
+    "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "2",
+    "OTEL_BSP_SCHEDULE_DELAY": "500",
+    "OTEL_BSP_EXPORT_TIMEOUT": "2000",
+}
 
 
 @dataclass
 class CpuVllm(RunningEngine):
-    """The real tier's shared CPU vLLM: served as ``tiny``; its profiler writes to ``profile_dir``."""
+    """The real tier's shared CPU vLLM: served as ``tiny``; its profiler writes to ``profile_dir``;
+    its request spans go to 127.0.0.1:``otlp_port`` (OTLP/gRPC)."""
 
     profile_dir: Path = field(default_factory=Path)
     model: str = "tiny"
+    otlp_port: int | None = None
 
 
 def llamacpp_proc(args: Sequence[str], name: str, prefix: Sequence[str] = ()) -> tuple[Proc, str]:
