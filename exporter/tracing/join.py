@@ -14,7 +14,8 @@ Which figures the sentence names follows where the time went: a request that wai
 is told the queue and what held it (KV, waiting, preemptions); one that decoded slowly
 is told the GPU and the serving thread. A cycle is judged on what was sampled up to it,
 so the moments read run from ``arrival`` to ``finish`` plus one ``slack_s`` (a diagnosis
-cycle) past the end.
+cycle) past the end; a request shorter than a cycle that finds none there is told the cycle
+in force when it arrived (exporter/tracing/log.py, ``RequestLog.moments_of``).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from exporter.samples import BucketExemplar, HistogramSample, Point, Sample, SampleResult
 from exporter.schema import TRACE_PHASES
 from exporter.tracing.forward import SpanForwarder
-from exporter.tracing.history import VerdictHistory
+from exporter.tracing.history import Moment, VerdictHistory
 from exporter.tracing.join import Explanation, explain
 from exporter.tracing.normalize import SpanNormalizer
 from exporter.tracing.record import RequestRecord
@@ -124,12 +124,21 @@ class RequestLog:
     def add(self, records: Sequence[RequestRecord]) -> list[ExplainedRecord]:
         out = []
         for record in records:
-            moments = self.history.between(record.engine, record.arrival, record.finish + self.slack_s)
-            explained = ExplainedRecord(**record.__dict__, explanation=explain(record, moments))
+            explained = ExplainedRecord(**record.__dict__, explanation=explain(record, self.moments_of(record)))
             self.reservoir.add(explained)
             self._count(explained)
             out.append(explained)
         return out
+
+    def moments_of(self, record: RequestRecord) -> list[Moment]:
+        """The cycles over the request's life: from its arrival to one cycle past its end (a cycle judges
+        what was sampled up to it). A request shorter than a cycle may see none there, as it is received
+        a moment after it ends: it is then told the cycle in force when it arrived (the latest at most
+        one cycle before), not "nothing recorded" (most requests of a healthy service are such)."""
+        moments = self.history.between(record.engine, record.arrival, record.finish + self.slack_s)
+        if moments:
+            return moments
+        return self.history.between(record.engine, record.arrival - self.slack_s, record.arrival)[-1:]
 
     def flush(self) -> None:
         """Records the normaliser held back (an SGLang request span whose slices never came)."""

@@ -105,3 +105,27 @@ def test_the_command_prints_each_request_and_its_sentence(client: TestClient) ->
     render({"requests": [], "receiving": False}, empty)
     assert "no OTLP receiver" in empty.getvalue()
     json.dumps(client.get("/requests").json())  # the sample, newest first: plain JSON
+
+
+def test_a_request_shorter_than_a_cycle_is_told_the_cycle_in_force_when_it_arrived() -> None:
+    """Cycles every second (T0 + 1000 ... 1019); a 0.2 s request received before the cycle after it ends
+    finds no cycle over its life: it is told the latest one before its arrival, at most a cycle old."""
+    log = _log()
+    log.history._engines["vllm"].pop()  # noqa: SLF001  the cycle at T0 + 1019 has not run yet
+    log.consume(_span(3, T0 + 1018.4, 0.0, 0.01, 0.19))  # lives 1018.4-1018.6: no cycle until 1019.6
+    quiet = _by_trace(log, trace_hex(3))
+    assert quiet["primary"] is None and "no diagnosis cycle recorded" not in str(quiet["sentence"])
+    # the same inside the KV-starved stretch, with the cycles after it not yet run: told the starved one
+    ring = log.history._engines["vllm"]  # noqa: SLF001
+    while ring[-1].timestamp > T0 + 1005:  # cycles up to T0 + 1005 held
+        ring.pop()
+    log.consume(_span(4, T0 + 1005.5, 0.0, 0.01, 0.19))
+    assert _by_trace(log, trace_hex(4))["primary"] == {"layer": "memory", "cause": "kv_cache_pressure"}
+    # older than a cycle before its arrival is not "in force": a request after a gap in the history finds none
+    log.consume(_span(5, T0 + 1030.0, 0.0, 0.01, 0.19))
+    assert str(_by_trace(log, trace_hex(5))["sentence"]).endswith("no diagnosis cycle recorded while it lived")
+
+
+def _by_trace(log: RequestLog, trace_id: str) -> dict[str, object]:
+    found: dict[str, object] = log.query(trace_id=trace_id)[0]
+    return found
