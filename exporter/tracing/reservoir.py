@@ -133,17 +133,26 @@ class RequestReservoir:
             return kept
 
     def slowest(self, n: int, engine: str | None = None) -> list[RequestRecord]:
-        """The ``n`` slowest requests the recent windows hold (of one engine, or all), slowest first."""
+        """The ``n`` slowest requests held (of one engine, or all), slowest first: the windows' slowest
+        and the uniform sample together, each once. The windows alone hold only ``k`` a window, so a
+        caller asking for more than they hold (every slow request of the last minutes) is given the
+        sampled ones below them too; a request with no e2e and no TTFT is not ranked."""
         with self._lock:
             names = [engine] if engine is not None else list(self._engines)
-            found: list[tuple[float, int, RequestRecord]] = []
+            found: dict[tuple[str, str], tuple[float, float, RequestRecord]] = {}
             for name in names:
                 keep = self._engines.get(name)
-                if keep is not None:
-                    for heap in keep.windows.values():
-                        found.extend(heap)
-        found.sort(key=lambda item: (-item[0], item[1]))
-        return [record for _, _, record in found[: max(n, 0)]]
+                if keep is None:
+                    continue
+                for heap in keep.windows.values():
+                    for rank, _, record in heap:
+                        found[(record.trace_id, record.span_id)] = (rank, record.finish, record)
+                for record in keep.sample:
+                    rank_of = slowness(record)
+                    if rank_of is not None:
+                        found.setdefault((record.trace_id, record.span_id), (rank_of, record.finish, record))
+        ranked = sorted(found.values(), key=lambda item: (-item[0], -item[1]))
+        return [record for _, _, record in ranked[: max(n, 0)]]
 
     def sample(self, engine: str | None = None) -> list[RequestRecord]:
         """The uniform sample (of one engine, or every engine's), in arrival order."""

@@ -87,6 +87,23 @@ def test_slowest_across_windows_and_engines() -> None:
     consistent(res)
 
 
+def test_slowest_beyond_what_the_windows_hold_draws_on_the_sample_each_once() -> None:
+    """One window keeps its 3 slowest; asked for 10, the sampled requests below them follow, slowest first,
+    and a request both places keep is listed once (``?slowest=N`` means the N slowest held)."""
+    res = reservoir(window_s=60, windows=3, k=3, sample_size=100)
+    base = 60 * (int(T0) // 60)
+    for i in range(20):
+        res.add(rec(i, e2e=float(i) + 0.5, finish=base + i))
+    assert [r.e2e_seconds for r in res.slowest(3)] == [19.5, 18.5, 17.5]
+    ten = res.slowest(10)
+    assert [r.e2e_seconds for r in ten] == [19.5 - j for j in range(10)]
+    assert len({(r.trace_id, r.span_id) for r in res.slowest(100)}) == 20 == len(res.slowest(100))
+    # a request the sample holds with neither e2e nor TTFT is not ranked
+    res.add(rec(99, e2e=None, ttft=None, finish=base + 30))
+    assert all(r.trace_id != trace_hex(99) for r in res.slowest(100))
+    consistent(res)
+
+
 def test_ttft_ranks_when_e2e_is_unknown_and_neither_is_only_sampled() -> None:
     res = reservoir(k=5, sample_size=0)
     res.add(rec(1, e2e=None, ttft=3.0))
