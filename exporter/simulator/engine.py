@@ -112,7 +112,7 @@ def fb_used_mib(config: SimConfig) -> float:
     if lay.modelled:
         kv_rank = replica_kv_blocks(config) * rank_block_bytes(config)
         return BASE_FB_MIB + (geo.weight_bytes / lay.ranks + kv_rank) / MIB + ACTIVATION_MIB
-    kv = config.num_gpu_blocks * config.block_size * geo.kv_bytes_per_token
+    kv = replica_kv_blocks(config) * config.block_size * geo.kv_bytes_per_token
     return BASE_FB_MIB + (geo.weight_bytes + kv) / config.gpus / (1024 * 1024) + ACTIVATION_MIB
 
 
@@ -121,7 +121,7 @@ def rank_block_bytes(config: SimConfig) -> int:
     them, or one whole head where TP exceeds their count: vLLM replicates them)."""
     geo, lay = config.geometry, config.layout
     heads = max(1, geo.kv_heads // lay.tp)
-    return config.block_size * 2 * max(stage_layers(geo.layers, lay.pp)) * heads * geo.head_dim * geo.dtype_bytes
+    return config.block_size * 2 * max(stage_layers(geo.layers, lay.pp)) * heads * geo.head_dim * geo.kv_dtype_bytes
 
 
 def replica_kv_blocks(config: SimConfig) -> int:
@@ -131,12 +131,16 @@ def replica_kv_blocks(config: SimConfig) -> int:
     has ``num_gpu_blocks`` blocks' worth plus the (n - 1)/n of the weights it no longer holds for KV,
     in blocks of its own slice (``rank_block_bytes``). The replica's capacity is the sum over its GPUs:
     n times the pool plus the weights freed (8B at TP 4: 39,271 blocks against 4,096). The pre-layout
-    ``--gpus`` group keeps ``num_gpu_blocks`` as given."""
+    ``--gpus`` group keeps ``num_gpu_blocks`` as given.
+
+    ``num_gpu_blocks`` measures memory in blocks of the model's own 16-bit type: an FP8 KV cache
+    (``--kv-cache-dtype fp8``) holds twice as many blocks in it, as vLLM sizes its cache from memory."""
     lay = config.layout
-    if not lay.modelled or lay.ranks == 1:
-        return config.num_gpu_blocks
     geo = config.geometry
-    whole_model_block = config.block_size * geo.kv_bytes_per_token
+    widening = geo.pool_bytes_per_token // geo.kv_bytes_per_token  # 2 for an FP8 cache, else 1
+    if not lay.modelled or lay.ranks == 1:
+        return config.num_gpu_blocks * widening
+    whole_model_block = config.block_size * geo.pool_bytes_per_token
     per_rank = config.num_gpu_blocks * whole_model_block + geo.weight_bytes * (lay.ranks - 1) / lay.ranks
     return int(per_rank // rank_block_bytes(config))
 

@@ -17,6 +17,9 @@ DIALECTS: tuple[str, ...] = ("vllm", "vllm-legacy", "sglang", "tgi", "trtllm", "
 PREEMPTION_MODES: tuple[str, ...] = ("recompute", "swap")
 #: the link between the GPUs of one replica (``interconnect``): exporter/simulator/roofline.py argues their figures
 INTERCONNECTS: tuple[str, ...] = ("nvlink", "pcie")
+#: KV-cache element types (vLLM's ``--kv-cache-dtype`` spellings) and their bytes: ``auto`` is the model's own
+#: 16-bit type; the FP8 formats store one byte an element
+KV_CACHE_DTYPES: dict[str, int] = {"auto": 2, "bfloat16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 #: the most GPUs one simulated server models (its /sim/gpu list)
 MAX_GPUS = 64
 
@@ -35,6 +38,8 @@ class ModelGeometry:
     kv_heads: int = 8
     head_dim: int = 128
     dtype_bytes: int = 2
+    #: bytes of one KV-cache element (``--kv-cache-dtype``): the model's own type unless an FP8 cache is asked for
+    kv_dtype_bytes: int = 2
 
     @property
     def weight_bytes(self) -> float:
@@ -42,7 +47,12 @@ class ModelGeometry:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """K and V, every layer: 2 * layers * kv_heads * head_dim * dtype bytes."""
+        """K and V, every layer: 2 * layers * kv_heads * head_dim * KV element bytes."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.kv_dtype_bytes
+
+    @property
+    def pool_bytes_per_token(self) -> int:
+        """What one token's KV took at the model's own type: the unit ``num_gpu_blocks`` measures memory in."""
         return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
 
     @property
@@ -141,7 +151,20 @@ class SimConfig:
     )
     # --- KV cache --------------------------------------------------------------------
     block_size: int = field(default=16, metadata=_k("tokens per KV-cache block"))
-    num_gpu_blocks: int = field(default=4096, metadata=_k("KV-cache blocks on the GPU"))
+    num_gpu_blocks: int = field(
+        default=4096,
+        metadata=_k(
+            "KV-cache blocks on the GPU at the model's own 16-bit type (the pool's memory: an FP8 cache holds twice "
+            "as many blocks in it)"
+        ),
+    )
+    kv_cache_dtype: str = field(
+        default="auto",
+        metadata=_k(
+            "KV-cache element type (vLLM --kv-cache-dtype): auto (the model's 16-bit type) or fp8 / fp8_e4m3 / "
+            "fp8_e5m2 (one byte: half the KV bytes every decode step reads, twice the blocks in the same memory)"
+        ),
+    )
     num_cpu_blocks: int = field(default=4096, metadata=_k("KV blocks of host memory (swap space / offload tier)"))
     enable_prefix_caching: bool = field(default=True, metadata=_k("reuse KV blocks of identical prompt prefixes"))
     cache_salt_per_request: bool = field(
@@ -200,7 +223,14 @@ class SimConfig:
 
     @property
     def geometry(self) -> ModelGeometry:
-        return ModelGeometry(self.params_b, self.layers, self.hidden, self.kv_heads, self.head_dim)
+        return ModelGeometry(
+            self.params_b,
+            self.layers,
+            self.hidden,
+            self.kv_heads,
+            self.head_dim,
+            kv_dtype_bytes=KV_CACHE_DTYPES.get(self.kv_cache_dtype, 2),
+        )
 
     @property
     def layout(self) -> Layout:
@@ -262,6 +292,8 @@ class SimConfig:
 
     def _validate_layout(self) -> None:
         """The layout flags as vLLM checks them (vllm/config: heads must split evenly over TP)."""
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"kv_cache_dtype: expected one of {', '.join(KV_CACHE_DTYPES)}, got {self.kv_cache_dtype!r}")
         if self.interconnect not in INTERCONNECTS:
             raise ValueError(f"interconnect: expected one of {', '.join(INTERCONNECTS)}, got {self.interconnect!r}")
         lay = self.layout

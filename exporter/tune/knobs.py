@@ -781,13 +781,14 @@ _SIMULATOR: dict[str, Knob] = {
         _fewer_tp("--tensor-parallel-size", "--data-parallel-size"),
         _fewer_tp("--tensor-parallel-size", "--pipeline-parallel-size", when=None),
     ),
-    # no FP8 KV cache and no quantised weights in the simulator's model: the batch, then a longer draft
+    # no quantised weights in the simulator's model: the batch, an FP8 KV cache (its --kv-cache-dtype), a longer draft
     "memory_bandwidth_bound": with_before(
         _COMMON["memory_bandwidth_bound"],
         "strategy",
         "every decode step streams the weights and the KV cache: a larger running batch while the KV cache has room, "
-        "a longer draft where the measured acceptance pays for it",
+        "an FP8 KV cache, a longer draft where the measured acceptance pays for it",
         _batch("--max-num-seqs", 64, high=4096),
+        _fp8_kv("--kv-cache-dtype", "fp8"),
         _longer_draft("--spec-tokens", high=16),
     ),
     "cuda_graphs_not_covering_batches": Knob(

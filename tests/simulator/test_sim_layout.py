@@ -574,3 +574,38 @@ def _pre_layout_reading_keys() -> set[str]:
         "gpu_name",
         "uuid",
     }
+
+
+# ----------------------------------------------------------------------------- the KV cache's element type
+
+
+@pytest.mark.parametrize("dtype", ["fp8", "fp8_e4m3", "fp8_e5m2"])
+def test_an_fp8_kv_cache_holds_twice_the_blocks_in_the_same_memory(dtype: str) -> None:
+    base = SimConfig()
+    fp8 = apply_overrides(base, {"kv_cache_dtype": dtype})
+    assert fp8.geometry.kv_bytes_per_token == GEO.kv_bytes_per_token // 2
+    assert replica_kv_blocks(fp8) == 2 * base.num_gpu_blocks
+    assert replica_config(fp8).num_gpu_blocks == 2 * base.num_gpu_blocks  # what the scheduler admits into
+    assert fb_used_mib(fp8) == pytest.approx(fb_used_mib(base), abs=1.0)  # the pool's memory is unchanged
+    for tp in (2, 4):  # a layout's pool too: the same memory per GPU, in blocks of half the bytes
+        plain, narrow = (apply_overrides(c, {"tensor_parallel_size": tp}) for c in (base, fp8))
+        assert replica_kv_blocks(narrow) in (2 * replica_kv_blocks(plain), 2 * replica_kv_blocks(plain) + 1)
+        assert fb_used_mib(narrow) == pytest.approx(fb_used_mib(plain), abs=1.0)
+
+
+def test_an_fp8_kv_cache_halves_the_kv_bytes_a_decode_step_reads_not_the_weights() -> None:
+    plain = step_cost(decode(64, 2048), gpu_params(SimConfig()))[0]
+    fp8 = step_cost(decode(64, 2048), gpu_params(apply_overrides(SimConfig(), {"kv_cache_dtype": "fp8"})))[0]
+    kv = 64 * (2048 + 1) * GEO.kv_bytes_per_token
+    assert plain.bytes - fp8.bytes == pytest.approx(kv / 2, rel=1e-6)
+    assert fp8.bytes > GEO.weight_bytes  # the weights are still read whole
+    assert fp8.kernel_s < plain.kernel_s
+
+
+def test_the_kv_cache_dtype_flag_is_checked_and_reported_as_vllm_does() -> None:
+    assert parse("--kv-cache-dtype", "fp8") == {"kv_cache_dtype": "fp8"}
+    with pytest.raises(ValueError, match="kv_cache_dtype: expected one of auto"):
+        apply_overrides(SimConfig(), {"kv_cache_dtype": "int3"})
+    engine = Engine(apply_overrides(SimConfig(), {"kv_cache_dtype": "fp8_e5m2"}))
+    labels = dialects.vllm.cache_config_labels(engine.snapshot(), "0")
+    assert labels["cache_dtype"] == "fp8_e5m2"

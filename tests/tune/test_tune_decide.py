@@ -124,7 +124,13 @@ def test_batching_window_is_strategy_and_hardware_limits_stop() -> None:
     sim = EngineCommand.parse(["llm-layer-exporter", "simulate", "--scenario", "batching_window"])
     d = decide("simulator", sim, [ramp(("application", "batching_window_too_large"))], SLO_TTFT, set())
     assert d.group == "strategy" and d.changes[0].flag == "--batch-wait-s"
-    stop = decide("simulator", sim, [ramp(("hardware", "memory_bandwidth_bound"))], SLO_TTFT, set())
+    stop = decide("simulator", sim, [ramp(("hardware", "compute_bound"))], SLO_TTFT, set())
+    assert stop.cmd is None and stop.stop is not None and HARDWARE_STOP in stop.stop
+    # a bandwidth-bound decode has its moves (the batch when measured full, an FP8 KV cache), then the same stop
+    fp8 = decide("simulator", sim, [ramp(("hardware", "memory_bandwidth_bound"))], SLO_TTFT, set())
+    assert [(c.flag, c.new) for c in fp8.changes] == [("--kv-cache-dtype", "fp8")]
+    assert fp8.cmd is not None
+    stop = decide("simulator", fp8.cmd, [ramp(("hardware", "memory_bandwidth_bound"))], SLO_TTFT, set())
     assert stop.cmd is None and stop.stop is not None and HARDWARE_STOP in stop.stop
 
 

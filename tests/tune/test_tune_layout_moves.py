@@ -300,8 +300,12 @@ def test_the_bandwidth_sequence_on_the_other_engines() -> None:
     trt = ["trtllm-serve", "m", "--max_batch_size", "16"]
     assert [_changes(d) for d in _walk("trtllm", trt, runs, None)] == [[("--max_batch_size", "32")]]
     sim = [*SIM, "--max-num-seqs", "16", "--spec-tokens", "2"]
-    assert [_changes(d) for d in _walk("simulator", sim, runs, None)] == [[("--max-num-seqs", "32")]]
-    d = _decide("simulator", sim, [_spec_ramp(BANDWIDTH, 0.95, 2)])  # slots not measured: the draft
+    assert [_changes(d) for d in _walk("simulator", sim, runs, None)] == [
+        [("--max-num-seqs", "32")],
+        [("--kv-cache-dtype", "fp8")],  # the simulator models an FP8 cache (exporter/simulator/settings.py)
+    ]
+    fp8 = [*sim, "--kv-cache-dtype", "fp8"]
+    d = _decide("simulator", fp8, [_spec_ramp(BANDWIDTH, 0.95, 2)])  # slots not measured, FP8 already: the draft
     assert _changes(d) == [("--spec-tokens", "13")]  # 0.95^13 = 0.51
 
 

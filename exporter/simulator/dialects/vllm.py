@@ -52,7 +52,7 @@ def cache_config_labels(snap: EngineSnapshot, engine: str | None) -> dict[str, s
     cfg = snap.config
     labels = {
         "block_size": str(cfg.block_size),
-        "cache_dtype": "auto",
+        "cache_dtype": cfg.kv_cache_dtype,
         "calculate_kv_scales": "False",
         "cpu_offload_gb": "0",
         "enable_prefix_caching": str(cfg.enable_prefix_caching),
