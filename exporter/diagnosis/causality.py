@@ -148,10 +148,12 @@ REFINES: dict[str, str] = {
 }
 
 #: consequence -> the symptom-cause it follows: clients time out, abort and are turned away (429) because
-#: the queue in front of them is long (CAUSAL_ORDER's reason). While the leader explains a symptom of its
-#: own (a queue no layer's cause explains), the follower is not the primary, whatever the two severities:
-#: ranked on severity, a queue that dipped under its line for a cycle handed the primary to its own
-#: timeouts, and hysteresis kept it there (found on the simulator's queue_backlog beside busy loops)
+#: the queue in front of them is long (CAUSAL_ORDER's reason). While the leader holds, the follower is not
+#: the primary, whatever the severities: ranked on severity, a queue that dipped under its line for a cycle
+#: handed the primary to its own timeouts, and hysteresis kept it there; and where a layer's cause explains
+#: the queue (a power cap, slots full with memory free), the queue leaves the ranking to it, and the
+#: timeouts, explaining the failures at full share, outranked the cause of their queue (both found on the
+#: simulator's queue_backlog beside busy loops). The primary is then the queue's cause, or the queue.
 FOLLOWS: dict[str, str] = {"retries_and_timeouts": "queue_backlog"}
 
 #: outages: when one holds and explains a symptom it is the primary, whatever else holds (a hung

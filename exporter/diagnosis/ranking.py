@@ -187,7 +187,9 @@ def pick_primary(
         pool = overload  # load past the measured knee explains every layer at its limit
     elif overload:  # a cause load does not produce holds: it, not the knee it moved, is the story
         pool = layer_causes
-    leading = {c[0].rule.cause for c in pool}
+    # a consequence is not the primary while what it follows holds, whatever explains that (the queue's
+    # own cause, or the queue itself): timeouts behind a queue a power cap built are the cap's
+    leading = {c[0].rule.cause for c in candidates}
     pool = [c for c in pool if causality.FOLLOWS.get(c[0].rule.cause) not in leading] or pool
     amounts = [amount(c[0], c[1], t) for c in pool]
     most = max(amounts)

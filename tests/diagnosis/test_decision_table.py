@@ -368,6 +368,18 @@ ROWS = [
         "low_acceptance",
     ),
     Row(
+        "a GPU held at half its clock, a queue, and clients timing out behind it: the throttle, not the timeouts",
+        lambda i: (
+            gpu(util=0.95, sm=0.88, tensor=0.7, dram=0.3, clock=0.52 * 1980e6, **CAPPED)
+            + engine(waiting=60, running=64, kv=0.7, finished={"stop": 20.0 * i, "abort": 12.0 * i}, rejected=6.0 * i)
+            + latency(i, ttft=0.9, queue=1.9)
+        ),
+        "power_or_thermal_throttling",
+        check=lambda v: _assert(
+            {c.cause: c.role for c in v.bottlenecks}.get("retries_and_timeouts") == "contributing", v.bottlenecks
+        ),
+    ),
+    Row(
         "a GPU held at half its clock with requests queueing: the throttle",
         lambda i: (
             gpu(util=0.95, sm=0.88, tensor=0.7, dram=0.3, clock=0.52 * 1980e6, **CAPPED)

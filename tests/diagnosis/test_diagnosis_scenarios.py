@@ -111,6 +111,15 @@ def primary(v: dict[str, Any]) -> tuple[str, str] | None:
     return (p["layer"], p["cause"]) if p else None
 
 
+def _causes(v: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every cause the verdict lists (primary, contributing, bottlenecks), each once."""
+    seen: dict[str, dict[str, Any]] = {}
+    for c in [v.get("primary"), *v.get("contributing", []), *v.get("bottlenecks", [])]:
+        if c:
+            seen.setdefault(c["cause"], c)
+    return list(seen.values())
+
+
 def _story(verdicts: list[dict[str, Any]]) -> str:
     return "\n".join(
         json.dumps(
@@ -120,6 +129,8 @@ def _story(verdicts: list[dict[str, Any]]) -> str:
                 "symptoms": [x["id"] for x in v["symptoms"]],
                 "holding": v.get("holding"),
                 "layers": {k: x["status"] for k, x in v["layers"].items()},
+                # each cause's role, score and what it explained: why the primary went where it did
+                "causes": [(c["cause"], c.get("role"), c.get("score"), c.get("explains")) for c in _causes(v)],
             }
         )
         for v in verdicts[-8:]
