@@ -106,6 +106,12 @@ run_tier() {
 # each, about 1.5 cores busy) run one after another on one worker (--dist loadgroup,
 # tests/support/tiers.py SCENARIO_STACK_PATHS): three at once starve one another and change the
 # scenario itself. The real tier runs in one process: its engines take every core.
+# Hypothesis builds its Unicode tables (.hypothesis/unicode_data, not in git) the first time a text
+# strategy draws: 1.3-3.6 s on a fresh clone, charged to whichever unit test draws first and over the
+# unit budget. Built here, once, before any test is timed (0.14 s for that test once they exist);
+# inside pytest's start-up Hypothesis warns about exactly this, so it happens out here.
+.venv/bin/python -c 'from hypothesis.internal.charmap import charmap, intervals_from_codec
+charmap(); intervals_from_codec("utf-8")' 2>/dev/null || true
 run_tier unit "not stack and not real" -n "$(nproc)" "$@"
 if [ "$quick" = 0 ]; then
   stack_workers=$(($(nproc) * 3 / 2))

@@ -44,26 +44,6 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     recorder = DurationRecorder(config.getoption("--durations-file"), config.getoption("--duration-budget"))
     config.pluginmanager.register(recorder, "llm-duration-recorder")
-    _warm_hypothesis_unicode_table()
-
-
-def _warm_hypothesis_unicode_table() -> None:
-    """Build Hypothesis's Unicode tables before any test is timed.
-
-    The first text strategy that draws builds them (``.hypothesis/unicode_data``: the category map and
-    the UTF-8 codec's intervals, not in git): 1.3-2.7 s on a fresh clone (0.7 + 3.6 s beside a full
-    run), charged to whichever unit test draws first — over the unit tier's 2 s budget in a fresh-clone
-    run (tests/core/test_jsonsafe.py read 2.03 s; 0.14 s once the tables exist). Here they are built
-    once, in the process that starts the workers (pytest_configure runs before xdist spawns them), and
-    every later process reads the cached files. An internal module: should it move, the first drawing
-    test pays again and nothing else changes.
-    """
-    try:
-        from hypothesis.internal.charmap import charmap, intervals_from_codec
-    except ImportError:
-        return
-    charmap()
-    intervals_from_codec("utf-8")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
