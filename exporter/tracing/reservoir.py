@@ -139,20 +139,13 @@ class RequestReservoir:
         sampled ones below them too; a request with no e2e and no TTFT is not ranked."""
         with self._lock:
             names = [engine] if engine is not None else list(self._engines)
-            found: dict[tuple[str, str], tuple[float, float, RequestRecord]] = {}
-            for name in names:
-                keep = self._engines.get(name)
-                if keep is None:
-                    continue
-                for heap in keep.windows.values():
-                    for rank, _, record in heap:
-                        found[(record.trace_id, record.span_id)] = (rank, record.finish, record)
-                for record in keep.sample:
-                    rank_of = slowness(record)
-                    if rank_of is not None:
-                        found.setdefault((record.trace_id, record.span_id), (rank_of, record.finish, record))
-        ranked = sorted(found.values(), key=lambda item: (-item[0], -item[1]))
-        return [record for _, _, record in ranked[: max(n, 0)]]
+            held: dict[tuple[str, str], RequestRecord] = {}
+            for keep in (self._engines[name] for name in names if name in self._engines):
+                for record in [r for heap in keep.windows.values() for _, _, r in heap] + keep.sample:
+                    held[(record.trace_id, record.span_id)] = record
+        ranked = [(rank, r) for r in held.values() if (rank := slowness(r)) is not None]
+        ranked.sort(key=lambda item: (-item[0], -item[1].finish))
+        return [record for _, record in ranked[: max(n, 0)]]
 
     def sample(self, engine: str | None = None) -> list[RequestRecord]:
         """The uniform sample (of one engine, or every engine's), in arrival order."""
