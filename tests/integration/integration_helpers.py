@@ -278,7 +278,7 @@ TRACING_ENV = {
 @dataclass
 class CpuVllm(RunningEngine):
     """The real tier's shared CPU vLLM: served as ``tiny``; its profiler writes to ``profile_dir``;
-    its request spans go to 127.0.0.1:``otlp_port`` (OTLP/gRPC)."""
+    its request spans go to 127.0.0.1:``otlp_port`` (OTLP/HTTP, ``TRACING_ENV``)."""
 
     profile_dir: Path = field(default_factory=Path)
     model: str = "tiny"
