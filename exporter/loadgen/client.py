@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from exporter.loadgen.pacing import ArrivalClock, WallClock
 from exporter.loadgen.spec import LoadSpec, RequestRecord
 from exporter.tracing.traceparent import HEADER, new_trace_id, traceparent
 
@@ -175,14 +176,17 @@ async def issue(
     rng: random.Random | None = None,
     may_retry: Callable[[], bool] = lambda: True,
     headers: Mapping[str, str] | None = None,
+    clock: ArrivalClock | None = None,
 ) -> RequestRecord:
     """Send request ``index`` with retries; never raises except on cancellation.
 
     Backoff waits are jittered (x0.5-1.5) so that clients which failed together
     do not retry in lock-step. A retry starts only while ``may_retry()`` holds
     (a draining run starts none: the final attempt's outcome is kept). ``headers``: added to
-    this request's (a closed-loop client's identity, ``LoadSpec.client_header``).
+    this request's (a closed-loop client's identity, ``LoadSpec.client_header``). ``clock``: what an
+    attempt's ``spec.timeout_s`` counts when ``spec.timeout_on_clock`` (the load's pacing clock).
     """
+    timer = clock if clock is not None and spec.timeout_on_clock else WallClock()
     rng = rng or random.Random(index)
     path, body = request_body(spec, model, prompt, max_tokens)
     first_start = time.perf_counter()
@@ -194,7 +198,7 @@ async def issue(
         sent = {**(headers or {}), HEADER: traceparent(trace_id)}
         try:
             coro = _streamed(client, path, body, sent) if spec.stream else _plain(client, path, body, sent)
-            attempt = await asyncio.wait_for(coro, spec.timeout_s)
+            attempt = await timer.within(coro, spec.timeout_s)
         except asyncio.TimeoutError:
             attempt = _Attempt("timeout", error=f"no complete answer within {spec.timeout_s:g} s")
         except httpx.HTTPError as err:

@@ -16,7 +16,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Protocol, TypeVar
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +37,11 @@ class ArrivalClock(Protocol):
         """Return once the clock reads ``at``, or the event loop's time reaches ``wall_deadline``."""
         ...
 
+    async def within(self, work: Awaitable[T], seconds: float) -> T:
+        """``work``'s result if it ends within ``seconds`` of this clock; otherwise cancel it and raise
+        ``asyncio.TimeoutError`` (a request's timeout, counted on the clock its load is paced on)."""
+        ...
+
 
 class WallClock:
     """The event loop's own monotonic clock: a rate per wall second."""
@@ -46,6 +53,9 @@ class WallClock:
         loop = asyncio.get_running_loop()
         until = at if wall_deadline is None else min(at, wall_deadline)
         await asyncio.sleep(max(0.0, until - loop.time()))
+
+    async def within(self, work: Awaitable[T], seconds: float) -> T:
+        return await asyncio.wait_for(work, seconds)
 
 
 #: reads (model seconds, model seconds per wall second) from wherever the model clock lives
@@ -62,6 +72,9 @@ class ModelClock:
     extrapolated at the nominal scale (the load goes on as if paced on the wall
     clock, which is what it would do without this clock), so an unreachable
     model clock never stops the load.
+
+    Many waiters share one read: a hundred clients timing their requests on this
+    clock (``within``) cost one read per interval, not one each.
     """
 
     def __init__(self, read: ModelReader) -> None:
@@ -70,8 +83,15 @@ class ModelClock:
         self._scale = 1.0
         self._read_at: float | None = None
         self._failing = False
+        self._reading: asyncio.Future[None] | None = None
 
     async def _refresh(self) -> None:
+        if self._reading is None or self._reading.done():
+            self._reading = asyncio.ensure_future(self._read_once())
+        # shielded: a waiter cancelled mid-read (its request answered) does not cancel the others' read
+        await asyncio.shield(self._reading)
+
+    async def _read_once(self) -> None:
         loop = asyncio.get_running_loop()
         try:
             self._model, self._scale = await self._read()
@@ -102,3 +122,27 @@ class ModelClock:
             if wall_deadline is not None:
                 nap = min(nap, max(0.0, wall_deadline - loop.time()))
             await asyncio.sleep(nap)
+
+    async def within(self, work: Awaitable[T], seconds: float) -> T:
+        """Why a timeout in model time: a starved simulator falls behind the wall clock, so a client
+        timeout kept in wall seconds fires earlier in model time than the scenario says and turns a
+        backlog into a storm of aborts (exporter/simulator/scenarios.py, queue_backlog). The timer
+        is this clock's ``wait_until``: it fires within ``MODEL_READ_INTERVAL_S`` wall seconds of the
+        model deadline."""
+        task = asyncio.ensure_future(work)
+        timer: asyncio.Future[None] | None = None
+        try:
+            timer = asyncio.ensure_future(self.wait_until(await self.now() + seconds, None))
+            await asyncio.wait({task, timer}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            elif not task.cancelled():
+                # read here: an error that ended the request as we were cancelled is ours, not a lost one
+                task.exception()
+        if task.cancelled() and timer is not None and timer.done() and not timer.cancelled():
+            raise asyncio.TimeoutError
+        return task.result()

@@ -66,7 +66,8 @@ async def run_load(
 
     ``clock`` paces the open loop's arrivals (``spec.rate`` is per second of it);
     the wall clock by default, the simulator's model time against the simulator
-    (``exporter/loadgen/pacing.py``). Durations and timeouts stay wall seconds.
+    (``exporter/loadgen/pacing.py``). Durations stay wall seconds; timeouts too, unless
+    ``spec.timeout_on_clock`` puts them on ``clock``.
 
     Raises ValueError for a bad spec or an unbounded run (no duration, no
     request limit, no stop event), and httpx errors if the model cannot be
@@ -93,6 +94,7 @@ async def run_load(
         in_flight: dict[asyncio.Task[None], tuple[int, int, int, float]] = {}  # the task running one()
         slots = asyncio.Semaphore(spec.concurrency)
         finished = asyncio.Event()
+        pace = clock or WallClock()
 
         def done_issuing() -> bool:
             return (stop is not None and stop.is_set()) or (deadline is not None and loop.time() >= deadline)
@@ -112,7 +114,7 @@ async def run_load(
             assert task is not None
             in_flight[task] = (index, n_prompt, n_max, time.perf_counter())
             try:
-                record(await issue(client, spec, model, index, prompt, n_prompt, n_max, run_start, rng, may_retry, headers))
+                record(await issue(client, spec, model, index, prompt, n_prompt, n_max, run_start, rng, may_retry, headers, pace))
             finally:
                 in_flight.pop(task, None)
 
@@ -141,7 +143,6 @@ async def run_load(
                 children.discard(child)
                 slots.release()
 
-            pace = clock or WallClock()
             try:
                 at = await pace.now()
                 while not done_issuing():

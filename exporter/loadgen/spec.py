@@ -60,6 +60,10 @@ class LoadSpec:
     prompt_salt: str | None = None
     #: per attempt, seconds; on expiry the connection is closed (the server sees an abort)
     timeout_s: float = 30.0
+    #: ``timeout_s`` counts seconds of the clock ``run_load`` paces arrivals on (the simulator's model
+    #: time, exporter/loadgen/pacing.py), not wall seconds: a scenario's client timeouts stay the
+    #: scenario's however far a starved simulator falls behind the wall clock
+    timeout_on_clock: bool = False
     connect_timeout_s: float = 5.0
     #: extra attempts after a timeout, 429, 5xx or connection error
     retries: int = 0

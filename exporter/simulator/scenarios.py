@@ -39,7 +39,7 @@ class LoadProfile:
     #: closed loop driven in model time: the simulator holds its clock until an answered client is back
     #: (exporter/simulator/lockstep.py). Off where the scenario's evidence is the scheduler thread's real
     #: CPU (host_bound: a thread that waits for clients is not at a full core, whatever the model says)
-    #: or the clients' wall-clock timeouts (queue_backlog)
+    #: or clients that time out and retry (queue_backlog)
     lockstep: bool = True
 
 
@@ -88,8 +88,9 @@ class Scenario:
         ``model_time_rate``: the load is driven in the simulator's model time: the arrival rate
         stays per model second, for a load paced on the simulator's model clock
         (``exporter/simulator/pacing.py``; otherwise it is per wall second, the model rate times
-        ``time_scale``), and closed-loop clients name themselves so the simulator holds its model
-        clock until an answered client is back (``exporter/simulator/lockstep.py``)."""
+        ``time_scale``), client timeouts count model seconds on that clock, and closed-loop clients
+        name themselves so the simulator holds its model clock until an answered client is back
+        (``exporter/simulator/lockstep.py``)."""
         p = self.load
         return LoadSpec(
             base_url=base_url,
@@ -101,7 +102,8 @@ class Scenario:
             shared_prefix_ratio=p.shared_prefix_ratio,
             shared_prefix_tokens=p.shared_prefix_tokens,
             prefix_groups=p.prefix_groups,
-            timeout_s=p.timeout_s / time_scale,
+            timeout_s=p.timeout_s if model_time_rate else p.timeout_s / time_scale,
+            timeout_on_clock=model_time_rate,
             retries=p.retries,
             retry_backoff_s=0.2 / time_scale,
             ramp_up_s=p.ramp_up_s / time_scale,
@@ -271,9 +273,10 @@ _SCENARIOS: list[Scenario] = [
             timeout_s=6.0,
             retries=2,
             ramp_up_s=3.0,
-            # its evidence is the clients' timeouts and retries, waits the load generator keeps in wall
-            # time (timeout_s / time_scale): with the model clock held for returning clients they fire
-            # early in model time, and the timeouts, not the backlog, become the story
+            # its evidence is the clients' timeouts and retries: with the model clock held for returning
+            # clients, a client that times out is out of the engine while the clock waits for it, so the
+            # timeouts, not the backlog, become the story. Its timeouts count model seconds on the pacing
+            # clock (LoadSpec.timeout_on_clock), so a starved host does not turn them into more aborts
             lockstep=False,
         ),
     ),

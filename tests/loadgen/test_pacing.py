@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+from collections.abc import Awaitable
+from typing import TypeVar
 
 import pytest
 
 from exporter.loadgen import LoadSpec, run_load
 from exporter.loadgen.pacing import MODEL_READ_INTERVAL_S, ModelClock, WallClock
+from exporter.simulator import scenarios
+
+T = TypeVar("T")
 
 
 class FakeModel:
@@ -102,6 +108,9 @@ class StillClock:
         loop = asyncio.get_running_loop()
         await asyncio.sleep(max(0.0, (wall_deadline or loop.time()) - loop.time()))
 
+    async def within(self, work: Awaitable[T], seconds: float) -> T:
+        return await asyncio.wait_for(work, seconds)
+
 
 @pytest.mark.parametrize("due", [False, True])
 def test_run_load_paces_its_open_loop_on_the_clock_it_is_given(due: bool) -> None:
@@ -110,3 +119,104 @@ def test_run_load_paces_its_open_loop_on_the_clock_it_is_given(due: bool) -> Non
     spec = LoadSpec("http://127.0.0.1:9", model="m", rate=5.0, duration_s=0.3, concurrency=2, retries=0, max_requests=20)
     result = asyncio.run(asyncio.wait_for(run_load(spec, clock=StillClock(due)), 30))
     assert (result.summary.requests > 0) is due
+
+
+def test_a_request_outlasting_its_timeout_in_wall_seconds_is_not_timed_out_while_the_model_stands_still() -> None:
+    """The starved simulator again: 2 model seconds are 0.2 wall seconds at its nominal scale, but its
+    model time does not move, so a request taking 0.4 wall seconds is answered, not cut off."""
+    fake = FakeModel(scale=10.0)
+    clock = ModelClock(fake.read)
+
+    async def answer() -> str:
+        await asyncio.sleep(0.4)
+        return "answered"
+
+    assert asyncio.run(asyncio.wait_for(clock.within(answer(), 2.0), 30)) == "answered"
+
+
+def test_a_request_times_out_once_the_model_passes_its_deadline_and_is_cancelled() -> None:
+    fake = FakeModel(scale=1.0)
+    clock = ModelClock(fake.read)
+    ended: list[str] = []
+
+    async def never() -> str:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            ended.append("cancelled")
+        return "unreachable"
+
+    async def main() -> None:
+        async def advance() -> None:
+            await asyncio.sleep(0.05)
+            fake.model = 100.0  # 100 model seconds pass at once (a long step)
+
+        mover = asyncio.create_task(advance())
+        try:
+            await clock.within(never(), 5.0)  # 5 wall seconds at the nominal scale: only the jump ends it
+        finally:
+            await mover
+
+    with pytest.raises(asyncio.TimeoutError):
+        asyncio.run(asyncio.wait_for(main(), 30))
+    assert ended == ["cancelled"]  # the request's connection is closed, as a wall-clock timeout closes it
+
+
+def test_an_error_of_the_request_is_raised_as_itself_not_as_a_timeout() -> None:
+    clock = ModelClock(FakeModel().read)
+
+    async def refused() -> str:
+        raise ConnectionRefusedError("engine down")
+
+    with pytest.raises(ConnectionRefusedError):
+        asyncio.run(asyncio.wait_for(clock.within(refused(), 5.0), 30))
+
+
+def test_many_waiters_share_one_read_of_the_model_clock() -> None:
+    """A hundred clients timing their requests read the simulator once per interval, not once each."""
+    fake = FakeModel()
+
+    async def slow_read() -> tuple[float, float]:
+        await asyncio.sleep(0.01)
+        return await fake.read()
+
+    clock = ModelClock(slow_read)
+
+    async def main() -> None:
+        await asyncio.gather(*(clock.now() for _ in range(100)))
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+    assert fake.reads == 1
+
+
+def test_a_scenario_driven_in_model_time_counts_its_client_timeouts_in_model_seconds() -> None:
+    scenario = scenarios.get("queue_backlog")
+    modelled = scenario.load_spec("http://127.0.0.1:9", time_scale=4.0, model_time_rate=True)
+    walled = scenario.load_spec("http://127.0.0.1:9", time_scale=4.0)
+    assert (modelled.timeout_s, modelled.timeout_on_clock) == (scenario.load.timeout_s, True)
+    assert (walled.timeout_s, walled.timeout_on_clock) == (scenario.load.timeout_s / 4.0, False)
+
+
+def test_an_error_that_ends_the_request_as_its_caller_is_cancelled_is_not_left_unretrieved() -> None:
+    """The load's end cancels a client in the same moment the server closes its stream: the request's
+    error belongs to the cancelled wait, not to asyncio's 'Task exception was never retrieved'."""
+    clock = ModelClock(FakeModel().read)
+    lost: list[dict[str, object]] = []
+
+    async def closed_by_the_server(started: asyncio.Event) -> str:
+        started.set()
+        await asyncio.sleep(0)
+        raise ConnectionResetError("stream closed")
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, context: lost.append(context))
+        started = asyncio.Event()
+        waiter = asyncio.create_task(clock.within(closed_by_the_server(started), 5.0))
+        await started.wait()
+        waiter.cancel()  # lands while the request ends with its error
+        await asyncio.gather(waiter, return_exceptions=True)
+        del waiter
+        gc.collect()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+    assert lost == []
