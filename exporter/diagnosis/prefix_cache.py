@@ -19,10 +19,22 @@ legitimately. ``signals.py`` calls ``prefix_signals`` for the service view.
 * ``REQUESTS_RECENT`` / ``_EARLIER`` — the requests each span holds (a ratio over a
   handful of requests is which prompts happened to arrive).
 
-Absent, never 0, where a span has no lookups or no requests, or the window does not
-yet reach past the recent seconds (nothing earlier to compare with). Engines without
-a TTFT histogram (llama.cpp) are therefore not judged: their lookups cannot be put
-per request.
+* ``PROMPT_PER_REQUEST_RECENT`` / ``_EARLIER`` — prompt tokens per request
+  (``llm_prompt_tokens_total``): the same comparison where the recent span looked
+  nothing up.
+* ``LOOKUPS_STOPPED`` — 1 where the engine looked prompts up before the recent seconds
+  and stopped while requests kept coming: prefix caching switched off (a restart
+  with ``--no-enable-prefix-caching``; vLLM and the simulator then count no lookup at
+  all). The recent ratio then reads 0: no prompt token is found in a cache nobody
+  asks, and the fall is the whole earlier level.
+
+Absent, never 0, where a span has no lookups or no requests (but for
+``LOOKUPS_STOPPED``), or the window does not yet reach past the recent seconds
+(nothing earlier to compare with). Engines without a TTFT histogram (llama.cpp) are
+therefore not judged: their lookups cannot be put per request. Once no span of the
+window holds a lookup, a server whose caching was switched off reads as one that
+never had it (nothing left to compare with): the fall is named while the window holds
+it, and ``llm_engine_config_info{prefix_caching}`` says so from then on.
 """
 
 from __future__ import annotations
@@ -45,6 +57,10 @@ QUERIED_PER_REQUEST_RECENT = f"increase_over_recent({QUERIED_METRIC}) / increase
 QUERIED_PER_REQUEST_EARLIER = f"increase_before_recent({QUERIED_METRIC}) / increase_before_recent({REQUESTS_METRIC}_count)"
 REQUESTS_RECENT = f"increase_over_recent({REQUESTS_METRIC}_count)"
 REQUESTS_EARLIER = f"increase_before_recent({REQUESTS_METRIC}_count)"
+PROMPT_METRIC = "llm_prompt_tokens_total"
+PROMPT_PER_REQUEST_RECENT = f"increase_over_recent({PROMPT_METRIC}) / increase_over_recent({REQUESTS_METRIC}_count)"
+PROMPT_PER_REQUEST_EARLIER = f"increase_before_recent({PROMPT_METRIC}) / increase_before_recent({REQUESTS_METRIC}_count)"
+LOOKUPS_STOPPED = f"increase_over_recent({QUERIED_METRIC}) == 0 while requests arrive"
 
 Read = Callable[[Snapshot], dict[tuple[tuple[str, str], ...], float]]
 
@@ -60,19 +76,28 @@ def prefix_signals(window: Window, v: dict[str, float], recent_seconds: float) -
     cut = max((i for i, s in enumerate(snaps) if s.monotonic <= cutoff), default=0)
     if cut == 0:
         return  # the window does not reach past the recent seconds yet
-    for span, (hit_key, per_key, count_key) in (
-        (snaps[: cut + 1], (HIT_EARLIER, QUERIED_PER_REQUEST_EARLIER, REQUESTS_EARLIER)),
-        (snaps[cut:], (HIT_RECENT, QUERIED_PER_REQUEST_RECENT, REQUESTS_RECENT)),
+    queried = 0.0
+    for span, (hit_key, per_key, count_key, prompt_key) in (
+        (snaps[: cut + 1], (HIT_EARLIER, QUERIED_PER_REQUEST_EARLIER, REQUESTS_EARLIER, PROMPT_PER_REQUEST_EARLIER)),
+        (snaps[cut:], (HIT_RECENT, QUERIED_PER_REQUEST_RECENT, REQUESTS_RECENT, PROMPT_PER_REQUEST_RECENT)),
     ):
-        queried = _increase(span, _counter(QUERIED_METRIC))
+        looked_up = _increase(span, _counter(QUERIED_METRIC))
         hits = _increase(span, _counter(HIT_METRIC))
         requests = _increase(span, _histogram_count(REQUESTS_METRIC))
-        if queried and hits is not None:
-            v[hit_key] = min(1.0, hits / queried)
+        prompts = _increase(span, _counter(PROMPT_METRIC))
+        if looked_up and hits is not None:
+            v[hit_key] = min(1.0, hits / looked_up)
         if requests is not None:
             v[count_key] = requests
-            if queried and requests > 0:
-                v[per_key] = queried / requests
+            if looked_up and requests > 0:
+                v[per_key] = looked_up / requests
+            if prompts and requests > 0:
+                v[prompt_key] = prompts / requests
+        queried = looked_up if looked_up is not None else -1.0
+    # the recent span: its counter still read, nothing looked up, requests served; before it, lookups
+    if queried == 0.0 and HIT_EARLIER in v and v.get(REQUESTS_RECENT, 0.0) > 0:
+        v[HIT_RECENT] = 0.0
+        v[LOOKUPS_STOPPED] = 1.0
 
 
 def _counter(name: str) -> Read:

@@ -752,8 +752,11 @@ def _describe_context(v: View, t: Thresholds) -> str:
 
 def _prefix_same_prompts(v: View, t: Thresholds) -> bool:
     """Both spans hold enough requests and their prompts looked up as many tokens each, within
-    ``prefix_prompt_change_max`` either way: the workload did not change, so a fall is the cache's."""
+    ``prefix_prompt_change_max`` either way: the workload did not change, so a fall is the cache's.
+    Where the engine stopped looking up (prefix caching off), the prompts' own lengths are compared."""
     recent, earlier = v.get(pc.QUERIED_PER_REQUEST_RECENT), v.get(pc.QUERIED_PER_REQUEST_EARLIER)
+    if v.get(pc.LOOKUPS_STOPPED):
+        recent, earlier = v.get(pc.PROMPT_PER_REQUEST_RECENT), v.get(pc.PROMPT_PER_REQUEST_EARLIER)
     if recent is None or earlier is None or recent <= 0 or earlier <= 0:
         return False
     if min(v.get(pc.REQUESTS_RECENT, 0.0), v.get(pc.REQUESTS_EARLIER, 0.0)) < t.prefix_min_requests:
@@ -798,9 +801,14 @@ def _tokens(x: float) -> str:
 
 def _describe_prefix(v: View, t: Thresholds) -> str:
     recent = v[pc.HIT_RECENT]
-    prompts = v.get(pc.QUERIED_PER_REQUEST_RECENT)
+    prompts = v.get(pc.QUERIED_PER_REQUEST_RECENT, v.get(pc.PROMPT_PER_REQUEST_RECENT))
     size = f"~{_tokens(prompts)} tokens" if prompts is not None else "the same length"
     earlier = v.get(pc.HIT_EARLIER)
+    if earlier is not None and v.get(pc.LOOKUPS_STOPPED) and _prefix_hit_drop(v, t):
+        return (
+            f"the engine stopped looking prompts up in its prefix cache (hits were {pct(earlier)} of prompt tokens) "
+            f"while prompts stayed {size}: prefix caching is off, prefill redoes the shared prefix"
+        )
     if earlier is not None and _prefix_hit_drop(v, t):
         return (
             f"prefix-cache hits fell from {pct(earlier)} to {pct(recent)} of prompt tokens while prompts stayed "
@@ -1104,6 +1112,9 @@ RULES: tuple[Rule, ...] = (
             pc.QUERIED_PER_REQUEST_EARLIER,
             pc.REQUESTS_RECENT,
             pc.REQUESTS_EARLIER,
+            pc.LOOKUPS_STOPPED,
+            pc.PROMPT_PER_REQUEST_RECENT,
+            pc.PROMPT_PER_REQUEST_EARLIER,
             s.TTFT_P95_RECENT,
             s.KV_USAGE_MAX,
         ),

@@ -258,13 +258,22 @@ def create_app(sim: Simulator) -> FastAPI:
 
     @app.post("/sim/prefix_cache")
     async def sim_prefix_cache(request: Request) -> JSONResponse:
-        """``{"shared": false}``: prefix sharing breaks mid-run (every new request salted); true restores it."""
+        """``{"shared": false}``: prefix sharing breaks mid-run (every new request salted; the engine
+        still looks each prompt up and finds nothing); ``{"enabled": false}``: prefix caching is switched
+        off (nothing is looked up). Either or both; true restores each."""
         body = await read_json(request)
-        shared = body.get("shared")
-        if not isinstance(shared, bool):
-            raise ApiError(400, f"shared must be true or false, got {shared!r}", param="shared")
-        await asyncio.to_thread(sim.share_prefixes, shared)  # the engine lock, which a step holds
-        return JSONResponse({"shared": shared, "config": engine.config.as_dict()})
+        changes = {name: body[name] for name in ("shared", "enabled") if name in body}
+        if not changes:
+            raise ApiError(400, "expected shared and/or enabled (true or false)", param="shared")
+        for name, value in changes.items():
+            if not isinstance(value, bool):
+                raise ApiError(400, f"{name} must be true or false, got {value!r}", param=name)
+        # the engine lock, which a step holds
+        if "shared" in changes:
+            await asyncio.to_thread(sim.share_prefixes, changes["shared"])
+        if "enabled" in changes:
+            await asyncio.to_thread(sim.enable_prefix_caching, changes["enabled"])
+        return JSONResponse({**changes, "config": engine.config.as_dict()})
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:

@@ -37,6 +37,13 @@ class Simulator:
         config = dataclasses.replace(self.engine.config, cache_salt_per_request=not shared)
         self.engine.reconfigure(config, self.engine.scenario)
 
+    def enable_prefix_caching(self, enabled: bool) -> None:
+        """Switch prefix caching off (or on) live, as a restart with ``--no-enable-prefix-caching``
+        would: from now on no prompt is looked up, so the engine counts no lookup and no hit (vLLM's
+        prefix-cache counters stand still), and ``cache_config_info`` says so. A scenario switch resets it."""
+        config = dataclasses.replace(self.engine.config, enable_prefix_caching=enabled)
+        self.engine.reconfigure(config, self.engine.scenario)
+
     def start(self) -> Simulator:
         self.engine.start()
         return self

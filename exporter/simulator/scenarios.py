@@ -148,7 +148,8 @@ _SCENARIOS: list[Scenario] = [
         "shared_prefix",
         "a chat service whose prompts open with one long shared system prompt: the prefix cache serves most of each",
         "prefix-cache hit ratio near 90 % of prompt tokens, TTFT a few tens of model ms, nothing waiting; after POST "
-        '/sim/prefix_cache {"shared": false} (every request salted) hits fall to 0 and TTFT grows several-fold',
+        '/sim/prefix_cache {"shared": false} (every request salted) hits fall to 0 and TTFT grows several-fold; '
+        'after {"enabled": false} nothing is looked up any more, with the same TTFT',
         # one step holds a whole prompt: a request waits at most for the step running when it arrives, so
         # recomputed prompts raise TTFT without a queue
         {"max_num_batched_tokens": 8192},

@@ -32,6 +32,8 @@ class Phase:
     hit: float
     prompt: float = PROMPT
     ttft: float = 0.3
+    #: the engine looks prompts up at all (False: prefix caching switched off, no lookup counted)
+    lookups: bool = True
 
 
 def cycles(before: Phase, after: Phase, count: int = 20, switch: int = SWITCH) -> list[list[Point]]:
@@ -42,11 +44,13 @@ def cycles(before: Phase, after: Phase, count: int = 20, switch: int = SWITCH) -
 def timeline(*spans: tuple[int, Phase]) -> list[list[Point]]:
     """One cycle per second, ``(cycles, phase)`` after each other; counters cumulative throughout."""
     out: list[list[Point]] = []
-    queried = hits = 0.0
+    queried = hits = prompts = 0.0
     ttfts: list[float] = []
     for phase in (phase for count, phase in spans for _ in range(count)):
-        queried += PER_CYCLE * phase.prompt
-        hits += PER_CYCLE * phase.prompt * phase.hit
+        prompts += PER_CYCLE * phase.prompt
+        if phase.lookups:
+            queried += PER_CYCLE * phase.prompt
+            hits += PER_CYCLE * phase.prompt * phase.hit
         ttfts += [phase.ttft] * PER_CYCLE
         out.append(
             [
@@ -55,6 +59,7 @@ def timeline(*spans: tuple[int, Phase]) -> list[list[Point]]:
                 *process(0.3),
                 _s("llm_prefix_cache_queried_tokens_total", ENG, queried),
                 _s("llm_prefix_cache_hit_tokens_total", ENG, hits),
+                _s("llm_prompt_tokens_total", ENG, prompts),
                 histogram("llm_request_ttft_seconds", ttfts),
             ]
         )
@@ -129,3 +134,28 @@ def test_a_server_that_never_queried_its_prefix_cache_is_not_judged() -> None:
     points = [[p for p in c if not p.name.startswith(pc.PREFIX)] for c in cycles(Phase(0.62), Phase(0.04, ttft=3.0))]
     last = run(points)[-1]
     assert pc.HIT_RECENT not in last.signals and CAUSE not in last.holding
+
+
+def test_prefix_caching_switched_off_is_a_fall_to_nothing_behind_a_high_ttft() -> None:
+    """The engine stops counting lookups (vLLM with --no-enable-prefix-caching, the simulator's
+    ``{"enabled": false}``) while the same prompts keep coming: the recent ratio is 0, not absent."""
+    last = run(cycles(Phase(0.62), Phase(0.0, ttft=3.0, lookups=False)))[-1]
+    assert last.signals[pc.LOOKUPS_STOPPED] == 1.0 and last.signals[pc.HIT_RECENT] == 0.0
+    assert primary(last) == CAUSE, (last.holding, primary(last))
+    assert last.primary is not None
+    assert "stopped looking prompts up in its prefix cache (hits were 62 % of prompt tokens)" in last.primary.chain
+    assert "prefix caching is off" in last.primary.chain, last.primary.chain
+
+
+def test_lookups_that_stop_with_the_prompts_changed_are_a_workload_change() -> None:
+    last = run(cycles(Phase(0.62), Phase(0.0, prompt=PROMPT / 8, ttft=3.0, lookups=False)))[-1]
+    assert last.signals[pc.LOOKUPS_STOPPED] == 1.0 and CAUSE not in last.holding
+
+
+def test_lookups_that_stop_because_requests_stopped_are_not_a_fall() -> None:
+    """No request in the recent seconds: nothing was asked, nothing stopped."""
+    points = timeline((SWITCH, Phase(0.62)), (5, Phase(0.0, prompt=0.0, lookups=False)))
+    served = points[SWITCH - 1][-1]  # the TTFT histogram (each cycle's last point) as the traffic stopped
+    assert served.name == "llm_request_ttft_seconds"
+    last = run(points[:SWITCH] + [cycle[:-1] + [served] for cycle in points[SWITCH:]])[-1]
+    assert pc.LOOKUPS_STOPPED not in last.signals and pc.HIT_RECENT not in last.signals

@@ -3,11 +3,16 @@
 The simulator (``shared_prefix``: 4,096-token prompts, 3,584 of them one shared system prompt,
 one a model second, arrivals paced on its model clock) and ``serve`` run as real processes on free 127.0.0.1 ports,
 the scenario's own load from the load generator (tests/support/stack.py). While sharing works,
-the prefix cache serves about 87 % of the prompt tokens and no reading holds the cause; then
-``POST /sim/prefix_cache {"shared": false}`` gives every new request a cache salt of its own (the
-engine still looks each prompt up, and finds nothing), and the verdict must name
-memory/prefix_cache_hit_drop as the primary behind a TTFT over the SLO this test sets, with the
-chain in numbers.
+the prefix cache serves about 87 % of the prompt tokens and no reading holds the cause. Then, in
+turn, the two ways prefix sharing breaks in production:
+
+1. ``POST /sim/prefix_cache {"enabled": false}`` switches prefix caching off (as a restart with
+   ``--no-enable-prefix-caching``): the engine looks nothing up, its counters stand still;
+2. ``{"enabled": true, "shared": false}`` switches it back on but gives every new request a cache
+   salt of its own (a router that lost session affinity): each prompt is looked up and finds nothing.
+
+Each time the verdict must name memory/prefix_cache_hit_drop as the primary behind a TTFT over the
+SLO this test sets, with the chain in numbers.
 
 Nothing here depends on this host's speed: the TTFT the diagnosis judges is the simulator's
 model time (measured: every prompt prefilled from the cache got its first token within 0.04
@@ -130,7 +135,17 @@ def _judged(v: dict[str, Any]) -> bool:
     return float(v.get("signals", {}).get(pc.HIT_EARLIER, 0.0)) >= 0.8
 
 
-def test_breaking_prefix_sharing_mid_run_names_the_hit_drop_as_the_primary(stack: Stack) -> None:
+def _assert_named(v: dict[str, Any]) -> None:
+    """The cause named as the primary behind a TTFT over the SLO, with its chain."""
+    assert v["state"] == "degraded" and "ttft_high" in [x["id"] for x in v["symptoms"]], _story([v])
+    p = v["primary"]
+    assert p["explains"] == ["ttft_high"] and v["layers"]["memory"]["status"] == "bottleneck"
+    assert p["chain"].startswith("TTFT p95") and "←" in p["chain"], p["chain"]
+    assert v["signals"]["p95_over_recent(llm_request_ttft_seconds)"] > SLO_TTFT
+    assert "session affinity" in p["advice"] and "--enable-prefix-caching" in p["advice"], p["advice"]
+
+
+def test_prefix_caching_off_then_sharing_broken_mid_run_names_the_hit_drop_as_the_primary(stack: Stack) -> None:
     started = time.monotonic()
     warm = stack.readings(60, until=_judged)
     assert warm and _judged(warm[-1]), f"the prefix cache never served the shared prefix\n{_story(warm)}"
@@ -142,23 +157,37 @@ def test_breaking_prefix_sharing_mid_run_names_the_hit_drop_as_the_primary(stack
     assert not loud, f"while sharing works:\n{_story(loud)}"
     assert all(v["signals"][pc.HIT_RECENT] >= 0.5 for v in shared), _story(shared)
 
-    r = requests.post(stack.sim_url + "/sim/prefix_cache", json={"shared": False}, timeout=10)
-    r.raise_for_status()
-    assert r.json()["config"]["cache_salt_per_request"] is True
+    # prefix caching switched off (a restart with --no-enable-prefix-caching): nothing is looked up any more
+    off = requests.post(stack.sim_url + "/sim/prefix_cache", json={"enabled": False}, timeout=10)
+    off.raise_for_status()
+    assert off.json()["config"]["enable_prefix_caching"] is False
     switched = time.time()
     seen = stack.readings(MAX_CYCLES, until=lambda v: v["timestamp"] > switched and primary(v) == CAUSE)
     named = seen[-1] if seen else {}
-    assert seen and primary(named) == CAUSE, f"not the primary within {MAX_CYCLES} cycles\n{_story(seen)}"
+    assert seen and primary(named) == CAUSE, f"caching off: not the primary within {MAX_CYCLES} cycles\n{_story(seen)}"
+    _assert_named(named)
+    assert named["signals"].get(pc.LOOKUPS_STOPPED) == 1.0, _story(seen)
+    chain = named["primary"]["chain"]
+    assert "stopped looking prompts up in its prefix cache" in chain and "prefix caching is off" in chain, chain
 
-    assert named["state"] == "degraded" and "ttft_high" in [x["id"] for x in named["symptoms"]]
-    p = named["primary"]
-    assert p["explains"] == ["ttft_high"] and named["layers"]["memory"]["status"] == "bottleneck"
-    assert p["chain"].startswith("TTFT p95") and "←" in p["chain"], p["chain"]
+    # caching back on, sharing still broken (a router that lost session affinity): every prompt is looked up
+    # again and finds nothing; the loss stays the primary throughout
+    r = requests.post(stack.sim_url + "/sim/prefix_cache", json={"enabled": True, "shared": False}, timeout=10)
+    r.raise_for_status()
+    assert r.json()["config"]["cache_salt_per_request"] is True and r.json()["config"]["enable_prefix_caching"] is True
+    resumed = time.time()
+    salted = stack.readings(
+        MAX_CYCLES,
+        until=lambda v: v["timestamp"] > resumed and pc.LOOKUPS_STOPPED not in v["signals"] and primary(v) == CAUSE,
+    )
+    assert salted and pc.LOOKUPS_STOPPED not in salted[-1]["signals"], _story(salted)
+    wrong = [v for v in salted if primary(v) != CAUSE]
+    assert not wrong, f"the primary changed as lookups resumed and found nothing:\n{_story(wrong)}"
+    p = salted[-1]["primary"]
+    _assert_named(salted[-1])
     assert "prefix-cache hits fell from" in p["chain"] and "prefill redoes the shared prefix" in p["chain"], p["chain"]
     line = Thresholds().prefix_hit_drop_ratio
     assert p["evidence"][pc.HIT_RECENT] < line * p["evidence"][pc.HIT_EARLIER], p["evidence"]
-    assert named["signals"]["p95_over_recent(llm_request_ttft_seconds)"] > SLO_TTFT
-    assert "session affinity" in p["advice"], p["advice"]
 
     after = stack.readings(AFTER_READINGS)
     assert len(after) == AFTER_READINGS, _story(after)
@@ -167,5 +196,5 @@ def test_breaking_prefix_sharing_mid_run_names_the_hit_drop_as_the_primary(stack
     last = after[-1]
     assert last["signals"][pc.HIT_EARLIER] < Thresholds().prefix_hit_earlier_min, _story(after)  # the fall left the window
     assert "prefix-cache hits still at" in last["primary"]["chain"], last["primary"]["chain"]
-    print(f"named after {len(seen)} cycles: {p['chain']}; at the end: {last['primary']['chain']}")
+    print(f"caching off named after {len(seen)} cycles: {chain}; salted: {p['chain']}; at the end: {last['primary']['chain']}")
     print(f"the test took {time.monotonic() - started:.0f} s")

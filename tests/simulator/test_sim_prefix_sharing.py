@@ -78,3 +78,24 @@ def test_the_shared_prefix_scenario_is_a_shared_system_prompt() -> None:
     load = SCENARIOS["shared_prefix"].load
     assert load.shared_prefix_ratio == 1.0 and load.prefix_groups == 1
     assert load.shared_prefix_tokens / load.prompt_tokens[0][0] > 0.8
+
+
+def test_post_prefix_cache_switches_caching_off_live_nothing_is_looked_up_and_back(url: str) -> None:
+    """``{"enabled": false}``: as a restart with --no-enable-prefix-caching, no prompt is looked up (vLLM's
+    prefix-cache counters stand still) and the engine's cache config says so; true restores lookups."""
+    prompt = " ".join(f"shared{i}" for i in range(96))
+    body = {"model": MODEL, "prompt": prompt, "max_tokens": 2}
+    with httpx.Client(base_url=url, timeout=60) as client:
+        assert client.post("/v1/completions", json=body).status_code == 200
+        off = client.post("/sim/prefix_cache", json={"enabled": False})
+        assert off.status_code == 200 and off.json()["config"]["enable_prefix_caching"] is False
+        assert 'enable_prefix_caching="False"' in client.get("/metrics").text
+        before = _prefix(client)
+        assert client.post("/v1/completions", json=body).status_code == 200
+        assert _prefix(client) == before  # served, and nothing looked up
+        assert client.post("/sim/prefix_cache", json={}).status_code == 400
+        bad = client.post("/sim/prefix_cache", json={"enabled": 0})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "enabled"
+        assert client.post("/sim/prefix_cache", json={"enabled": True}).json()["config"]["enable_prefix_caching"] is True
+        assert client.post("/v1/completions", json=body).status_code == 200
+        assert _prefix(client)[0] > before[0]
