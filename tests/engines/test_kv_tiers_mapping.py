@@ -166,6 +166,37 @@ def test_vllm_cached_tokens_by_source_become_tiers_and_the_offload_usage_is_read
     }
 
 
+#: the OffloadingConnector's transfer counters: the label-split name (two spellings across
+#: releases) and the load/store names that replace it
+VLLM_OFFLOAD_LABELLED = """\
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5
+# TYPE vllm:kv_offload_total_bytes_total counter
+vllm:kv_offload_total_bytes_total{engine="0",model_name="m",transfer_type="GPU_to_CPU"} 1.18e+10
+vllm:kv_offload_total_bytes_total{engine="0",model_name="m",transfer_type="CPU_to_GPU"} 2.5e+09
+vllm:kv_offload_total_bytes_total{engine="1",model_name="m",transfer_type="gpu_to_cpu"} 1.0e+09
+"""
+VLLM_OFFLOAD_SPLIT = """\
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5
+# TYPE vllm:kv_offload_store_bytes_total counter
+vllm:kv_offload_store_bytes_total{engine="0",model_name="m"} 4.0e+09
+# TYPE vllm:kv_offload_load_bytes_total counter
+vllm:kv_offload_load_bytes_total{engine="0",model_name="m"} 3.0e+09
+# TYPE vllm:kv_offload_total_bytes_total counter
+vllm:kv_offload_total_bytes_total{engine="0",model_name="m",transfer_type="GPU_to_CPU"} 4.0e+09
+vllm:kv_offload_total_bytes_total{engine="0",model_name="m",transfer_type="CPU_to_GPU"} 3.0e+09
+"""
+
+
+def test_vllm_offloading_connector_bytes_are_the_tier_transfers_in_both_spellings() -> None:
+    r = _points(VLLM_OFFLOAD_LABELLED)
+    assert _values(r, "llm_kv_cache_tier_transfer_bytes_total", "direction") == {"offload": 1.28e10, "load": 2.5e9}
+    # the newer load/store names win where a release serves both (the old one kept for compatibility)
+    split = _points(VLLM_OFFLOAD_SPLIT)
+    assert _values(split, "llm_kv_cache_tier_transfer_bytes_total", "direction") == {"offload": 4e9, "load": 3e9}
+
+
 def test_vllm_v0_swap_space_usage_is_the_host_tier_usage() -> None:
     r = _points(VLLM_V0)
     assert _values(r, "llm_kv_cache_host_usage_ratio") == {"": 0.125}

@@ -147,3 +147,8 @@ def test_host_tier_hits_come_through_the_exporter_to_its_exposition() -> None:
     assert hits["host"] > 0 and hits["gpu"] >= 0
     (_, usage), *_ = metrics.samples["llm_kv_cache_host_usage_ratio"]
     assert 0 < usage <= 1
+    moved = {labels["direction"]: value for labels, value in metrics.samples["llm_kv_cache_tier_transfer_bytes_total"]}
+    block_bytes = 16 * SimConfig().geometry.kv_bytes_per_token  # the default block size, the default model
+    # the GPU's evictions went to host memory and some came back for hits, whole blocks each way
+    assert moved["offload"] > 0 and moved["load"] > 0, moved
+    assert moved["offload"] % block_bytes == 0 and moved["load"] % block_bytes == 0, moved

@@ -11,11 +11,15 @@ Not mapped on purpose:
 * ``vllm:request_time_per_output_token_seconds``: a per-request mean, not the
   per-token gap ``llm_request_inter_token_seconds`` means.
 * V0 ``vllm:gpu_prefix_cache_hit_rate``: a windowed gauge (-1 when unused), not a counter.
-* The KV-offload (``vllm:kv_offload_*``, but for the CPU tier's usage), NIXL (``vllm:nixl_*``)
-  and Mooncake families: the reference lists them without names, units or meaning, so
-  nothing of them is mapped (no bytes-moved series exists for vLLM here). What KV came
-  back from a lower tier is still known: ``prompt_tokens_cached_by_source_total{source}``
-  (0.33) counts the cached prompt tokens per tier, and is ``llm_kv_cache_tier_hit_tokens_total``.
+* Of the KV-offload family (``vllm:kv_offload_*``) only the CPU tier's usage and the bytes
+  moved: the OffloadingConnector's ``kv_offload_total_bytes_total{transfer_type}``
+  (``GPU_to_CPU`` / ``CPU_to_GPU``, lower case in some releases) and the load/store counters
+  that replace it (``kv_offload_store_bytes_total`` GPU -> CPU, ``kv_offload_load_bytes_total``
+  CPU -> GPU) are ``llm_kv_cache_tier_transfer_bytes_total{direction}``; the newer names are
+  preferred where both are served. Its timers, sizes and tiering internals, NIXL (``vllm:nixl_*``)
+  and Mooncake: not mapped (units and meaning vary by release). What KV came back from a lower
+  tier is also known as tokens: ``prompt_tokens_cached_by_source_total{source}`` (0.33) counts
+  the cached prompt tokens per tier, and is ``llm_kv_cache_tier_hit_tokens_total``.
 * ``vllm:external_prefix_cache_*`` and ``prompt_tokens_by_source_total``: the same
   external hits the per-source counter splits by tier.
 
@@ -30,6 +34,9 @@ from __future__ import annotations
 from exporter.engines.table import ConfigField, EngineMapping, Generation, InfoLabel, Product, Rewrite, Row, Series
 
 CACHE_INFO = "vllm:cache_config_info"
+#: ``kv_offload_total_bytes_total{transfer_type}``: the connector's spellings of each direction
+OFFLOADED = ("GPU_to_CPU", "gpu_to_cpu")
+LOADED = ("CPU_to_GPU", "cpu_to_gpu")
 #: ``finished_reason`` -> the schema's finish reasons (exporter/schema.py FINISH_REASONS)
 RAW_FINISH_REASONS = Rewrite({"stop": "stop", "length": "length", "abort": "abort", "error": "error", "repetition": "stop"})
 #: ``prompt_tokens_cached_by_source_total{source}`` -> the schema's KV tiers (exporter/schema.py KV_CACHE_TIERS)
@@ -94,6 +101,22 @@ MAPPING = EngineMapping(
             (Series("vllm:prompt_tokens_cached_by_source_total", rename={"source": "tier"}),),
             note="0.33: where the cached prompt tokens came from (device, or a KV connector / offload tier)",
             values={"tier": CACHE_SOURCES},
+        ),
+        Row(
+            "llm_kv_cache_tier_transfer_bytes_total",
+            (
+                Series("vllm:kv_offload_store_bytes_total", labels={"direction": "offload"}),
+                Series("vllm:kv_offload_total_bytes_total", match={"transfer_type": OFFLOADED}, labels={"direction": "offload"}),
+            ),
+            note="KV offloading connector: GPU -> CPU",
+        ),
+        Row(
+            "llm_kv_cache_tier_transfer_bytes_total",
+            (
+                Series("vllm:kv_offload_load_bytes_total", labels={"direction": "load"}),
+                Series("vllm:kv_offload_total_bytes_total", match={"transfer_type": LOADED}, labels={"direction": "load"}),
+            ),
+            note="KV offloading connector: CPU -> GPU",
         ),
         Row(
             "llm_kv_cache_host_usage_ratio",

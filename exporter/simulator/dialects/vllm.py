@@ -176,6 +176,12 @@ def render(snap: EngineSnapshot) -> str:
             "CPU KV-offload cache usage. 1 means 100 percent usage.",
             snap.offload_blocks_used / snap.offload_blocks_total if snap.offload_blocks_total else 0.0,
         )
+    if cfg.kv_offload or cfg.kv_offload_blocks:
+        # the OffloadingConnector's transfer counter: blocks stored to and loaded from host memory, in bytes
+        block_bytes = cfg.block_size * cfg.geometry.kv_bytes_per_token
+        out.family("vllm:kv_offload_total_bytes_total", "counter", "Number of bytes offloaded by KV connector")
+        for transfer, blocks in (("GPU_to_CPU", "offload_stored_blocks"), ("CPU_to_GPU", "offload_loaded_blocks")):
+            out.sample("vllm:kv_offload_total_bytes_total", {**base, "transfer_type": transfer}, s.counter(blocks) * block_bytes)
     w.tokens_and_finished(FINISHED_REASONS)
     out.family(
         "vllm:admission_rejections_total",
