@@ -180,6 +180,7 @@ def gpus_from_exposition(text: str, where: str) -> tuple[list[GpuSeries], list[S
         raise SourceError("parse", f"{where}: not the Prometheus text format: {err}") from None
     gpus: dict[str, GpuSeries] = {}
     partial: list[SourceError] = []
+    left_out: set[str] = set()
     for metric, rows in expo.samples.items():
         for labels, value in rows:
             uuid = _first(labels, UUID_LABELS)
@@ -191,7 +192,9 @@ def gpus_from_exposition(text: str, where: str) -> tuple[list[GpuSeries], list[S
                 if not index.isascii() or not index.isdigit() or len(index) > 4:
                     raise SourceError("parse", f"{where}: {metric}: gpu label {index[:20]!r} is not a GPU index")
                 if len(gpus) >= MAX_GPUS:
-                    partial.append(SourceError("too_many_series", f"{where}: more than {MAX_GPUS} GPUs; the rest left out"))
+                    if not left_out:  # one error for the answer, not one per series of every GPU past the cap
+                        partial.append(SourceError("too_many_series", f"{where}: more than {MAX_GPUS} GPUs; the rest left out"))
+                    left_out.add(uuid)
                     continue
                 gpu = gpus[uuid] = GpuSeries(int(index), uuid, _first(labels, NAME_LABELS))
             pod = _pod(labels)

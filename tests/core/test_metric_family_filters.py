@@ -330,6 +330,23 @@ def test_the_same_store_gives_the_same_verdict_with_and_without_an_exclude_list(
     assert {"llm_kv_cache_usage_ratio", "llm_kv_cache_preemptions_total", "llm_layer_headroom_ratio"} <= named
 
 
+def test_the_same_store_gives_the_same_verdict_with_an_include_list_of_the_verdict_alone() -> None:
+    """The other way round: publish only the verdict's own families; every input it was judged from is
+    left out of /metrics, and the verdict is unchanged."""
+    include = "llm_bottleneck_*,llm_service_state"
+    plain_verdict, plain_body, plain_points = _serve_the_same_inputs([])
+    verdict, body, points = _serve_the_same_inputs(["--metrics.include", include])
+    assert plain_verdict["primary"] is not None and plain_verdict["primary"]["cause"] == "kv_cache_pressure"
+    assert verdict == plain_verdict
+    assert repr(points) == repr(plain_points)
+    got = _text_families(body.encode())
+    assert not [n for n in got if n.startswith(("llm_kv_cache_", "llm_scheduler_", "llm_gpu_", "llm_layer_"))]
+    for name in ("llm_bottleneck_primary", "llm_bottleneck_active", "llm_service_state", "llm_bottleneck_score"):
+        assert got[name] and _lines(body, name) == _lines(plain_body, name), name
+    named = {s.labels["family"] for s in got[EXCLUDED]}
+    assert {"llm_kv_cache_usage_ratio", "llm_scheduler_requests_waiting", "llm_layer_headroom_ratio"} <= named
+
+
 # --------------------------------------------------------------------------- the schema command
 
 

@@ -475,6 +475,21 @@ def test_the_nodes_dcgm_exporter_is_read_through_the_charts_environment() -> Non
     assert info == [{"gpu": "0", "uuid": reading["uuid"], "name": "NVIDIA H200", "source": "dcgm-exporter"}]
 
 
+def test_a_dcgm_exporter_gpu_source_is_passed_as_the_containers_argument() -> None:
+    """gpu.source dcgm-exporter:URL (the chart's other way to name the node's dcgm-exporter) reaches the
+    container as --gpu-source, where Kubernetes expands $(NODE_IP) and the exporter reads it as that source."""
+    from exporter.gpu import parse_spec
+
+    docs = render({"gpu": {"source": "dcgm-exporter:http://$(NODE_IP):9400"}})
+    container = _pod(docs)["containers"][0]
+    args = [a for a in container["args"] if a.startswith("--gpu-source=")]
+    assert args == ["--gpu-source=dcgm-exporter:http://$(NODE_IP):9400"]
+    names = [e["name"] for e in container["env"]]
+    assert "NODE_IP" in names and "LLM_EXPORTER_DCGM_EXPORTER_URL" not in names
+    expanded = args[0].split("=", 1)[1].replace("$(NODE_IP)", "10.0.0.7")
+    assert parse_spec(expanded) == ("dcgm-exporter", "http://10.0.0.7:9400/metrics")
+
+
 def test_default_slos_agree_with_the_alerts() -> None:
     """alerts/config.yaml says: keep the diagnosis SLOs equal to the alert SLOs."""
     from exporter.diagnosis.thresholds import Thresholds

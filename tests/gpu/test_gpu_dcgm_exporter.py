@@ -124,6 +124,38 @@ def test_points_are_those_of_the_other_sources(fake: FakeEngine) -> None:
     assert value(points, "llm_gpu_throttle_reason_active", **gpu, reason="sw_power_cap") == 1.0
 
 
+#: an A100 node with one MIG instance, typed in the label shape NVIDIA's GPU Operator documentation
+#: shows for dcgm-exporter (``gpu``, ``UUID``, ``device``, ``pci_bus_id``, ``modelName``, ``Hostname``,
+#: the driver version as a label, ``GPU_I_PROFILE`` / ``GPU_I_ID`` on the instance's lines), with
+#: untyped lines as older releases serve them; numbers of our own
+DOCUMENTED_SHAPE = """\
+# HELP DCGM_FI_DEV_SM_CLOCK SM clock frequency (in MHz).
+# TYPE DCGM_FI_DEV_SM_CLOCK gauge
+DCGM_FI_DEV_SM_CLOCK{gpu="0",UUID="GPU-1a2b3c4d-0000-1111-2222-333344445555",pci_bus_id="00000000:07:00.0",device="nvidia0",modelName="NVIDIA A100-SXM4-40GB",Hostname="node-a",DCGM_FI_DRIVER_VERSION="550.54.15"} 1410
+DCGM_FI_DEV_FB_FREE{gpu="0",UUID="GPU-1a2b3c4d-0000-1111-2222-333344445555",device="nvidia0",Hostname="node-a"} 30000
+DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-1a2b3c4d-0000-1111-2222-333344445555",device="nvidia0",Hostname="node-a"} 10000
+DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0",UUID="GPU-1a2b3c4d-0000-1111-2222-333344445555",device="nvidia0",Hostname="node-a"} 0.981234
+DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{gpu="0",UUID="GPU-1a2b3c4d-0000-1111-2222-333344445555",device="nvidia0",Hostname="node-a"} 0.812500
+DCGM_FI_PROF_DRAM_ACTIVE{gpu="0",UUID="GPU-1a2b3c4d-0000-1111-2222-333344445555",device="nvidia0",Hostname="node-a"} 0.625000
+DCGM_FI_PROF_PCIE_TX_BYTES{gpu="0",UUID="GPU-1a2b3c4d-0000-1111-2222-333344445555",device="nvidia0",Hostname="node-a"} 2097152
+DCGM_FI_PROF_PCIE_RX_BYTES{gpu="0",UUID="GPU-1a2b3c4d-0000-1111-2222-333344445555",device="nvidia0",Hostname="node-a"} 104857600
+DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0",UUID="GPU-1a2b3c4d-0000-1111-2222-333344445555",device="nvidia0",GPU_I_PROFILE="1g.5gb",GPU_I_ID="13",Hostname="node-a"} 0.100000
+DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{gpu="0",UUID="GPU-1a2b3c4d-0000-1111-2222-333344445555",device="nvidia0",GPU_I_PROFILE="1g.5gb",GPU_I_ID="13",Hostname="node-a"} 0.050000
+"""
+
+
+def test_the_documented_label_shape_with_a_mig_instance_reads_the_physical_gpu() -> None:
+    gpus, partial = gpus_from_exposition(DOCUMENTED_SHAPE, "dcgm-exporter")
+    assert partial == [] and len(gpus) == 1
+    reading = reading_of(gpus[0])
+    assert reading["uuid"] == "GPU-1a2b3c4d-0000-1111-2222-333344445555"
+    assert reading["gpu_name"] == "NVIDIA A100-SXM4-40GB"
+    assert reading["tensor_util"] == pytest.approx(81.25) and reading["dram_bw_util"] == pytest.approx(62.5)
+    assert reading["pcie_tx_mib_s"] == pytest.approx(2.0) and reading["pcie_rx_mib_s"] == pytest.approx(100.0)
+    assert reading["fb_used_mib"] == 10000 and reading["fb_total_mib"] == 40000
+    assert reading["sm_clock_mhz"] == 1410
+
+
 def test_blank_sentinels_and_mig_instances_are_not_read() -> None:
     text = render([GpuRow({**H200, "temp_c": INT64_NOT_SUPPORTED}, mig=[{**H200, "sm_util": 1.0}])])
     gpus, _ = gpus_from_exposition(text, "x")
@@ -131,6 +163,26 @@ def test_blank_sentinels_and_mig_instances_are_not_read() -> None:
     reading = reading_of(gpus[0])
     assert "temp_c" not in reading  # DCGM_INT64_NOT_SUPPORTED means absent
     assert reading["sm_util"] == 92.1  # the physical GPU's, not its MIG instance's
+
+
+def test_an_answer_past_the_line_budget_is_too_many_series(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine scrape's bound on lines read: past it the answer is refused whole, named, not parsed on."""
+    text = render([GpuRow(H200), GpuRow(SECOND, index=1)])
+    lines = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
+    monkeypatch.setattr("exporter.gpu.dcgm_exporter.MAX_INPUT_SERIES", lines - 1)
+    with pytest.raises(SourceError) as err:
+        gpus_from_exposition(text, "dcgm-exporter")
+    assert err.value.reason == "too_many_series"
+    monkeypatch.setattr("exporter.gpu.dcgm_exporter.MAX_INPUT_SERIES", lines)
+    assert len(gpus_from_exposition(text, "dcgm-exporter")[0]) == 2
+
+
+def test_gpus_past_the_cap_are_left_out_with_one_partial_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("exporter.gpu.dcgm_exporter.MAX_GPUS", 2)
+    rows = [GpuRow({**H200, "uuid": f"GPU-00000000-0000-0000-0000-00000000000{i}"}, index=i) for i in range(5)]
+    gpus, partial = gpus_from_exposition(render(rows), "dcgm-exporter")
+    assert [g.index for g in gpus] == [0, 1]
+    assert [e.reason for e in partial] == ["too_many_series"] and "more than 2 GPUs" in str(partial[0])
 
 
 def test_pods_become_pod_info_unless_the_kubelet_attribution_runs() -> None:
