@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 
+from exporter.tune import redact
 from exporter.tune.argv import EngineCommand
 
 #: log lines that mean the engine ran out of memory (CUDA, the CPU allocator, llama.cpp, the kernel's OOM killer)
@@ -68,6 +69,11 @@ class EngineProcess:
     def __init__(self, cmd: EngineCommand, url: str, log_path: Path) -> None:
         self.cmd, self.url, self.log_path = cmd, url, log_path
         self.proc: subprocess.Popen[bytes] | None = None
+        #: the command's credentials, masked in the engine's log once it is up, stopped or left running
+        self._secrets = redact.values(cmd.full())
+
+    def _mask_log(self) -> None:
+        redact.scrub_file(self.log_path, self._secrets)
 
     @property
     def pid(self) -> int:
@@ -78,7 +84,8 @@ class EngineProcess:
         """Start and wait for health; None when healthy, else the reason (the process is stopped then)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **self.cmd.env}
-        with open(self.log_path, "wb") as log:
+        # the tuner's user alone reads it until its credentials are masked (_mask_log)
+        with open(self.log_path, "wb", opener=lambda path, flags: os.open(path, flags, 0o600)) as log:
             try:
                 self.proc = subprocess.Popen(
                     self.cmd.argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
@@ -86,6 +93,7 @@ class EngineProcess:
             except OSError as err:
                 return f"failed to start: {err.strerror or err}"
         why = wait_healthy(self.url, timeout_s, self.alive)
+        self._mask_log()  # an engine logs its arguments as it starts
         if why is not None:
             why = self.exit_reason() or f"failed to start: {why}"
             self.stop()
@@ -102,6 +110,12 @@ class EngineProcess:
         return f"the engine exited (status {self.proc.returncode}){oom}; see {self.log_path.name}"
 
     def stop(self, grace_s: float = 15.0) -> None:
+        try:
+            self._signal_group(grace_s)
+        finally:
+            self._mask_log()
+
+    def _signal_group(self, grace_s: float) -> None:
         proc = self.proc
         if proc is None or proc.poll() is not None:
             return
@@ -120,6 +134,7 @@ class EngineProcess:
         """Leave it running when the tuner exits; its PID."""
         pid = self.pid
         self.proc = None
+        self._mask_log()
         return pid
 
 

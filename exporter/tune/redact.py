@@ -15,7 +15,8 @@ token, password, passwd, secret, apikey or credential(s), its last word is
 key, or it holds api then key (``--api-key-file`` too): ``--api-key``, ``--hf-token``, ``--admin-api-key``, ``OPENAI_API_KEY``,
 ``AWS_SECRET_ACCESS_KEY``, ``HF_TOKEN``. ``tokens`` (a batch budget such as
 ``--max-num-batched-tokens``) and ``tokenizer`` are other words, not credentials.
-Short spellings the rule cannot read are listed (llama.cpp's ``-hft``).
+Short spellings the rule cannot read are listed (llama.cpp's ``-hft``). The engine's own log
+is masked in place (``scrub_file``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 MARK = "<redacted>"
@@ -110,6 +112,31 @@ def text(s: str, secrets: Iterable[str]) -> str:
         if secret and secret in s:
             s = s.replace(secret, MARK)
     return s
+
+
+def scrub_file(path: Path, secrets: Sequence[str]) -> int:
+    """Mask ``secrets`` in the file at ``path`` in place, each by as many ``*`` as it has bytes; the count masked.
+
+    Why in place and the same length: the engine's own output (``DIR/engine-<stage>.log``) is written
+    by the engine straight to the file (a pipe through the tuner would break the engine the tuner
+    leaves running when it exits), and vLLM logs its non-default arguments, the API key among them.
+    A masked file keeps every offset, so an engine still appending writes after it, not over it."""
+    needles = [v.encode() for v in secrets if v]
+    if not needles:
+        return 0
+    try:
+        with open(path, "r+b") as f:
+            data = f.read()
+            masked = data
+            for needle in needles:
+                masked = masked.replace(needle, b"*" * len(needle))
+            if masked == data:
+                return 0
+            f.seek(0)
+            f.write(masked)
+    except FileNotFoundError:
+        return 0
+    return sum(data.count(n) for n in needles)
 
 
 def scrub(doc: Any, secrets: Sequence[str]) -> Any:

@@ -16,46 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cli import main
-from exporter.tune.apply import render, run_apply
+from exporter.tune.apply import run_apply
 from exporter.tune.argv import Change, EngineCommand
-from exporter.tune.template import TemplateError, check, expand
+from tests.tune.hostile_values import candidate as _candidate
 
 #: a program that appends the argv it was given (without its own name) to the JSON-lines file $DUMP_OUT
 DUMP = "import json, os, sys\nwith open(os.environ['DUMP_OUT'], 'a') as f:\n    f.write(json.dumps(sys.argv[1:]) + '\\n')\n"
-
-
-def hostile(tmp: Path) -> list[str]:
-    """Engine argument values that run code, split or expand if a shell parses them."""
-    m = [str(tmp / f"pwned-{i}") for i in range(8)]
-    return [
-        "--served-model-name",
-        f"x$(touch {m[0]})",
-        "--chat-template",
-        "{% if x %}$HOME{% endif %}`touch " + m[1] + "`",
-        "--a",
-        f'q"; touch {m[2]}; echo "',
-        "--b",
-        f"q'; touch {m[3]}; echo '",
-        "--c",
-        f"one;touch {m[4]}\ntouch {m[5]}\n",
-        "--d",
-        "{changes}",
-        "--e",
-        "{args}",
-        "--f",
-        f"'$(touch {m[6]})'\"$(touch {m[7]})\"",
-        "--g",
-        "  spaced   words ",
-        "--h",
-        "*",
-        "--i",
-        "back\\slash\\",
-        "--j",
-        "",
-        "--port",
-        "8000",
-    ]
 
 
 @pytest.fixture()
@@ -71,19 +37,6 @@ def stage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("DUMP_OUT", str(tmp_path / "argv.jsonl"))
     monkeypatch.chdir(tmp_path)  # a glob that escaped would list these files
     return tmp_path
-
-
-def _candidate(tmp: Path) -> tuple[EngineCommand, list[Change]]:
-    env = {"VLLM_CPU_KVCACHE_SPACE": "8", "WEIRD": f"v$(touch {tmp / 'pwned-env'});`touch {tmp / 'pwned-env2'}`'\""}
-    cmd = EngineCommand(["vllm", *hostile(tmp)], env, "vllm")
-    changes = [
-        Change("--served-model-name", "m", f"x$(touch {tmp / 'pwned-change'})"),
-        Change("--max-num-seqs", "4", "8"),
-        Change("VLLM_CPU_KVCACHE_SPACE", "4", "8"),
-        Change("--enforce-eager", "on", None),  # removed: no pair
-        Change("--x", None, "{args} ' \" ;\ntouch pwned-x; `touch pwned-y`"),
-    ]
-    return cmd, changes
 
 
 def _run(stage: Path, template: str) -> list[list[str]]:
@@ -178,40 +131,6 @@ def test_placeholders_inside_command_substitution(stage: Path) -> None:
     cmd, _ = _candidate(stage)
     got = _run(stage, 'dump "$(printf "%s|" {args})" $(true {changes})')
     assert got == [["|".join(cmd.argv[1:]) + "|"]]
-
-
-def test_a_literal_placeholder_in_a_value_is_not_replaced() -> None:
-    cmd = EngineCommand(["vllm", "--a", "{changes}", "--b", "{args}"], {}, "vllm")
-    script = render("run {args} {changes}", cmd, [Change("--a", None, "{args}")])
-    assert "{" not in script.replace("${", "")  # only variable references: the values are not in the text
-
-
-def test_a_comment_and_escapes_are_left_alone() -> None:
-    assert expand("echo \\{args} # {args}", {"args": 1}) == "echo \\{args} # {args}"
-
-
-@pytest.mark.parametrize(
-    ("template", "message"),
-    [
-        ("echo `echo {args}`", "inside backticks"),
-        ("cat <<EOF\n{args}\nEOF", "here-document"),
-        ("echo ${X:-{args}}", "inside ${...}"),
-        ('echo "{args}', "double quote"),
-        ("echo '{args}", "single quote"),
-        ("echo $(echo {args}", "$( is not closed"),
-    ],
-)
-def test_templates_the_tuner_refuses(template: str, message: str) -> None:
-    with pytest.raises(TemplateError) as err:
-        check(template)
-    assert message in str(err.value) and "\n" not in str(err.value)
-
-
-def test_a_refused_template_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["tune", "--slo-ttft", "1s", "--engine-url", "http://127.0.0.1:1", "--apply", "x `{args}`", "--", "vllm", "serve", "m"]
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert "inside backticks" in err and len(err.splitlines()) == 1, err
 
 
 def test_the_apply_log_holds_no_credential_while_the_command_gets_it(stage: Path) -> None:

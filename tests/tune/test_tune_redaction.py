@@ -236,3 +236,55 @@ def test_the_engine_and_the_apply_command_get_the_real_values(tmp_path: Path, mo
     env = apply.child_env(cmd, changes)
     assert "sk-SECRET123" in env["LLM_TUNE_ARGS"] and "OPENAI_API_KEY=sk-envSECRET456" in env["LLM_TUNE_ENV"]
     assert apply.candidate(cmd, changes)["argv"] == cmd.full()
+
+
+def test_the_engines_own_log_is_masked_once_it_started_and_when_it_is_left_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vLLM logs its non-default arguments as it starts, the API key among them: the tuner masks the
+    engine's log in place (the engine keeps writing to it), same length, so later output lands after it."""
+    cmd = EngineCommand.parse(COMMAND)
+    handles: list[Any] = []
+
+    class LoggingPopen:
+        """Writes what vLLM prints at start-up into the log it is given, then stays 'running'."""
+
+        pid, returncode = 4242, None
+
+        def __init__(self, argv: list[str], env: dict[str, str], stdout: Any, **_: Any) -> None:
+            handle = open(stdout.name, "ab")  # the engine's own descriptor, as a child holds it
+            handle.write(f"INFO non-default args: {{'api_key': '{argv[argv.index('--api-key') + 1]}'}}\n".encode())
+            handle.write(f"INFO env HF_TOKEN={env['HF_TOKEN']} OPENAI_API_KEY={env['OPENAI_API_KEY']}\n".encode())
+            handle.flush()
+            handles.append(handle)
+
+        def poll(self) -> None:
+            return None
+
+    monkeypatch.setattr(subprocess, "Popen", LoggingPopen)
+    monkeypatch.setattr("exporter.tune.launch.wait_healthy", lambda *_a, **_k: None)
+    log = tmp_path / "engine-baseline.log"
+    engine = EngineProcess(cmd, "http://127.0.0.1:9", log)
+    assert engine.start(1.0) is None
+    assert log.stat().st_mode & 0o077 == 0  # nobody but the tuner's user reads it
+    size = log.stat().st_size
+    text = log.read_text()
+    assert not [s for s in ("sk-SECRET123", "sk-envSECRET456", "hf_envtok789") if s in text], text
+    assert "'api_key': '************'" in text  # as many marks as the key had characters
+    # the engine goes on writing through its own descriptor: after the masked text, never over it
+    handles[0].write(b"INFO serving, and now it logs sk-SECRET123 again\n")
+    handles[0].flush()
+    assert log.stat().st_size > size and log.read_text().startswith(text)
+    assert engine.detach() == 4242  # left running: what it wrote since is masked too
+    assert "sk-SECRET123" not in log.read_text() and "and now it logs ************ again" in log.read_text()
+    handles[0].close()
+
+
+def test_masking_a_file_keeps_its_length_and_leaves_clean_files_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "engine.log"
+    path.write_bytes(b"key=sk-SECRET123 token=hf_abc end\n")
+    assert redact.scrub_file(path, ["sk-SECRET123", "hf_abc"]) == 2
+    assert path.read_bytes() == b"key=************ token=****** end\n"
+    before = path.stat().st_mtime_ns
+    assert redact.scrub_file(path, ["sk-SECRET123"]) == 0 and path.stat().st_mtime_ns == before
+    assert redact.scrub_file(tmp_path / "absent.log", ["sk-SECRET123"]) == 0
