@@ -145,6 +145,10 @@ SYMPTOM_CAUSES: frozenset[str] = frozenset({"queue_backlog", "slo_breach"})
 REFINES: dict[str, str] = {
     "context_reserved_not_used": "kv_fragmentation_or_capacity_misjudged",
     "cuda_graphs_not_covering_batches": "launch_bound_small_kernels",
+    # one GPU of a group saturated while the others idle: the skew is why that GPU is at its compute
+    # limit (rebalanced, the idle ranks take its share); ranked on severity, the hot GPU's 90 % SMs
+    # took the primary from its own imbalance (the simulator's tp_imbalance on a starved host)
+    "gpu_imbalance": "compute_bound",
 }
 
 #: consequence -> the symptom-cause it follows: clients time out, abort and are turned away (429) because

@@ -184,10 +184,12 @@ class DiagnosisEngine:
         self._primary = primary.rule.cause if primary is not None else None
 
         driven = _driven_by_overload(scored, primary)
+        held = {h.rule.cause for h in holding}
+        refined = frozenset(generic for specific, generic in causality.REFINES.items() if specific in held)
         causes = [
             c
             for item in scored
-            if (c := self._report(item, explains[item[0].rule.cause], state, primary, symptoms, driven)) is not None
+            if (c := self._report(item, explains[item[0].rule.cause], state, primary, symptoms, driven, refined)) is not None
         ]
         causes.sort(key=lambda c: (c.role != "primary", -c.score, LAYERS.index(c.layer), c.cause))
         layers = self._layers(outcomes, causes)
@@ -310,10 +312,12 @@ class DiagnosisEngine:
         primary: Holding | None,
         symptoms: list[ObservedSymptom],
         driven: Sequence[str] = (),
+        refined: frozenset[str] = frozenset(),
     ) -> Cause | None:
         """The cause as shown, or None when it is only headroom information. ``shown``: every
         observed symptom it can explain (for a symptom-cause, also those a real cause explains);
-        ``driven``: the layer causes an overload primary's load explains (named in its chain)."""
+        ``driven``: the layer causes an overload primary's load explains (named in its chain);
+        ``refined``: the generic causes whose refinement holds this cycle (``causality.REFINES``)."""
         t = self.thresholds
         h, explained, conf = item
         rule = h.rule
@@ -324,7 +328,7 @@ class DiagnosisEngine:
             role = "candidate"
         elif shown and rule.cause in causality.SYMPTOM_CAUSES:
             role = "symptom"
-        elif explained or (shown and rule.cause in causality.REFINES.values()):
+        elif explained or (shown and rule.cause in refined):
             # a generic cause whose refinement holds explains nothing of its own, but it still holds
             role = "contributing"
         elif alone:
