@@ -751,12 +751,14 @@ def _describe_context(v: View, t: Thresholds) -> str:
 
 
 def _prefix_same_prompts(v: View, t: Thresholds) -> bool:
-    """Both spans hold enough requests and their prompts looked up as many tokens each, within
-    ``prefix_prompt_change_max`` either way: the workload did not change, so a fall is the cache's.
-    Where the engine stopped looking up (prefix caching off), the prompts' own lengths are compared."""
-    recent, earlier = v.get(pc.QUERIED_PER_REQUEST_RECENT), v.get(pc.QUERIED_PER_REQUEST_EARLIER)
-    if v.get(pc.LOOKUPS_STOPPED):
-        recent, earlier = v.get(pc.PROMPT_PER_REQUEST_RECENT), v.get(pc.PROMPT_PER_REQUEST_EARLIER)
+    """Both spans hold enough requests and their prompts are as long, within ``prefix_prompt_change_max``
+    either way: the workload did not change, so a fall is the cache's. The prompts' own length
+    (``llm_prompt_tokens_total`` per request) where the engine counts it: the tokens looked up per
+    request fall with the lookups themselves in a span where caching was off part of the time; else
+    the tokens looked up per request."""
+    recent, earlier = v.get(pc.PROMPT_PER_REQUEST_RECENT), v.get(pc.PROMPT_PER_REQUEST_EARLIER)
+    if recent is None or earlier is None:
+        recent, earlier = v.get(pc.QUERIED_PER_REQUEST_RECENT), v.get(pc.QUERIED_PER_REQUEST_EARLIER)
     if recent is None or earlier is None or recent <= 0 or earlier <= 0:
         return False
     if min(v.get(pc.REQUESTS_RECENT, 0.0), v.get(pc.REQUESTS_EARLIER, 0.0)) < t.prefix_min_requests:
@@ -801,7 +803,7 @@ def _tokens(x: float) -> str:
 
 def _describe_prefix(v: View, t: Thresholds) -> str:
     recent = v[pc.HIT_RECENT]
-    prompts = v.get(pc.QUERIED_PER_REQUEST_RECENT, v.get(pc.PROMPT_PER_REQUEST_RECENT))
+    prompts = v.get(pc.PROMPT_PER_REQUEST_RECENT, v.get(pc.QUERIED_PER_REQUEST_RECENT))
     size = f"~{_tokens(prompts)} tokens" if prompts is not None else "the same length"
     earlier = v.get(pc.HIT_EARLIER)
     if earlier is not None and v.get(pc.LOOKUPS_STOPPED) and _prefix_hit_drop(v, t):

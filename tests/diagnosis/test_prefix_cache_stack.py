@@ -185,9 +185,12 @@ def test_prefix_caching_off_then_sharing_broken_mid_run_names_the_hit_drop_as_th
     assert not wrong, f"the primary changed as lookups resumed and found nothing:\n{_story(wrong)}"
     p = salted[-1]["primary"]
     _assert_named(salted[-1])
-    assert "prefix-cache hits fell from" in p["chain"] and "prefill redoes the shared prefix" in p["chain"], p["chain"]
-    line = Thresholds().prefix_hit_drop_ratio
-    assert p["evidence"][pc.HIT_RECENT] < line * p["evidence"][pc.HIT_EARLIER], p["evidence"]
+    # the fall, while the window still holds the lookups before caching went off; its release line once
+    # they have left it (how many cycles the first switch took depends on the host)
+    assert "prefix-cache hits fell from" in p["chain"] or "prefix-cache hits still at" in p["chain"], p["chain"]
+    assert "prefill redoes the shared prefix" in p["chain"], p["chain"]
+    t = Thresholds()
+    assert p["evidence"][pc.HIT_RECENT] < t.prefix_hit_drop_ratio * t.prefix_hit_earlier_min, p["evidence"]
 
     after = stack.readings(AFTER_READINGS)
     assert len(after) == AFTER_READINGS, _story(after)
