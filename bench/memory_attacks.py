@@ -58,7 +58,7 @@ the end so one run reports every figure:
   over-budget phase builds only the lines the budget can publish (exporter/engines/budget.py
   ``line_quotas``), a runaway family is skipped in bounded regex runs (exporter/engines/textparse.py),
   and serve pins glibc's mmap threshold so large bodies do not fragment the heap
-  (exporter/memtrim.py; see README "Faults and hostile inputs");
+  (exporter/memtrim.py; see docs/guide.md, "Faults and hostile inputs");
 * after 30 s of recovery RSS has stopped growing: at most the hostile phases' peak, and
   not above where the recovery started (the most RSS of its first 3 s, +5 MiB slack). It does not return to the
   baseline: CPython's allocator keeps arenas that a few long-lived objects still use

@@ -1,4 +1,4 @@
-"""The figures the README and docs/measurements.md record, and the regression rule against them.
+"""The figures docs/measurements.md records, and the regression rule against them.
 
 Why a file of figures: a benchmark that left the test gate (issue 31) still has to catch a
 regression, but a figure measured on one host is only comparable to itself within a factor:

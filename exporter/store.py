@@ -391,7 +391,7 @@ class SnapshotStore:
             self._version += 1
 
     def ready(self) -> bool:
-        """True once a GPU or engine source has sampled successfully (see README: readiness).
+        """True once a GPU or engine source has sampled successfully (docs/guide.md, "Design": readiness).
 
         Why only those: the derive steps and the exporter's own sources succeed with
         nothing measured, so counting them made /readyz 200 with no GPU and no engine.

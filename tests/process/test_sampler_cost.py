@@ -3,8 +3,8 @@
 The checks are structural (one small read per thread, two where schedstat shows no
 run time yet, a cap on threads read, the tree re-listed every TREE_REFRESH_S, not
 every sample): they hold on a loaded machine. The CPU a sample costs is a figure,
-not a test — it is measured by `python3 -m bench.process_sampler_cost` (README,
-Performance), since a CPU-time bound fails whenever CI's two cores are busy.
+not a test — it is measured by `python3 -m bench.process_sampler_cost` (docs/measurements.md,
+runtime benchmarks), since a CPU-time bound fails whenever CI's two cores are busy.
 """
 
 from __future__ import annotations
