@@ -352,7 +352,7 @@ def _kv_severity(v: View, t: Thresholds) -> float:
     and a queue of eight would make every full cache as severe as the worst (issue 20)."""
     rate = v.get(s.PREEMPTION_RATE, 0.0) if preempting(v, t) else 0.0
     return max(
-        ramp(rate, t.preemption_rate_per_second, t.preemption_rate_per_second + 1.0),
+        ramp(rate, t.preemption_rate_per_second, t.preemption_rate_per_second + t.preemption_severe_excess_per_second),
         ramp(kv_usage(v) or 0.0, t.kv_usage_full, 1.0),
     )
 
@@ -393,7 +393,7 @@ def _kv_fragmentation_severity(v: View, t: Thresholds) -> float:
     """Deeper the more wait and the more room the cache has beyond the head of the queue."""
     room = kv_room(v, t)
     if room is not None:
-        spare = ramp(room[0] / max(room[1], 1.0), 1.0, 4.0)
+        spare = ramp(room[0] / max(room[1], 1.0), 1.0, t.kv_room_severe)
     else:
         spare = ramp(t.kv_usage_low - (kv_usage(v) or 0.0), 0.0, t.kv_usage_low)
     return (ramp(waited_while_queued(v, t), 0.0, t.queue_backlog_requests) + spare) / 2
@@ -426,7 +426,9 @@ def _serial_host_sustained(v: View, t: Thresholds) -> bool:
 def _serial_host_severity(v: View, t: Thresholds) -> float:
     """Deeper the closer the thread is to a full core and the idler the SMs."""
     sm = sm_bound(v, t)
-    return (ramp(host_load(v), t.host_saturated_cpu - 0.1, 1.0) + ramp(t.sm_idle - (sm or 0.0), 0.0, t.sm_idle)) / 2
+    return (
+        ramp(host_load(v), t.host_saturated_cpu - t.host_severity_margin, 1.0) + ramp(t.sm_idle - (sm or 0.0), 0.0, t.sm_idle)
+    ) / 2
 
 
 def _imbalance(v: View, t: Thresholds) -> bool:
@@ -447,7 +449,7 @@ def _spec_severity(v: View, t: Thresholds) -> float:
     makes each token (a slow-down of x2 is as deep as it goes)."""
     low = ramp(t.spec_acceptance_min - v[s.SPEC_ACCEPTANCE], 0.0, t.spec_acceptance_min)
     cost = dc.draft_cost(v, t.spec_draft_token_cost)
-    slower = ramp(1.0 / cost.speedup, 1.0, 2.0) if cost is not None and cost.speedup > 0 else 0.0
+    slower = ramp(1.0 / cost.speedup, 1.0, t.draft_slowdown_severe) if cost is not None and cost.speedup > 0 else 0.0
     return max(low, slower)
 
 
@@ -473,7 +475,7 @@ def _failures(v: View, t: Thresholds) -> bool:
 def _slo_severity(v: View, t: Thresholds) -> float:
     ttft = (latest_p95(v, s.TTFT_P95_RECENT, s.TTFT_P95) or 0.0) / t.slo_ttft_p95_seconds
     itl = (latest_p95(v, s.ITL_P95_RECENT, s.ITL_P95) or 0.0) / t.slo_itl_p95_seconds
-    return max(ramp(ttft, 1.0, 2.0), ramp(itl, 1.0, 2.0))
+    return max(ramp(ttft, 1.0, t.slo_overshoot_severe), ramp(itl, 1.0, t.slo_overshoot_severe))
 
 
 def pct(x: float) -> str:
@@ -585,7 +587,11 @@ def _describe_communication(v: View, t: Thresholds) -> str:
 def _communication_severity(v: View, t: Thresholds) -> float:
     """Deeper the fuller the link (or the larger the collectives' share) and the idler the SMs."""
     link = ramp(v.get(cm.USE, 0.0), t.communication_link_use, 1.0) if cm.by_link(v, t) else 0.0
-    share = ramp(v.get(cm.COMM_SHARE, 0.0), t.communication_time_share, min(1.0, 2 * t.communication_time_share))
+    share = ramp(
+        v.get(cm.COMM_SHARE, 0.0),
+        t.communication_time_share,
+        min(1.0, t.communication_share_severe_factor * t.communication_time_share),
+    )
     wait = ramp(t.communication_sm_active_max - v[s.GROUP_SM_MEAN], 0.0, t.communication_sm_active_max)
     return (max(link, share if cm.by_profile(v, t) else 0.0) + wait) / 2
 
@@ -739,7 +745,7 @@ def _context_reserved(v: View, t: Thresholds) -> bool:
 
 def _context_severity(v: View, t: Thresholds) -> float:
     used, factor, _ = _used_length(v, t) or (0.0, t.reserved_over_mean_min, "")
-    return ramp(v[s.RESERVED_CONTEXT] / max(used, 1.0), factor, 4 * factor)
+    return ramp(v[s.RESERVED_CONTEXT] / max(used, 1.0), factor, t.reserved_severe_factor * factor)
 
 
 def _describe_context(v: View, t: Thresholds) -> str:
@@ -859,7 +865,7 @@ RULES: tuple[Rule, ...] = (
         "gpu",
         requires=(s.DRAM,),
         condition=lambda v, t: v[s.DRAM] >= t.memory_bandwidth_dram_active,
-        severity=lambda v, t: ramp(v[s.DRAM], t.memory_bandwidth_dram_active, t.memory_bandwidth_dram_active + 0.25),
+        severity=lambda v, t: ramp(v[s.DRAM], t.memory_bandwidth_dram_active, t.memory_bandwidth_dram_severe),
         evidence=(s.DRAM, s.SM, s.TENSOR, s.UTIL),
         advice="Decode streams weights and KV cache from HBM as fast as it goes. Raise the batch (more tokens "
         "per weight read), quantise weights or KV cache (FP8, INT4), prefer GQA/MLA models, or add GPUs.",
@@ -882,7 +888,7 @@ RULES: tuple[Rule, ...] = (
         severity=lambda v, t: (
             (
                 ramp(v[s.UTIL] - v[s.SM], t.util_sm_gap, 1.0)
-                + ramp(v[s.PCIE], t.pcie_busy_bytes_per_second, 8 * t.pcie_busy_bytes_per_second)
+                + ramp(v[s.PCIE], t.pcie_busy_bytes_per_second, t.pcie_busy_severe_factor * t.pcie_busy_bytes_per_second)
             )
             / 2
         ),
@@ -898,7 +904,7 @@ RULES: tuple[Rule, ...] = (
         "gpu",
         requires=(s.UTIL, s.CLOCK_RATIO),
         condition=_throttled,
-        severity=lambda v, t: ramp(1.0 - v[s.CLOCK_RATIO], 1.0 - t.throttle_clock_ratio, 0.4),
+        severity=lambda v, t: ramp(1.0 - v[s.CLOCK_RATIO], 1.0 - t.throttle_clock_ratio, t.throttle_clock_loss_severe),
         evidence=(s.CLOCK_RATIO, s.CLOCK, s.POWER_RATIO, s.THROTTLED, *_THROTTLE_REASONS, s.TEMP, s.UTIL),
         advice="The SM clock is held below its maximum by the power cap or by heat (clocks-event reasons). "
         "Check cooling and the enforced power limit (nvidia-smi -q -d POWER,PERFORMANCE); at the cap, expect "
@@ -990,7 +996,7 @@ RULES: tuple[Rule, ...] = (
         "service",
         requires=(s.PROMPT_P90, s.STEP_BUDGET),
         condition=lambda v, t: _chunks(v) >= t.prefill_chunks_min,
-        severity=lambda v, t: ramp(_chunks(v), t.prefill_chunks_min, 4 * t.prefill_chunks_min),
+        severity=lambda v, t: ramp(_chunks(v), t.prefill_chunks_min, t.prefill_chunks_severe_factor * t.prefill_chunks_min),
         evidence=(s.PROMPT_P90, s.STEP_BUDGET, s.TTFT_P95_RECENT, s.TTFT_P95, s.ITL_P95),
         advice="Prompts are several times the engine's per-step token budget, so each is prefilled over many "
         "steps and TTFT is a count of chunks. Raise the budget (vLLM --max-num-batched-tokens, SGLang "
@@ -1168,8 +1174,8 @@ RULES: tuple[Rule, ...] = (
         requires=(s.WAITING,),
         condition=lambda v, t: v[s.WAITING] >= t.queue_backlog_requests or queueing(v, t),
         severity=lambda v, t: max(
-            ramp(v[s.WAITING], t.queue_backlog_requests, 4 * t.queue_backlog_requests),
-            ramp(v.get(s.WAITING_GROWTH, 0.0), 0.0, 1.0),
+            ramp(v[s.WAITING], t.queue_backlog_requests, t.queue_backlog_severe_factor * t.queue_backlog_requests),
+            ramp(v.get(s.WAITING_GROWTH, 0.0), 0.0, t.queue_growth_severe_per_second),
         ),
         evidence=(s.WAITING, s.WAITING_GROWTH, s.RUNNING, s.QUEUE_P95),
         advice="Requests pile up faster than the server finishes them: the offered load exceeds capacity. "
@@ -1186,7 +1192,7 @@ RULES: tuple[Rule, ...] = (
         "group",
         requires=(s.GROUP_SKEW, s.GROUP_SM_MEAN, s.GROUP_GPUS),
         condition=_imbalance,
-        severity=lambda v, t: ramp(v[s.GROUP_SKEW], t.imbalance_skew, t.imbalance_skew + 1.0),
+        severity=lambda v, t: ramp(v[s.GROUP_SKEW], t.imbalance_skew, t.imbalance_skew + t.imbalance_skew_severe_excess),
         evidence=(s.GROUP_SKEW, s.GROUP_SM_MEAN, s.GROUP_SM_MAX, s.GROUP_GPUS),
         advice="One GPU of the group works much harder than the others (max over mean SM active), so every "
         "tensor/pipeline-parallel step waits for it. Check uneven pipeline stages, MoE expert load skew (hot "
@@ -1236,7 +1242,9 @@ RULES: tuple[Rule, ...] = (
         requires=(s.TTFT_P95, s.SM_MAX),
         condition=_batching_window,
         severity=lambda v, t: ramp(
-            recent_p95(v, s.TTFT_P95_RECENT, s.TTFT_P95), t.batching_ttft_p95_seconds, 4 * t.batching_ttft_p95_seconds
+            recent_p95(v, s.TTFT_P95_RECENT, s.TTFT_P95),
+            t.batching_ttft_p95_seconds,
+            t.latency_severe_factor * t.batching_ttft_p95_seconds,
         ),
         evidence=(
             s.TTFT_P95_RECENT,
@@ -1262,7 +1270,7 @@ RULES: tuple[Rule, ...] = (
         "service",
         requires=(s.FAILED_BASE,),
         condition=_failures,
-        severity=lambda v, t: ramp(v.get(s.FAILED_SHARE, 0.0), t.failure_share, max(0.5, 2 * t.failure_share)),
+        severity=lambda v, t: ramp(v.get(s.FAILED_SHARE, 0.0), t.failure_share, t.failure_share_severe),
         evidence=(s.FAILED_SHARE, s.FAILED_RATE, s.REJECTED_RATE, s.FINISHED_RATE, s.WAITING),
         advice="A notable share of requests time out, abort, fail or are rejected, and clients retry, adding "
         "load. Find what is slow in the other layers, set client timeouts above the p99 latency, retry with "
@@ -1293,7 +1301,9 @@ RULES: tuple[Rule, ...] = (
         "service",
         requires=(pr.PROBE_OUTSIDE, pr.PROBE_ENGINE_TTFT),
         condition=_front_end_overhead,
-        severity=lambda v, t: ramp(v[pr.PROBE_OUTSIDE], t.front_end_overhead_seconds, 4 * t.front_end_overhead_seconds),
+        severity=lambda v, t: ramp(
+            v[pr.PROBE_OUTSIDE], t.front_end_overhead_seconds, t.latency_severe_factor * t.front_end_overhead_seconds
+        ),
         evidence=(
             pr.PROBE_CLIENT_TTFT,
             pr.PROBE_ENGINE_TTFT,

@@ -226,6 +226,52 @@ class Thresholds:
     #: capacity_nearly_used (past 1, with a symptom, the load past the knee explains it)
     capacity_nearly_used_ratio: float = 0.9
 
+    # --- severity: where each cause is as deep as it goes ----------------------------------------
+    # A cause's severity is 0 at its line and 1 at the end named here (rules.py, ``ramp``); among the
+    # causes that explain as much of the symptoms the deeper one is the primary (ranking.py). Ends
+    # relative to a line (``*_factor``, ``*_excess``) move with it when an operator moves the line.
+    #: memory_bandwidth_bound: the DRAM interface this busy is as deep as it goes: the recorded H200
+    #: decode GEMV read 0.67-0.75, and HBM sustains about 0.9 of its peak in practice
+    memory_bandwidth_dram_severe: float = 0.9
+    #: pcie_transfer_bound: PCIe traffic this many times the busy line (16 GB/s by default: a Gen4 x16
+    #: link's practical ceiling, a quarter of the recorded H200 copy's 58 GB/s over Gen5)
+    pcie_busy_severe_factor: float = 8.0
+    #: power_or_thermal_throttling: a clock this far below its maximum (1 - clock / max); the recorded
+    #: power-capped H200 GEMM ran at 0.76 of its clock, 0.6 of the way
+    throttle_clock_loss_severe: float = 0.4
+    #: kv_cache_pressure: preemptions per second this far past the line: one a second recomputes a
+    #: whole request's prefill every second
+    preemption_severe_excess_per_second: float = 1.0
+    #: kv_fragmentation_or_capacity_misjudged: free KV blocks this many times what the head of the
+    #: queue needs while it waits: room for four such requests turned away
+    kv_room_severe: float = 4.0
+    #: serial_host_ceiling: the busiest thread's share of a core counts from this far below its line
+    #: (a thread at its line, 0.9, is half way: it leaves a tenth of a core; a full core is the end)
+    host_severity_margin: float = 0.1
+    #: low_acceptance: a draft that makes each token this many times slower than plain decoding
+    draft_slowdown_severe: float = 2.0
+    #: slo_breach: a p95 at this multiple of its SLO (twice the promised latency)
+    slo_overshoot_severe: float = 2.0
+    #: communication_bound: the collectives' share of kernel time at this many times its line (0.6 by
+    #: default: the GPU waits on its link more than it computes)
+    communication_share_severe_factor: float = 2.0
+    #: context_reserved_not_used: reserved context at this many times its line (16x the p99 by default)
+    reserved_severe_factor: float = 4.0
+    #: prefill_chunk_too_small: the prompt p90 at this many times the chunk line (16 step budgets)
+    prefill_chunks_severe_factor: float = 4.0
+    #: queue_backlog: this many times the backlog line waiting (32 by default) ...
+    queue_backlog_severe_factor: float = 4.0
+    #: ... or the queue growing this fast (requests/s): it doubles its line in under 10 s
+    queue_growth_severe_per_second: float = 1.0
+    #: gpu_imbalance: max / mean SM active this far past its line (2.3 by default: one GPU of a pair
+    #: all but alone at work)
+    imbalance_skew_severe_excess: float = 1.0
+    #: failures: a failed share this high (at least the line): half the requests lost
+    failure_share_severe: float = 0.5
+    #: front_end_overhead and batching_window_too_large: the time outside the engine, or the TTFT
+    #: the window holds requests for, at this many times its line
+    latency_severe_factor: float = 4.0
+
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any] | None) -> Thresholds:
         """Defaults overridden by ``raw``; ValueError("diagnosis.<key>: ...") on a bad entry."""
@@ -326,6 +372,42 @@ class Thresholds:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"diagnosis.{name}: expected an integer >= 1, got {getattr(self, name)}")
+        severe_factors = (
+            "pcie_busy_severe_factor",
+            "communication_share_severe_factor",
+            "reserved_severe_factor",
+            "prefill_chunks_severe_factor",
+            "queue_backlog_severe_factor",
+            "latency_severe_factor",
+            "kv_room_severe",
+            "draft_slowdown_severe",
+            "slo_overshoot_severe",
+        )
+        for name in severe_factors:  # the end of a scale lies past its line: a factor above 1
+            if not getattr(self, name) > 1.0:
+                raise ValueError(f"diagnosis.{name}: expected a factor > 1, got {getattr(self, name)}")
+        for name in ("preemption_severe_excess_per_second", "imbalance_skew_severe_excess", "queue_growth_severe_per_second"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"diagnosis.{name}: expected a positive number, got {getattr(self, name)}")
+        for name, line in (
+            ("memory_bandwidth_dram_severe", "memory_bandwidth_dram_active"),
+            ("failure_share_severe", "failure_share"),
+        ):
+            if not getattr(self, line) < getattr(self, name) <= 1.0:
+                raise ValueError(
+                    f"diagnosis.{name}: expected a ratio above {line} ({getattr(self, line)}) and at most 1, "
+                    f"got {getattr(self, name)}"
+                )
+        if not 1.0 - self.throttle_clock_ratio < self.throttle_clock_loss_severe <= 1.0:
+            raise ValueError(
+                "diagnosis.throttle_clock_loss_severe: expected a clock loss above 1 - throttle_clock_ratio "
+                f"({1.0 - self.throttle_clock_ratio:g}) and at most 1, got {self.throttle_clock_loss_severe}"
+            )
+        if not 0.0 <= self.host_severity_margin < self.host_saturated_cpu:
+            raise ValueError(
+                f"diagnosis.host_severity_margin: expected 0 to host_saturated_cpu ({self.host_saturated_cpu}), "
+                f"got {self.host_severity_margin}"
+            )
         for name in ("prefill_chunks_min", "reserved_over_p99_min", "reserved_over_mean_min", "prefix_prompt_change_max"):
             if getattr(self, name) < 1.0:
                 raise ValueError(f"diagnosis.{name}: expected a factor >= 1, got {getattr(self, name)}")
