@@ -34,7 +34,6 @@ from exporter.store import Snapshot
 
 log = logging.getLogger(__name__)
 
-ORIGINS = ("config", "kubernetes", "process", "node")
 #: source kinds whose name ends in an engine's name (``engine:NAME``, ``process:NAME``, ``probe:NAME``)
 PER_ENGINE_SOURCES = ("engine", "process", "probe")
 #: seconds between two looks for an engine process's GPUs (a process rarely changes its devices)

@@ -5,7 +5,7 @@ budget, the largest captured CUDA graph, the reserved context) with the lengths
 and batch sizes the engine really sees; ``tune`` needs the same settings to know
 what it changes from. One vocabulary serves both: ``FLAGS`` maps each engine's
 flag spellings onto a closed set of setting names (``NUMBER_SETTINGS``,
-``TEXT_SETTINGS``), and ``spelling()`` gives the flag that sets one (what
+``TEXT_SETTINGS``); the first spelling of a flag is the one ``tune`` writes (what
 ``tune`` writes into a command line).
 
 Where a setting comes from, first found wins:
@@ -307,14 +307,6 @@ def _number(raw: str) -> float | None:
     except ValueError:
         return None
     return x if math.isfinite(x) and x >= 0 else None
-
-
-def spelling(family: str, setting: str) -> str | None:
-    """The flag that sets ``setting`` on ``family`` (its first spelling), or None: what ``tune`` writes."""
-    for flag in FLAGS.get(family, ()):
-        if flag.setting == setting and flag.kind in ("number", "text", "list_max"):
-            return flag.spellings[0]
-    return None
 
 
 def aliases(family: str) -> dict[str, tuple[str, ...]]:

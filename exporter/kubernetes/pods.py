@@ -40,7 +40,6 @@ whole list are ``SourceError``: ``connection``, ``timeout``, ``http_status``
 
 from __future__ import annotations
 
-import json
 import os
 import ssl
 import threading
@@ -395,12 +394,6 @@ def parse_pod_list(
     return pods, skipped
 
 
-def parse_pod(item: Any) -> Pod | None:
-    """One PodList item given as Python objects (tests, tools); None when it is left out."""
-    pods, _ = parse_pod_list(json.dumps({"items": [item]}).encode())
-    return pods[0] if pods else None
-
-
 def api_server_url(node: str, environ: Mapping[str, str] | None = None) -> str:
     """The in-cluster API server's URL for ``node``'s pods; raises SourceError outside a cluster."""
     env = os.environ if environ is None else environ
@@ -579,7 +572,6 @@ __all__ = [
     "PodList",
     "PodLister",
     "api_server_url",
-    "parse_pod",
     "parse_pod_list",
     "pod_list_min_age",
     "runtime_id",

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from array import array
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,14 +148,6 @@ class Split:
                 share = tally.time_us / self.time_us if self.time_us > 0 else 0.0
                 listed.append({"name": name, "count": tally.count, "seconds": tally.time_us / 1e6, "share": share})
         return out
-
-
-def split_of(events: Iterable[Mapping[str, Any]]) -> Split:
-    """The split of a sequence of trace events (for tests and small traces)."""
-    split = Split()
-    for event in events:
-        split.add(event)
-    return split
 
 
 #: CPU operator events kept for the self-time split (4 arrays: about 21 bytes each)

@@ -107,11 +107,6 @@ def _verdict_step(report: dict[str, Any], slo: SLO | None) -> tuple[Primary | No
     return None, None
 
 
-def primary_of(report: dict[str, Any], slo: SLO | None = None) -> Primary | None:
-    """The primary at the knee (report.json's saturation); without a knee, that of the first step missing the SLO."""
-    return _verdict_step(report, slo)[0]
-
-
 def _reading_shares(primary: Primary, step: dict[str, Any] | None) -> dict[str, tuple[float, Primary]]:
     """Each primary the step's readings named, with the share of its degraded readings that named it
     (exporter/ramp/aggregate.py ``primaries``); a step that lists none gives the run's primary all of it."""
@@ -536,7 +531,6 @@ __all__ = [
     "measured_acceptance",
     "paying_length",
     "per_token_acceptance",
-    "primary_of",
     "slots_full",
     "slots_measured_full",
 ]

@@ -52,6 +52,14 @@ LLAMACPP_ARGV = ["llama-server", "-m", "tiny-llama.gguf", "--host", "127.0.0.1",
 LLAMACPP_ARGV += ["--no-webui", "-np", "2", "-c", "512", "-t", "1"]
 
 
+def _spelling(family: str, setting: str) -> str | None:
+    """The first spelling of the flag that sets ``setting`` on ``family`` (what ``tune`` writes), or None."""
+    for flag in settings.FLAGS.get(family, ()):
+        if flag.setting == setting and flag.kind in ("number", "text", "list_max"):
+            return flag.spellings[0]
+    return None
+
+
 def test_vllm_argv_as_the_integration_tests_start_it() -> None:
     got = settings.from_argv("vllm", VLLM_ARGV)
     assert got.numbers == {
@@ -175,9 +183,9 @@ def test_vocabulary_is_the_schema_s_and_every_flag_names_a_known_setting() -> No
             assert flag.setting in settings.NUMBER_SETTINGS or flag.setting in settings.TEXT_SETTINGS, (family, flag)
     for label in ("enforce_eager", "chunked_prefill", "compile_level", "attention_backend", "kv_cache_dtype"):
         assert label in SPECS["llm_engine_config_info"].labels
-    assert settings.spelling("vllm", "max_num_batched_tokens") == "--max-num-batched-tokens"
-    assert settings.spelling("sglang", "max_num_batched_tokens") == "--chunked-prefill-size"
-    assert settings.spelling("vllm", "enforce_eager") is None  # a switch, not a value to write
+    assert _spelling("vllm", "max_num_batched_tokens") == "--max-num-batched-tokens"
+    assert _spelling("sglang", "max_num_batched_tokens") == "--chunked-prefill-size"
+    assert _spelling("vllm", "enforce_eager") is None  # a switch, not a value to write
     assert settings.aliases("llamacpp")["-np"] == ("--parallel",)
     assert settings.aliases("vllm")["--max-num-seqs"] == ("--max_num_seqs",)
     assert settings.aliases("vllm")["-tp"] == ("--tensor-parallel-size", "--tensor_parallel_size")
@@ -214,8 +222,8 @@ def test_sglang_server_info_publishes_its_layout() -> None:
         2.0,
         4.0,
     )
-    assert settings.spelling("vllm", "pipeline_parallel_size") == "--pipeline-parallel-size"
-    assert settings.spelling("sglang", "data_parallel_size") == "--dp-size"
+    assert _spelling("vllm", "pipeline_parallel_size") == "--pipeline-parallel-size"
+    assert _spelling("sglang", "data_parallel_size") == "--dp-size"
     assert settings.aliases("vllm")["-dp"] == ("--data-parallel-size", "--data_parallel_size")
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from exporter.collector import render_text
 from exporter.kubernetes.discovery import DiscoverySource, Target, target_of
-from exporter.kubernetes.pods import PodDirectory, PodLister, parse_pod, parse_pod_list
+from exporter.kubernetes.pods import PodDirectory, PodLister, parse_pod_list
 from exporter.kubernetes.settings import KubernetesConfig
 from exporter.runner import LoopThread, RunnerGroup
 from exporter.samples import SourceError
@@ -28,6 +28,7 @@ from tests.support.k8s import (
     LocalHTTP,
     cgroup_v2,
     local_pods,
+    parse_pod,
     pods_json,
     runtime_id,
     write_proc,

@@ -22,7 +22,7 @@ import pytest
 from exporter.collector import render_text
 from exporter.kubernetes.discovery import SKIPPED, DiscoverySource, target_of
 from exporter.kubernetes.podjson import JsonError, Reader, TooDeep
-from exporter.kubernetes.pods import MAX_BODY_BYTES, PodDirectory, PodLister, parse_pod, parse_pod_list
+from exporter.kubernetes.pods import MAX_BODY_BYTES, PodDirectory, PodLister, parse_pod_list
 from exporter.kubernetes.settings import KubernetesConfig
 from exporter.runner import RunnerGroup
 from exporter.samples import SourceError
@@ -160,7 +160,7 @@ def test_a_deeply_nested_document_is_a_named_parse_error(api: k8s.LocalHTTP) -> 
 
 @pytest.mark.parametrize("port", k8s.NON_ASCII_PORTS)
 def test_a_port_in_non_ascii_digits_is_a_bad_annotation(port: str) -> None:
-    pod = parse_pod(k8s.tenant_pod(1, {"llm-layer-exporter.io/scrape": "true", "llm-layer-exporter.io/port": port}))
+    pod = k8s.parse_pod(k8s.tenant_pod(1, {"llm-layer-exporter.io/scrape": "true", "llm-layer-exporter.io/port": port}))
     assert pod is not None
     problem = target_of(pod)
     assert isinstance(problem, str) and "ASCII digits" in problem and "tenants/tenant-1" in problem

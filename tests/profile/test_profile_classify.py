@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pytest
 
-from exporter.profile.classify import KIND_PATTERNS, MAX_NAMES, OVERFLOW_NAME, CpuOpSplit, Split, kind_of, split_of
+from exporter.profile.classify import KIND_PATTERNS, MAX_NAMES, OVERFLOW_NAME, CpuOpSplit, Split, kind_of
 from exporter.schema import OPERATOR_KINDS
 from tests.profile.traces import KERNELS, cpu_trace, gpu_trace
 
@@ -61,6 +62,14 @@ def test_each_name_of_the_table_gets_its_kind(name: str, cat: str, kind: str) ->
     assert kind_of(name, cat) == kind
 
 
+def _split_of(events: Iterable[Mapping[str, Any]]) -> Split:
+    """The split of a sequence of trace events, one ``add`` each, as the trace reader feeds it."""
+    split = Split()
+    for event in events:
+        split.add(event)
+    return split
+
+
 def test_the_table_names_every_kind_and_only_those() -> None:
     assert {k for k, _ in KIND_PATTERNS} | {"other"} == set(OPERATOR_KINDS)
     assert {kind for _, _, kind in NAMES} == set(OPERATOR_KINDS)
@@ -68,7 +77,7 @@ def test_the_table_names_every_kind_and_only_those() -> None:
 
 def test_a_realistic_gpu_trace_splits_into_the_kernel_time_it_was_built_with() -> None:
     wanted = {"attention": 620.0, "gemm": 250.0, "communication": 60.0, "memory_copy": 40.0, "sampling": 20.0, "other": 10.0}
-    split = split_of(gpu_trace(wanted)["traceEvents"])
+    split = _split_of(gpu_trace(wanted)["traceEvents"])
     total = sum(wanted.values())
     shares = split.shares()
     assert set(shares) == set(OPERATOR_KINDS)
@@ -86,7 +95,7 @@ def test_a_realistic_gpu_trace_splits_into_the_kernel_time_it_was_built_with() -
 
 
 def test_a_cpu_only_trace_has_no_kernels_and_no_shares() -> None:
-    split = split_of(cpu_trace()["traceEvents"])
+    split = _split_of(cpu_trace()["traceEvents"])
     assert split.kernels == 0
     assert split.shares() == {}
     assert split.other_events == 51

@@ -21,6 +21,7 @@ from typing import Any
 import grpc
 
 from exporter.kubernetes.kubelet_api import api_pb2, api_pb2_grpc
+from exporter.kubernetes.pods import Pod, parse_pod_list
 from tests.fakes.pynvml_fake import MIB, FakeGpu, FakeMig, FakeNvml
 
 FIXTURES = Path(__file__).resolve().parents[1] / "kubernetes" / "fixtures"
@@ -368,3 +369,9 @@ def deep_pod_list(base: dict[str, Any], depth: int = 1_000_000) -> bytes:
 
 #: port annotations that str.isdigit() accepts and int() turns into a number (or a ValueError: '²')
 NON_ASCII_PORTS = ("８０８０", "٨٠", "²")
+
+
+def parse_pod(item: Any) -> Pod | None:
+    """One PodList item given as Python objects, read as the exporter reads a pod list; None when left out."""
+    pods, _ = parse_pod_list(json.dumps({"items": [item]}).encode())
+    return pods[0] if pods else None
