@@ -26,7 +26,9 @@ legitimately. ``signals.py`` calls ``prefix_signals`` for the service view.
   and stopped while requests kept coming: prefix caching switched off (a restart
   with ``--no-enable-prefix-caching``; vLLM and the simulator then count no lookup at
   all). The recent ratio then reads 0: no prompt token is found in a cache nobody
-  asks, and the fall is the whole earlier level.
+  asks, and the fall is the whole earlier level. Not where the engine's config says
+  prefix caching is on (``llm_engine_config_info{prefix_caching="true"}``): there no
+  lookup in the recent seconds means admissions stalled, not the cache.
 
 Absent, never 0, where a span has no lookups or no requests (but for
 ``LOOKUPS_STOPPED``), or the window does not yet reach past the recent seconds
@@ -50,6 +52,7 @@ HIT_METRIC = "llm_prefix_cache_hit_tokens_total"
 #: the families these signals read (the diagnosis window keeps them; the TTFT histogram it keeps anyway)
 PREFIX = "llm_prefix_cache_"
 REQUESTS_METRIC = "llm_request_ttft_seconds"
+CONFIG_METRIC = "llm_engine_config_info"
 
 HIT_RECENT = f"increase_over_recent({HIT_METRIC}) / increase_over_recent({QUERIED_METRIC})"
 HIT_EARLIER = f"increase_before_recent({HIT_METRIC}) / increase_before_recent({QUERIED_METRIC})"
@@ -94,10 +97,20 @@ def prefix_signals(window: Window, v: dict[str, float], recent_seconds: float) -
             if prompts and requests > 0:
                 v[prompt_key] = prompts / requests
         queried = looked_up if looked_up is not None else -1.0
-    # the recent span: its counter still read, nothing looked up, requests served; before it, lookups
-    if queried == 0.0 and HIT_EARLIER in v and v.get(REQUESTS_RECENT, 0.0) > 0:
+    # the recent span: its counter still read, nothing looked up, requests served; before it, lookups.
+    # An engine that says its prefix caching is on has not switched it off: its admissions stalled
+    # (requests whose prompts were looked up earlier reaching their first token), not its cache
+    stopped = queried == 0.0 and HIT_EARLIER in v and v.get(REQUESTS_RECENT, 0.0) > 0
+    if stopped and _prefix_caching_said(snaps[-1]) != "true":
         v[HIT_RECENT] = 0.0
         v[LOOKUPS_STOPPED] = 1.0
+
+
+def _prefix_caching_said(snap: Snapshot) -> str | None:
+    """What the engine's config says of prefix caching (``llm_engine_config_info{prefix_caching}``:
+    "true" or "false"), or None where it does not say."""
+    said = {p.labels.get("prefix_caching") for p in snap.samples(CONFIG_METRIC)} - {None, ""}
+    return said.pop() if len(said) == 1 else None
 
 
 def _counter(name: str) -> Read:

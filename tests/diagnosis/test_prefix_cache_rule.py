@@ -159,3 +159,17 @@ def test_lookups_that_stop_because_requests_stopped_are_not_a_fall() -> None:
     assert served.name == "llm_request_ttft_seconds"
     last = run(points[:SWITCH] + [cycle[:-1] + [served] for cycle in points[SWITCH:]])[-1]
     assert pc.LOOKUPS_STOPPED not in last.signals and pc.HIT_RECENT not in last.signals
+
+
+def _said(points: list[list[Point]], on: str) -> list[list[Point]]:
+    """Each cycle with the engine's config saying prefix caching is ``on`` ("true"/"false")."""
+    return [[*c, _s("llm_engine_config_info", {**ENG, "prefix_caching": on}, 1.0)] for c in points]
+
+
+def test_lookups_that_stop_while_the_engine_says_caching_is_on_are_a_stall_not_caching_off() -> None:
+    """Admissions stalled behind a backlog: requests looked up earlier reach their first token, nothing new is
+    looked up. The engine's config says prefix caching is on, so nothing claims it was switched off."""
+    stalled = run(_said(cycles(Phase(0.62), Phase(0.0, ttft=3.0, lookups=False)), "true"))[-1]
+    assert pc.LOOKUPS_STOPPED not in stalled.signals and CAUSE not in stalled.holding
+    off = run(_said(cycles(Phase(0.62), Phase(0.0, ttft=3.0, lookups=False)), "false"))[-1]
+    assert off.signals[pc.LOOKUPS_STOPPED] == 1.0 and primary(off) == CAUSE
