@@ -105,6 +105,23 @@ class EngineStopped(Exception):
     """The engine is shutting down: the HTTP layer answers 503."""
 
 
+#: an idle engine's longest sleep (wall seconds): everything that gives it work wakes it at once
+#: (a submission, an abort, a reconfiguration, stop), so this only bounds a missed wake-up
+IDLE_WAKE_S = 1.0
+#: the shortest sleep before a batching window's release (a window due now is released at once after it)
+MIN_HOLD_WAIT_S = 0.0005
+
+
+def idle_wait_s(hold: float | None, scale: float) -> float:
+    """How long an idle engine sleeps: until a batching window releases its queue head (``hold`` model
+    seconds away), else until woken. Why not a short poll: on a contended node every wake-up waits in
+    the run queue, and 20 polls a second read as a host thread wanting a full core (serial_host_ceiling
+    named on the batching_window scenario beside a full test run)."""
+    if hold is None:
+        return IDLE_WAKE_S
+    return min(IDLE_WAKE_S, max(hold / scale, MIN_HOLD_WAIT_S))
+
+
 def fb_used_mib(config: SimConfig) -> float:
     """Framebuffer in use per GPU: driver, weights share, KV pool share, activations."""
     geo = config.geometry
@@ -580,8 +597,7 @@ class Engine:
                     elif (plan := self.scheduler.schedule(now)).empty:
                         self.clock.begin_idle()
                         self.telemetry.idle(self.clock.scale)
-                        hold = self.scheduler.hold_remaining(now)
-                        idle_wait = 0.05 if hold is None else min(0.05, max(hold / self.clock.scale, 0.0005))
+                        idle_wait = idle_wait_s(self.scheduler.hold_remaining(now), self.clock.scale)
                         self._cpu = time.thread_time() - cpu0
                     else:
                         cfg = self.config
@@ -651,7 +667,7 @@ class Engine:
                         else:
                             self.clock.begin_idle()
                             holds = [h for rep in self.replicas if (h := rep.scheduler.hold_remaining(now)) is not None]
-                            idle_wait = 0.05 if not holds else min(0.05, max(min(holds) / scale, 0.0005))
+                            idle_wait = idle_wait_s(min(holds) if holds else None, scale)
                     self._cpu = time.thread_time() - cpu0
                 if idle_wait is not None:
                     if not self._inbox:  # outside the lock: a submission wakes it at once
