@@ -27,8 +27,8 @@ legitimately. ``signals.py`` calls ``prefix_signals`` for the service view.
   with ``--no-enable-prefix-caching``; vLLM and the simulator then count no lookup at
   all). The recent ratio then reads 0: no prompt token is found in a cache nobody
   asks, and the fall is the whole earlier level. Not where the engine's config says
-  prefix caching is on (``llm_engine_config_info{prefix_caching="true"}``): there no
-  lookup in the recent seconds means admissions stalled, not the cache.
+  prefix caching is on (``llm_engine_config_info{prefix_caching="true"}``) throughout
+  the recent seconds: there no lookup means admissions stalled, not the cache.
 
 Absent, never 0, where a span has no lookups or no requests (but for
 ``LOOKUPS_STOPPED``), or the window does not yet reach past the recent seconds
@@ -100,17 +100,22 @@ def prefix_signals(window: Window, v: dict[str, float], recent_seconds: float) -
     # the recent span: its counter still read, nothing looked up, requests served; before it, lookups.
     # An engine that says its prefix caching is on has not switched it off: its admissions stalled
     # (requests whose prompts were looked up earlier reaching their first token), not its cache
+    # (on throughout the recent span: a span in which it was switched back on held no lookup yet
+    # either, and that is still the switch-off's evidence)
     stopped = queried == 0.0 and HIT_EARLIER in v and v.get(REQUESTS_RECENT, 0.0) > 0
-    if stopped and _prefix_caching_said(snaps[-1]) != "true":
+    if stopped and not _said_on_throughout(snaps[cut:]):
         v[HIT_RECENT] = 0.0
         v[LOOKUPS_STOPPED] = 1.0
 
 
-def _prefix_caching_said(snap: Snapshot) -> str | None:
-    """What the engine's config says of prefix caching (``llm_engine_config_info{prefix_caching}``:
-    "true" or "false"), or None where it does not say."""
-    said = {p.labels.get("prefix_caching") for p in snap.samples(CONFIG_METRIC)} - {None, ""}
-    return said.pop() if len(said) == 1 else None
+def _said_on_throughout(span: Sequence[Snapshot]) -> bool:
+    """Whether every snapshot of ``span`` has the engine's config say prefix caching is on
+    (``llm_engine_config_info{prefix_caching="true"}``); False where one says off or none says."""
+    for snap in span:
+        said = {p.labels.get("prefix_caching") for p in snap.samples(CONFIG_METRIC)} - {None, ""}
+        if said != {"true"}:
+            return False
+    return bool(span)
 
 
 def _counter(name: str) -> Read:

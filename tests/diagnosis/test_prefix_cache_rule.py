@@ -173,3 +173,13 @@ def test_lookups_that_stop_while_the_engine_says_caching_is_on_are_a_stall_not_c
     assert pc.LOOKUPS_STOPPED not in stalled.signals and CAUSE not in stalled.holding
     off = run(_said(cycles(Phase(0.62), Phase(0.0, ttft=3.0, lookups=False)), "false"))[-1]
     assert off.signals[pc.LOOKUPS_STOPPED] == 1.0 and primary(off) == CAUSE
+
+
+def test_caching_switched_back_on_before_any_lookup_still_reads_the_switch_off() -> None:
+    """The engine's config says on again in the last snapshot, but the recent seconds held it off and no
+    lookup yet: the fall is still the switch-off's, not a stall (and not a ratio gone missing)."""
+    points = _said(cycles(Phase(0.62), Phase(0.0, ttft=3.0, lookups=False)), "false")
+    last = [p for p in points[-1] if p.name != "llm_engine_config_info"]
+    points[-1] = [*last, _s("llm_engine_config_info", {**ENG, "prefix_caching": "true"}, 1.0)]
+    v = run(points)[-1]
+    assert v.signals[pc.LOOKUPS_STOPPED] == 1.0 and primary(v) == CAUSE
