@@ -79,7 +79,7 @@ def prefix_signals(window: Window, v: dict[str, float], recent_seconds: float) -
     cut = max((i for i, s in enumerate(snaps) if s.monotonic <= cutoff), default=0)
     if cut == 0:
         return  # the window does not reach past the recent seconds yet
-    queried = 0.0
+    looked_up: float | None = None
     for span, (hit_key, per_key, count_key, prompt_key) in (
         (snaps[: cut + 1], (HIT_EARLIER, QUERIED_PER_REQUEST_EARLIER, REQUESTS_EARLIER, PROMPT_PER_REQUEST_EARLIER)),
         (snaps[cut:], (HIT_RECENT, QUERIED_PER_REQUEST_RECENT, REQUESTS_RECENT, PROMPT_PER_REQUEST_RECENT)),
@@ -96,13 +96,12 @@ def prefix_signals(window: Window, v: dict[str, float], recent_seconds: float) -
                 v[per_key] = looked_up / requests
             if prompts and requests > 0:
                 v[prompt_key] = prompts / requests
-        queried = looked_up if looked_up is not None else -1.0
-    # the recent span: its counter still read, nothing looked up, requests served; before it, lookups.
+    # the recent span (the loop's last): its counter still read, nothing looked up, requests served; before it, lookups.
     # An engine that says its prefix caching is on has not switched it off: its admissions stalled
     # (requests whose prompts were looked up earlier reaching their first token), not its cache
     # (on throughout the recent span: a span in which it was switched back on held no lookup yet
     # either, and that is still the switch-off's evidence)
-    stopped = queried == 0.0 and HIT_EARLIER in v and v.get(REQUESTS_RECENT, 0.0) > 0
+    stopped = looked_up == 0.0 and HIT_EARLIER in v and v.get(REQUESTS_RECENT, 0.0) > 0
     if stopped and not _said_on_throughout(snaps[cut:]):
         v[HIT_RECENT] = 0.0
         v[LOOKUPS_STOPPED] = 1.0
